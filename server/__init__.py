@@ -1,0 +1,1 @@
+"""The runtime: engine (writer thread over the store), gRPC service, delivery, CLI."""

@@ -1,0 +1,175 @@
+"""Writer operations: each is applied inside one group commit by the writer thread.
+
+An operation checks everything before it stages anything, so a rejected operation
+leaves the batch untouched; its future is completed only after the batch is durable.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from dataclasses import dataclass, field, replace
+
+from store import records
+from store.timer_store import StagedBatch, TimerStore
+from wheels.domain import (
+    AlreadyExists,
+    FailedPrecondition,
+    NotFound,
+    SendResult,
+    SendSpec,
+    State,
+    Timer,
+)
+from wheels.scheduler import Scheduler
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedSend:
+    """A validated send: id chosen, deliver time resolved at receipt."""
+
+    spec: SendSpec
+    message_id: str
+    deliver_at_ms: int
+    created_at_ms: int
+    client_chose_id: bool
+
+
+@dataclass
+class WriterContext:
+    store: TimerStore
+    scheduler: Scheduler
+    retention_ms: int
+
+
+@dataclass
+class Op:
+    future: Future = field(default_factory=Future, init=False)
+
+    @property
+    def weight(self) -> int:
+        return 1
+
+    def apply(self, ctx: WriterContext, batch: StagedBatch, now_ms: int) -> object:
+        raise NotImplementedError
+
+
+@dataclass
+class SendOp(Op):
+    """One or more sends, atomic together: all are stored or none."""
+
+    sends: list[PreparedSend] = field(default_factory=list)
+
+    @property
+    def weight(self) -> int:
+        return len(self.sends)
+
+    def apply(self, ctx: WriterContext, batch: StagedBatch, now_ms: int) -> list[SendResult]:
+        # Check every send before staging any, so a refused batch stages nothing.
+        first_in_op: dict[str, PreparedSend] = {}
+        plan: list[SendResult | PreparedSend] = []
+        for send in self.sends:
+            earlier = first_in_op.get(send.message_id) if send.client_chose_id else None
+            if earlier is not None:
+                _check_same(send, earlier)
+                plan.append(SendResult(earlier.message_id, earlier.deliver_at_ms))
+                continue
+            previous = _existing_result(ctx, batch, send)
+            first_in_op[send.message_id] = send
+            plan.append(previous if previous is not None else send)
+        results = []
+        for item in plan:
+            if isinstance(item, PreparedSend):
+                _stage_new(ctx, batch, item, now_ms)
+                item = SendResult(item.message_id, item.deliver_at_ms)
+            results.append(item)
+        return results
+
+
+def _check_same(send: PreparedSend, earlier: PreparedSend) -> None:
+    if send.spec != earlier.spec:
+        raise AlreadyExists(
+            f"message_id={send.message_id!r}: given twice in one batch with different content"
+        )
+
+
+def _existing_result(
+    ctx: WriterContext, batch: StagedBatch, send: PreparedSend
+) -> SendResult | None:
+    """Idempotency on client-chosen ids: the original answer, or ALREADY_EXISTS."""
+    if not send.client_chose_id:
+        return None  # server-made ids are unique by construction: no read needed
+    raw = ctx.store.lookup(batch, send.message_id.encode())
+    if raw is None:
+        return None
+    timer = records.decode_timer(send.message_id, raw)
+    if not timer.same_request(send.spec):
+        raise AlreadyExists(
+            f"message_id={send.message_id!r}: already used by a different message "
+            f"(topic={timer.topic!r}, deliver_at_ms={timer.deliver_at_ms}, "
+            f"state={timer.state.name})"
+        )
+    return SendResult(timer.message_id, timer.deliver_at_ms)
+
+
+def _stage_new(ctx: WriterContext, batch: StagedBatch, send: PreparedSend, now_ms: int) -> None:
+    spec = send.spec
+    timer = Timer(
+        message_id=send.message_id, topic=spec.topic, body=spec.body,
+        properties=spec.properties, deliver_at_ms=send.deliver_at_ms,
+        created_at_ms=send.created_at_ms, state=State.SCHEDULED, when=spec.when,
+    )  # fmt: skip
+    wheel = ctx.scheduler.placement(send.deliver_at_ms)
+    if wheel is None:  # already due: fire at once, never through a wheel
+        seq = ctx.scheduler.take_fire_seqs(1)
+        fired = replace(timer, state=State.FIRED, fired_at_ms=now_ms, ready_seq=seq)
+        ctx.store.stage_fire_new(batch, fired, seq)
+    else:
+        ctx.store.stage_schedule(batch, timer, wheel.name)
+
+
+@dataclass
+class CancelOp(Op):
+    message_id: str = ""
+
+    def apply(self, ctx: WriterContext, batch: StagedBatch, now_ms: int) -> State:
+        raw = ctx.store.lookup(batch, self.message_id.encode())
+        if raw is None:
+            raise NotFound(f"message_id={self.message_id!r}: no such timer")
+        state = records.record_state(raw)
+        if state is State.CANCELLED:
+            return state  # cancelling twice is not an error
+        if state is not State.SCHEDULED:
+            timer = records.decode_timer(self.message_id, raw)
+            raise FailedPrecondition(
+                f"message_id={self.message_id!r}: already {state.name} "
+                f"(fired_at_ms={timer.fired_at_ms}); a fired timer cannot be cancelled"
+            )
+        candidates = ctx.scheduler.wheel_candidates(records.record_deliver_at_ms(raw))
+        ctx.store.stage_cancel(
+            batch, self.message_id, raw, [w.name for w in candidates],
+            now_ms, now_ms + ctx.retention_ms,
+        )  # fmt: skip
+        return State.CANCELLED
+
+
+@dataclass
+class AckOp(Op):
+    topic: str = ""
+    message_ids: list[str] = field(default_factory=list)
+
+    @property
+    def weight(self) -> int:
+        return len(self.message_ids)
+
+    def apply(self, ctx: WriterContext, batch: StagedBatch, now_ms: int) -> list[str]:
+        """Ack what is FIRED on this topic; unknown or already acked ids are skipped."""
+        acked = []
+        for message_id in self.message_ids:
+            raw = ctx.store.lookup(batch, message_id.encode())
+            if raw is None or records.record_state(raw) is not State.FIRED:
+                continue
+            if records.record_topic(raw) != self.topic:
+                continue
+            ctx.store.stage_ack(batch, message_id, raw, now_ms, now_ms + ctx.retention_ms)
+            acked.append(message_id)
+        return acked

@@ -1,0 +1,1 @@
+"""RocksDB storage: owns every byte written to disk."""

@@ -1,0 +1,105 @@
+"""The key layout of every column family. Byte order equals time order.
+
+All integers are fixed-width big-endian unsigned, so lexicographic byte order (RocksDB's
+default comparator) equals numeric order, and a time range is a key range.
+
+==================  ============================================  ==========================
+column family       key                                           value
+==================  ============================================  ==========================
+``messages``        message id (UTF-8)                            record (store.records)
+``wheel_hour``      deliver_at_ms (8 B BE) + message id (UTF-8)   topic (UTF-8): enough to
+``wheel_minute``    same                                          route, list and fire
+``wheel_second``    same                                          without reading messages
+``ready``           topic + 0x00 + fire seq (8 B BE)              message id (fired, not acked)
+``expiry``          expire_at_ms (8 B BE) + message id            empty: ACKED/CANCELLED
+                                                                  records to remove after
+                                                                  the retention period
+``meta``            name (ASCII, see ``META_*``)                  8 B BE int, or a wheel key
+==================  ============================================  ==========================
+
+A slot of a wheel level is the key range [encode(slot_start), encode(slot_end)): the
+empty id sorts first, so ``time_bound(t)`` is the smallest key at time t. Topics never
+contain 0x00 (validation allows ``[A-Za-z0-9_.%|-]``), so ``topic + 0x00`` is a clean
+prefix and one topic's ready entries are one contiguous range, in fire order.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from wheels.scheduler import TimerKey
+
+U64 = struct.Struct(">Q")
+TIME_BYTES = U64.size
+TOPIC_SEPARATOR = b"\x00"
+
+CF_MESSAGES = "messages"
+CF_WHEEL = {"hour": "wheel_hour", "minute": "wheel_minute", "second": "wheel_second"}
+CF_READY = "ready"
+CF_EXPIRY = "expiry"
+CF_META = "meta"
+ALL_COLUMN_FAMILIES = (CF_MESSAGES, *CF_WHEEL.values(), CF_READY, CF_EXPIRY, CF_META)
+
+META_SCHEMA_VERSION = b"schema_version"
+META_NOW_MS = b"clock.now_ms"
+META_FIRE_FROM = b"fire.from"
+META_FIRE_SEQ = b"fire.seq"
+SCHEMA_VERSION = 1
+
+
+def meta_horizon(lower_wheel: str) -> bytes:
+    """Horizon of the cascade into `lower_wheel` (e.g. ``cascade.second.horizon_ms``)."""
+    return f"cascade.{lower_wheel}.horizon_ms".encode()
+
+
+def meta_pending(lower_wheel: str) -> bytes:
+    """First upper-wheel key of a cut-off cascade into `lower_wheel`; absent when none."""
+    return f"cascade.{lower_wheel}.pending_from".encode()
+
+
+def encode_u64(value: int) -> bytes:
+    return U64.pack(value)
+
+
+def decode_u64(raw: bytes) -> int:
+    return U64.unpack(raw)[0]
+
+
+def time_bound(t_ms: int) -> bytes:
+    """The smallest wheel/expiry key at time `t_ms`: a range-scan bound."""
+    return U64.pack(t_ms)
+
+
+def wheel_key(deliver_at_ms: int, message_id: str) -> bytes:
+    return U64.pack(deliver_at_ms) + message_id.encode()
+
+
+def encode_timer_key(key: TimerKey) -> bytes:
+    return wheel_key(key.deliver_at_ms, key.message_id)
+
+
+def decode_timer_key(raw: bytes) -> TimerKey:
+    return TimerKey(U64.unpack_from(raw)[0], raw[TIME_BYTES:].decode())
+
+
+def key_time_ms(raw: bytes) -> int:
+    """The time part of a wheel or expiry key."""
+    return U64.unpack_from(raw)[0]
+
+
+def ready_prefix(topic: str) -> bytes:
+    return topic.encode() + TOPIC_SEPARATOR
+
+
+def ready_key(topic: str, seq: int) -> bytes:
+    return topic.encode() + TOPIC_SEPARATOR + U64.pack(seq)
+
+
+def ready_seq(raw: bytes) -> int:
+    return U64.unpack_from(raw, len(raw) - TIME_BYTES)[0]
+
+
+def prefix_end(prefix: bytes) -> bytes:
+    """The smallest key greater than every key starting with `prefix` (an upper bound)."""
+    # Topics are ASCII and never end in 0xff, so incrementing the last byte suffices.
+    return prefix[:-1] + bytes([prefix[-1] + 1])

@@ -1,0 +1,122 @@
+"""The `messages` record: a fixed header followed by topic, properties and body.
+
+    header (struct ">BBBqqqqqqq", 60 bytes)
+        version, state, when_kind, when_value, deliver_at_ms, created_at_ms,
+        fired_at_ms, acked_at_ms, cancelled_at_ms, ready_seq
+    topic       u16 length + UTF-8
+    properties  u16 count, then per entry: u16 key length + key, u32 value length + value
+    body        the rest
+
+State changes (fire, ack, cancel) rewrite only the header: the rest of the record is
+copied as bytes, never decoded, which keeps the firing path cheap.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+
+from wheels.domain import State, Timer, When, WhenKind
+
+RECORD_VERSION = 1
+_HEADER = struct.Struct(">BBBqqqqqqq")
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+HEADER_BYTES = _HEADER.size
+
+
+def encode_timer(timer: Timer) -> bytes:
+    parts = [
+        _HEADER.pack(
+            RECORD_VERSION, timer.state, timer.when.kind, timer.when.value,
+            timer.deliver_at_ms, timer.created_at_ms, timer.fired_at_ms,
+            timer.acked_at_ms, timer.cancelled_at_ms, timer.ready_seq,
+        ),
+        _encode_str16(timer.topic),
+        _encode_properties(timer.properties),
+        timer.body,
+    ]  # fmt: skip
+    return b"".join(parts)
+
+
+def decode_timer(message_id: str, raw: bytes) -> Timer:
+    (version, state, when_kind, when_value, deliver_at_ms, created_at_ms, fired_at_ms,
+     acked_at_ms, cancelled_at_ms, seq) = _HEADER.unpack_from(raw)  # fmt: skip
+    if version != RECORD_VERSION:
+        raise ValueError(
+            f"record of {message_id!r} has version {version}, expected {RECORD_VERSION}"
+        )
+    topic, offset = _decode_str16(raw, HEADER_BYTES)
+    properties, offset = _decode_properties(raw, offset)
+    return Timer(
+        message_id=message_id, topic=topic, body=raw[offset:], properties=properties,
+        deliver_at_ms=deliver_at_ms, created_at_ms=created_at_ms, state=State(state),
+        when=When(WhenKind(when_kind), when_value), fired_at_ms=fired_at_ms,
+        acked_at_ms=acked_at_ms, cancelled_at_ms=cancelled_at_ms, ready_seq=seq,
+    )  # fmt: skip
+
+
+def record_state(raw: bytes) -> State:
+    return State(raw[1])
+
+
+def record_deliver_at_ms(raw: bytes) -> int:
+    return _HEADER.unpack_from(raw)[4]
+
+
+def record_topic(raw: bytes) -> str:
+    return _decode_str16(raw, HEADER_BYTES)[0]
+
+
+def record_ready_seq(raw: bytes) -> int:
+    return _HEADER.unpack_from(raw)[9]
+
+
+def with_transition(
+    raw: bytes,
+    state: State,
+    *,
+    fired_at_ms: int | None = None,
+    acked_at_ms: int | None = None,
+    cancelled_at_ms: int | None = None,
+    ready_seq: int | None = None,
+) -> bytes:
+    """The record with a new state and timestamps; everything after the header is reused."""
+    fields = list(_HEADER.unpack_from(raw))
+    fields[1] = state
+    for index, value in ((6, fired_at_ms), (7, acked_at_ms), (8, cancelled_at_ms), (9, ready_seq)):
+        if value is not None:
+            fields[index] = value
+    return _HEADER.pack(*fields) + raw[HEADER_BYTES:]
+
+
+def _encode_str16(text: str) -> bytes:
+    data = text.encode()
+    return _U16.pack(len(data)) + data
+
+
+def _decode_str16(raw: bytes, offset: int) -> tuple[str, int]:
+    (length,) = _U16.unpack_from(raw, offset)
+    start = offset + _U16.size
+    return raw[start : start + length].decode(), start + length
+
+
+def _encode_properties(properties: Mapping[str, str]) -> bytes:
+    parts = [_U16.pack(len(properties))]
+    for key, value in properties.items():
+        value_bytes = value.encode()
+        parts += [_encode_str16(key), _U32.pack(len(value_bytes)), value_bytes]
+    return b"".join(parts)
+
+
+def _decode_properties(raw: bytes, offset: int) -> tuple[dict[str, str], int]:
+    (count,) = _U16.unpack_from(raw, offset)
+    offset += _U16.size
+    properties = {}
+    for _ in range(count):
+        key, offset = _decode_str16(raw, offset)
+        (length,) = _U32.unpack_from(raw, offset)
+        offset += _U32.size
+        properties[key] = raw[offset : offset + length].decode()
+        offset += length
+    return properties, offset

@@ -1,0 +1,91 @@
+"""Opening and closing the RocksDB database with every column family, in raw bytes mode.
+
+Memory is bounded by construction, so RSS does not grow with the number of timers:
+all memtables share one `db_write_buffer_size` budget, and index/filter blocks are
+charged to the one block cache instead of being pinned per open table.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+from dataclasses import dataclass
+
+from rocksdict import (
+    BlockBasedOptions,
+    Cache,
+    ColumnFamily,
+    DBCompressionType,
+    Options,
+    Rdict,
+    WriteBatch,
+    WriteOptions,
+)
+
+from store.keys import ALL_COLUMN_FAMILIES
+
+
+@dataclass(frozen=True)
+class RocksTuning:
+    block_cache_bytes: int = 64 * 1024 * 1024
+    write_buffer_bytes: int = 32 * 1024 * 1024
+    sync_writes: bool = True
+
+
+def _options(tuning: RocksTuning, cache: Cache) -> Options:
+    options = Options(raw_mode=True)
+    options.create_if_missing(True)
+    options.create_missing_column_families(True)
+    options.set_max_background_jobs(2)
+    options.set_compression_type(DBCompressionType.lz4())
+    options.set_write_buffer_size(tuning.write_buffer_bytes)
+    options.set_max_write_buffer_number(2)
+    # One memtable budget for all column families together.
+    options.set_db_write_buffer_size(tuning.write_buffer_bytes * 3)
+    options.set_max_total_wal_size(tuning.write_buffer_bytes * 4)
+    table = BlockBasedOptions()
+    table.set_block_cache(cache)
+    table.set_cache_index_and_filter_blocks(True)
+    table.set_pin_l0_filter_and_index_blocks_in_cache(True)
+    table.set_bloom_filter(10, False)
+    options.set_block_based_table_factory(table)
+    return options
+
+
+class RocksDatabase:
+    """The open database: column-family objects for reads, handles for batches."""
+
+    def __init__(self, path: str, tuning: RocksTuning | None = None) -> None:
+        self.tuning = tuning or RocksTuning()
+        self.path = path
+        os.makedirs(path, exist_ok=True)
+        self._cache = Cache(self.tuning.block_cache_bytes)
+        options = _options(self.tuning, self._cache)
+        families = {name: _options(self.tuning, self._cache) for name in ALL_COLUMN_FAMILIES}
+        self.db = Rdict(path, options=options, column_families=families)
+        self.families: dict[str, ColumnFamily | Rdict] = {
+            name: self.db.get_column_family(name) for name in ALL_COLUMN_FAMILIES
+        }
+        self.handles = {
+            name: self.db.get_column_family_handle(name) for name in ALL_COLUMN_FAMILIES
+        }
+        self._write_options = WriteOptions()
+        self._write_options.sync = self.tuning.sync_writes
+        self._closed = False
+
+    def write(self, batch: WriteBatch) -> None:
+        self.db.write(batch, write_opt=self._write_options)
+
+    def close(self) -> None:
+        """Close and release the LOCK so the same process may reopen the directory.
+
+        rocksdict keeps the LOCK while any column-family object or handle is alive, so
+        they are dropped (and collected) before `close`.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self.families.clear()
+        self.handles.clear()
+        gc.collect()
+        self.db.close()

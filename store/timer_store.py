@@ -1,0 +1,355 @@
+"""Timer operations on RocksDB: reads for anyone, staged writes for the one writer.
+
+Reads (`get`, `find_wheel`, `list_pending`, `read_ready`, `scan`) run on any thread and
+see committed data. Writes are staged into a `StagedBatch` by the single writer thread
+and committed as one atomic WriteBatch (group commit). The batch keeps an overlay of the
+`messages` records it has written, so an operation later in the same group (a cancel
+after a send of the same id) sees what the earlier one staged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from heapq import merge
+from itertools import islice
+
+from rocksdict import ReadOptions, WriteBatch
+
+from store import keys, records
+from store.rocks import RocksDatabase
+from wheels.domain import FiredTimer, State, Timer
+from wheels.scheduler import CascadeState, SchedulerState, TimerKey
+from wheels.wheel import LEVELS
+
+WheelEntry = tuple[bytes, bytes]  # (wheel key, topic)
+_FINAL_STATES = (State.ACKED, State.CANCELLED)
+
+
+@dataclass
+class StagedBatch:
+    """One group commit being built."""
+
+    write_batch: WriteBatch = field(default_factory=lambda: WriteBatch(raw_mode=True))
+    records: dict[bytes, bytes | None] = field(default_factory=dict)
+    fired_topics: set[str] = field(default_factory=set)
+    fired: int = 0
+    operations: int = 0
+
+
+@dataclass(frozen=True)
+class PendingPage:
+    timers: list[Timer]
+    next_after: bytes | None  # wheel key to continue after, None at the end of the range
+
+
+class TimerStore:
+    def __init__(self, database: RocksDatabase) -> None:
+        self.database = database
+        cf = database.families
+        self._messages = cf[keys.CF_MESSAGES]
+        self._ready = cf[keys.CF_READY]
+        self._expiry = cf[keys.CF_EXPIRY]
+        self._meta = cf[keys.CF_META]
+        self._wheels = {name: cf[family] for name, family in keys.CF_WHEEL.items()}
+        handles = database.handles
+        self._h_messages = handles[keys.CF_MESSAGES]
+        self._h_ready = handles[keys.CF_READY]
+        self._h_expiry = handles[keys.CF_EXPIRY]
+        self._h_meta = handles[keys.CF_META]
+        self._h_wheels = {name: handles[family] for name, family in keys.CF_WHEEL.items()}
+
+    # == reads ==========================================================================
+    def get_record(self, message_id: str) -> bytes | None:
+        return self._messages.get(message_id.encode())
+
+    def get(self, message_id: str) -> Timer | None:
+        raw = self.get_record(message_id)
+        return None if raw is None else records.decode_timer(message_id, raw)
+
+    def find_wheel(self, timer: Timer, candidates: Iterable[str]) -> str:
+        """Which of the candidate wheels holds the scheduled `timer` ('' if none)."""
+        key = keys.wheel_key(timer.deliver_at_ms, timer.message_id)
+        for name in candidates:
+            if self._wheels[name].get(key) is not None:
+                return name
+        return ""
+
+    def scan(self, wheel: str, lo: bytes, hi: bytes, limit: int) -> list[WheelEntry]:
+        """Up to `limit` (key, topic) entries of `wheel` in [lo, hi), in key order."""
+        return list(islice(self._range(self._wheels[wheel], lo, hi), limit))
+
+    def first_key(self, wheel: str, lo: bytes) -> bytes | None:
+        for key, _ in self._range(self._wheels[wheel], lo, None):
+            return key
+        return None
+
+    def list_pending(
+        self,
+        topic: str,
+        from_ms: int,
+        to_ms: int,
+        limit: int,
+        after: bytes | None,
+        floors: dict[str, bytes],
+        scan_budget: int,
+    ) -> PendingPage:
+        """Scheduled timers of `topic` due in [from_ms, to_ms), across all wheels, by time.
+
+        The three wheels are range-scanned and merged by key. `floors` skip the part of
+        each wheel that can hold only tombstones (fired or cascaded keys). At most
+        `scan_budget` keys are examined, so a sparse topic cannot pin the server; the
+        page then ends early with a continuation key.
+        """
+        lo = keys.time_bound(from_ms)
+        if after is not None:
+            lo = max(lo, after + b"\x00")
+        hi = keys.time_bound(to_ms)
+        streams = [
+            self._range(self._wheels[name], max(lo, floors.get(name, lo)), hi)
+            for name in self._wheels
+        ]
+        wanted = topic.encode()
+        found: list[bytes] = []
+        last_key = None
+        for examined, (key, entry_topic) in enumerate(merge(*streams)):
+            if examined >= scan_budget:
+                return PendingPage(self._timers_for(found), last_key)
+            last_key = key
+            if entry_topic == wanted:
+                found.append(key)
+                if len(found) == limit:
+                    return PendingPage(self._timers_for(found), key)
+        return PendingPage(self._timers_for(found), None)
+
+    def _timers_for(self, wheel_keys: list[bytes]) -> list[Timer]:
+        ids = [key[keys.TIME_BYTES :] for key in wheel_keys]
+        raws = self._messages.get(ids) if ids else []
+        return [
+            records.decode_timer(message_id.decode(), raw)
+            for message_id, raw in zip(ids, raws, strict=True)
+            if raw is not None
+        ]
+
+    def read_ready(self, topic: str, after_seq: int, limit: int) -> list[FiredTimer]:
+        """Fired, un-acked timers of `topic` with fire sequence above `after_seq`."""
+        prefix = keys.ready_prefix(topic)
+        entries = list(
+            islice(
+                self._range(
+                    self._ready, keys.ready_key(topic, after_seq + 1), keys.prefix_end(prefix)
+                ),
+                limit,
+            )
+        )
+        if not entries:
+            return []
+        raws = self._messages.get([message_id for _, message_id in entries])
+        fired = []
+        for (key, message_id), raw in zip(entries, raws, strict=True):
+            if raw is not None and records.record_state(raw) is State.FIRED:
+                timer = records.decode_timer(message_id.decode(), raw)
+                fired.append(FiredTimer(keys.ready_seq(key), timer))
+        return fired
+
+    def count_ready(self, topic: str) -> int:
+        prefix = keys.ready_prefix(topic)
+        return sum(1 for _ in self._range(self._ready, prefix, keys.prefix_end(prefix)))
+
+    def ready_topics(self) -> list[str]:
+        """Topics that have fired, un-acked timers (for redelivery after a restart)."""
+        topics = []
+        lo = b""
+        while True:
+            key = next((k for k, _ in self._range(self._ready, lo, None)), None)
+            if key is None:
+                return topics
+            topic_bytes = key.split(keys.TOPIC_SEPARATOR, 1)[0]
+            topics.append(topic_bytes.decode())
+            lo = keys.prefix_end(topic_bytes + keys.TOPIC_SEPARATOR)
+
+    def estimate_keys(self, family: str) -> int:
+        value = self.database.families[family].property_int_value("rocksdb.estimate-num-keys")
+        return int(value or 0)
+
+    def load_state(self) -> SchedulerState | None:
+        """The scheduler state persisted by the last commit, or None for a new store."""
+        now_raw = self._meta.get(keys.META_NOW_MS)
+        if now_raw is None:
+            return None
+        version = self._meta.get(keys.META_SCHEMA_VERSION)
+        if version is None or keys.decode_u64(version) != keys.SCHEMA_VERSION:
+            raise RuntimeError(f"store schema version {version!r}, expected {keys.SCHEMA_VERSION}")
+        cascades = []
+        for lower in LEVELS[:-1]:
+            horizon = keys.decode_u64(self._meta[keys.meta_horizon(lower.name)])
+            pending_raw = self._meta.get(keys.meta_pending(lower.name))
+            pending = keys.decode_timer_key(pending_raw) if pending_raw else None
+            cascades.append(CascadeState(horizon, pending))
+        return SchedulerState(
+            now_ms=keys.decode_u64(now_raw),
+            cascades=tuple(cascades),
+            fire_from=keys.decode_timer_key(self._meta[keys.META_FIRE_FROM]),
+            fire_seq=keys.decode_u64(self._meta[keys.META_FIRE_SEQ]),
+        )
+
+    @staticmethod
+    def _range(family, lo: bytes, hi: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+        """Items in [lo, hi). rocksdict 0.3.29's iterate_lower_bound sets the upper bound,
+        so the lower bound is a start key and only the upper bound is a read option."""
+        read_options = ReadOptions()
+        if hi is not None:
+            if hi <= lo:
+                return iter(())
+            read_options.set_iterate_upper_bound(hi)
+        return iter(family.items(from_key=lo, read_opt=read_options))
+
+    # == staged writes (writer thread only) ============================================
+    def lookup(self, batch: StagedBatch, message_id: bytes) -> bytes | None:
+        """The record as this batch will leave it."""
+        if message_id in batch.records:
+            return batch.records[message_id]
+        return self._messages.get(message_id)
+
+    def _put_record(self, batch: StagedBatch, message_id: bytes, raw: bytes) -> None:
+        batch.records[message_id] = raw
+        batch.write_batch.put(message_id, raw, self._h_messages)
+
+    def stage_schedule(self, batch: StagedBatch, timer: Timer, wheel: str) -> None:
+        """A new SCHEDULED timer: its record and its key in `wheel`, atomically."""
+        message_id = timer.message_id.encode()
+        self._put_record(batch, message_id, records.encode_timer(timer))
+        key = keys.wheel_key(timer.deliver_at_ms, timer.message_id)
+        batch.write_batch.put(key, timer.topic.encode(), self._h_wheels[wheel])
+        batch.operations += 1
+
+    def stage_fire_new(self, batch: StagedBatch, timer: Timer, seq: int) -> None:
+        """A new timer that is already due: stored FIRED with its ready entry, no wheel key."""
+        message_id = timer.message_id.encode()
+        self._put_record(batch, message_id, records.encode_timer(timer))
+        batch.write_batch.put(keys.ready_key(timer.topic, seq), message_id, self._h_ready)
+        batch.fired_topics.add(timer.topic)
+        batch.fired += 1
+        batch.operations += 1
+
+    def stage_move(
+        self, batch: StagedBatch, upper: str, lower: str, entries: list[WheelEntry]
+    ) -> None:
+        """Cascade: keys out of `upper`, into `lower`, unchanged."""
+        put, delete = batch.write_batch.put, batch.write_batch.delete
+        h_upper, h_lower = self._h_wheels[upper], self._h_wheels[lower]
+        for key, topic in entries:
+            put(key, topic, h_lower)
+            delete(key, h_upper)
+        batch.operations += len(entries)
+
+    def stage_fire(
+        self, batch: StagedBatch, wheel: str, entries: list[WheelEntry], first_seq: int, now_ms: int
+    ) -> int:
+        """Fire wheel entries: key out, `ready` entry in, record FIRED. Returns seqs used."""
+        ids = [key[keys.TIME_BYTES :] for key, _ in entries]
+        raws = self._lookup_many(batch, ids)
+        put, delete = batch.write_batch.put, batch.write_batch.delete
+        h_wheel = self._h_wheels[wheel]
+        seq = first_seq
+        for (key, topic), message_id, raw in zip(entries, ids, raws, strict=True):
+            delete(key, h_wheel)
+            if raw is None or records.record_state(raw) is not State.SCHEDULED:
+                continue  # a stale key; cancel removes keys atomically, so this is defensive
+            self._put_record(
+                batch, message_id,
+                records.with_transition(raw, State.FIRED, fired_at_ms=now_ms, ready_seq=seq),
+            )  # fmt: skip
+            put(topic + keys.TOPIC_SEPARATOR + keys.encode_u64(seq), message_id, self._h_ready)
+            batch.fired_topics.add(topic.decode())
+            seq += 1
+        batch.fired += seq - first_seq
+        batch.operations += len(entries)
+        return seq - first_seq
+
+    def _lookup_many(self, batch: StagedBatch, ids: list[bytes]) -> list[bytes | None]:
+        if not ids:
+            return []
+        raws = self._messages.get(ids)
+        if batch.records:
+            raws = [
+                batch.records.get(i, raw) if i in batch.records else raw
+                for i, raw in zip(ids, raws, strict=True)
+            ]
+        return raws
+
+    def stage_cancel(
+        self,
+        batch: StagedBatch,
+        message_id: str,
+        raw: bytes,
+        wheels: Iterable[str],
+        now_ms: int,
+        expire_at_ms: int,
+    ) -> None:
+        """Remove a SCHEDULED timer's wheel key and mark it CANCELLED, atomically."""
+        deliver_at_ms = records.record_deliver_at_ms(raw)
+        key = keys.wheel_key(deliver_at_ms, message_id)
+        for wheel in wheels:
+            batch.write_batch.delete(key, self._h_wheels[wheel])
+        encoded = message_id.encode()
+        self._put_record(
+            batch, encoded, records.with_transition(raw, State.CANCELLED, cancelled_at_ms=now_ms)
+        )
+        batch.write_batch.put(keys.wheel_key(expire_at_ms, message_id), b"", self._h_expiry)
+        batch.operations += 1
+
+    def stage_ack(
+        self, batch: StagedBatch, message_id: str, raw: bytes, now_ms: int, expire_at_ms: int
+    ) -> None:
+        """Retire a FIRED timer: ready entry out, record ACKED, expiry scheduled."""
+        topic = records.record_topic(raw)
+        batch.write_batch.delete(
+            keys.ready_key(topic, records.record_ready_seq(raw)), self._h_ready
+        )
+        self._put_record(
+            batch,
+            message_id.encode(),
+            records.with_transition(raw, State.ACKED, acked_at_ms=now_ms),
+        )
+        batch.write_batch.put(keys.wheel_key(expire_at_ms, message_id), b"", self._h_expiry)
+        batch.operations += 1
+
+    def stage_sweep(self, batch: StagedBatch, lo: bytes, now_ms: int, limit: int) -> bytes | None:
+        """Remove ACKED/CANCELLED records whose retention ended by `now_ms`.
+
+        Returns the key to resume from when `limit` was reached, else None.
+        """
+        entries = list(islice(self._range(self._expiry, lo, keys.time_bound(now_ms + 1)), limit))
+        ids = [key[keys.TIME_BYTES :] for key, _ in entries]
+        for (key, _), message_id, raw in zip(
+            entries, ids, self._lookup_many(batch, ids), strict=True
+        ):
+            batch.write_batch.delete(key, self._h_expiry)
+            if raw is not None and records.record_state(raw) in _FINAL_STATES:
+                batch.records[message_id] = None
+                batch.write_batch.delete(message_id, self._h_messages)
+        batch.operations += len(entries)
+        return entries[-1][0] if len(entries) == limit else None
+
+    def stage_state(self, batch: StagedBatch, state: SchedulerState) -> None:
+        put = batch.write_batch.put
+        meta = self._h_meta
+        put(keys.META_SCHEMA_VERSION, keys.encode_u64(keys.SCHEMA_VERSION), meta)
+        put(keys.META_NOW_MS, keys.encode_u64(state.now_ms), meta)
+        put(keys.META_FIRE_FROM, keys.encode_timer_key(state.fire_from), meta)
+        put(keys.META_FIRE_SEQ, keys.encode_u64(state.fire_seq), meta)
+        for lower, cascade in zip(LEVELS, state.cascades, strict=False):
+            put(keys.meta_horizon(lower.name), keys.encode_u64(cascade.horizon_ms), meta)
+            pending_key = keys.meta_pending(lower.name)
+            if cascade.pending_from is None:
+                batch.write_batch.delete(pending_key, meta)
+            else:
+                put(pending_key, keys.encode_timer_key(cascade.pending_from), meta)
+
+    def commit(self, batch: StagedBatch) -> None:
+        self.database.write(batch.write_batch)
+
+
+def timer_key_of(raw_key: bytes) -> TimerKey:
+    return keys.decode_timer_key(raw_key)

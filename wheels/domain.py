@@ -1,0 +1,123 @@
+"""Domain types and errors shared by every layer (the server maps errors to status codes)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+
+class State(IntEnum):
+    """Lifecycle of a timer; values equal the proto enum `timerwheel.v1.State`."""
+
+    UNSPECIFIED = 0
+    SCHEDULED = 1
+    FIRED = 2
+    ACKED = 3
+    CANCELLED = 4
+
+
+class WhenKind(IntEnum):
+    """How the producer said when: kept so an idempotent resend can be compared exactly."""
+
+    DELIVER_AT = 1  # absolute epoch ms (RocketMQ 5 setDeliverTimeMs)
+    DELAY = 2  # relative ms (RocketMQ 5 setDelayTimeMs)
+    LEVEL = 3  # RocketMQ 4 delay level
+
+
+@dataclass(frozen=True, slots=True)
+class When:
+    kind: WhenKind
+    value: int
+
+
+@dataclass(frozen=True, slots=True)
+class SendSpec:
+    """What a producer asks for, before validation."""
+
+    topic: str
+    body: bytes
+    when: When
+    properties: Mapping[str, str] = field(default_factory=dict)
+    message_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Timer:
+    """A stored timer message, as `Get` reports it."""
+
+    message_id: str
+    topic: str
+    body: bytes
+    properties: Mapping[str, str]
+    deliver_at_ms: int
+    created_at_ms: int
+    state: State
+    when: When
+    fired_at_ms: int = 0
+    acked_at_ms: int = 0
+    cancelled_at_ms: int = 0
+    ready_seq: int = 0
+    wheel: str = ""  # "hour" / "minute" / "second" while SCHEDULED, else ""
+
+    def same_request(self, spec: SendSpec) -> bool:
+        """True when `spec` is a retry of the send that created this timer."""
+        return (
+            self.topic == spec.topic
+            and self.body == spec.body
+            and dict(self.properties) == dict(spec.properties)
+            and self.when == spec.when
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    message_id: str
+    deliver_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class FiredTimer:
+    """A fired, not yet acked timer, in fire order (`seq`) within its topic."""
+
+    seq: int
+    timer: Timer
+
+
+class TimerwheelError(Exception):
+    """Base of every error the service reports to a client."""
+
+
+class InvalidArgument(TimerwheelError):
+    def __init__(self, field_name: str, value: object, reason: str) -> None:
+        self.field = field_name
+        self.value = value
+        super().__init__(f"{field_name}={_show(value)}: {reason}")
+
+
+class NotFound(TimerwheelError):
+    pass
+
+
+class AlreadyExists(TimerwheelError):
+    pass
+
+
+class FailedPrecondition(TimerwheelError):
+    pass
+
+
+class Overloaded(TimerwheelError):
+    """Backpressure: the writer or the un-acked backlog is over its limit."""
+
+
+class ShuttingDown(TimerwheelError):
+    pass
+
+
+def _show(value: object, limit: int = 80) -> str:
+    """A bounded rendering of a bad value for an error message."""
+    if isinstance(value, bytes | bytearray):
+        return f"<{len(value)} bytes>"
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,240 @@
+"""The scheduler core: where a timer goes, what to cascade next, what is due to fire.
+
+Pure decisions over integer milliseconds; the store carries them out in RocksDB.
+
+The levels
+----------
+Timers live in three wheels (`wheels.wheel.LEVELS`): second, minute, hour. Between each
+pair of adjacent levels there is a *cascade* with a **horizon**: every timer due before
+the horizon belongs to the lower level, every timer due at or after it to the upper one::
+
+    wheel_second         wheel_minute            wheel_hour
+    [ ... , S )          [ S , M )               [ M , ... )
+            ^ horizon of the           ^ horizon of the
+              minute->second cascade     hour->minute cascade
+
+A new timer is placed by comparing its deliver time with the horizons, never with the
+raw clock. That is what makes a send racing a cascade safe: the moment a cascade starts
+it moves its horizon up, so every later send for that range goes straight to the lower
+level and cannot land behind the range scan that is moving the slot.
+
+Why cascades run ahead of the boundary
+--------------------------------------
+Timers fire only out of the second wheel. If the minute slot [S, S+60s) were moved into
+the second wheel at the instant S, its first timers would already be late by however long
+the move takes (a slot of 200k timers takes a noticeable fraction of a second). So each
+cascade starts a configurable *lead* before its boundary: once `now + lead >= horizon`,
+the horizon advances to the next boundary of the upper level after `now + lead`, and the
+range [old horizon, new horizon) is moved down in chunks. A lower cascade never advances
+past the part of the level above it that is complete, so nothing is moved down from a
+level that has not received it yet. After a long stop the horizon jumps over every
+boundary that passed at once: the range scan covers many slots in one cascade.
+
+Moves are chunked: `pending_from` remembers the first upper-wheel key still to move, so a
+huge slot never blocks the writer, and a crash mid-cascade resumes from there.
+
+Firing
+------
+The second wheel is drained continuously: every key up to `now` fires. `fire_from` is the
+first key not yet fired; all keys below it are gone (fired), so scans start there and
+never wade through the tombstones of fired timers. A timer whose time is already `<= now`
+when it is sent or cascaded fires at once instead of entering a wheel: that keeps every
+wheel key above `fire_from`.
+
+`now_ms` is monotonic: the max of every clock reading (and of the persisted value after
+a restart), so a clock stepping back can never strand a key below `fire_from`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import NamedTuple
+
+from wheels.wheel import LEVELS, Wheel
+
+
+class TimerKey(NamedTuple):
+    """A position in a wheel: keys sort by time, then by message id."""
+
+    deliver_at_ms: int
+    message_id: str
+
+    @classmethod
+    def start_of(cls, t_ms: int) -> TimerKey:
+        """The smallest key at time `t_ms`."""
+        return cls(t_ms, "")
+
+
+@dataclass(frozen=True, slots=True)
+class CascadeState:
+    """Cascade from `LEVELS[i+1]` into `LEVELS[i]`."""
+
+    horizon_ms: int
+    pending_from: TimerKey | None = None  # first upper key still to move, None when done
+
+    @property
+    def complete_below_ms(self) -> int:
+        """Every timer due before this is already in the lower level (or fired)."""
+        return self.horizon_ms if self.pending_from is None else self.pending_from.deliver_at_ms
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerState:
+    """Everything the scheduler needs to resume; persisted in `meta` with every batch."""
+
+    now_ms: int
+    cascades: tuple[CascadeState, ...]  # cascades[i] moves LEVELS[i+1] -> LEVELS[i]
+    fire_from: TimerKey
+    fire_seq: int = 0  # last fire sequence handed out
+
+
+@dataclass(frozen=True, slots=True)
+class CascadeTask:
+    """Move upper-wheel keys in [from_key, (to_ms, "")) into the lower wheel."""
+
+    index: int
+    upper: Wheel
+    lower: Wheel
+    from_key: TimerKey
+    to_ms: int
+
+
+class Scheduler:
+    """Holds the horizons and cursors; decides, never performs I/O."""
+
+    def __init__(self, state: SchedulerState, leads_ms: tuple[int, ...]) -> None:
+        if len(state.cascades) != len(LEVELS) - 1 or len(leads_ms) != len(LEVELS) - 1:
+            raise ValueError("one cascade state and one lead per adjacent pair of levels")
+        self._state = state
+        self._leads_ms = leads_ms
+
+    @classmethod
+    def fresh(cls, now_ms: int, leads_ms: tuple[int, ...]) -> Scheduler:
+        """A scheduler for an empty store: horizons already where they would be at `now_ms`."""
+        empty = tuple(CascadeState(horizon_ms=now_ms) for _ in leads_ms)
+        scheduler = cls(SchedulerState(now_ms, empty, TimerKey.start_of(now_ms + 1)), leads_ms)
+        # With no timers stored, advancing every horizon to its target moves nothing.
+        while tasks := scheduler.cascade_tasks():
+            for task in tasks:
+                scheduler.cascade_progress(task, next_from=None)
+        return scheduler
+
+    # -- state -------------------------------------------------------------------------
+    @property
+    def state(self) -> SchedulerState:
+        return self._state
+
+    def restore(self, state: SchedulerState) -> None:
+        """Undo decisions whose batch failed to commit."""
+        self._state = state
+
+    @property
+    def now_ms(self) -> int:
+        return self._state.now_ms
+
+    def observe(self, clock_ms: int) -> int:
+        """Advance monotonic time to a clock reading; return it."""
+        if clock_ms > self._state.now_ms:
+            self._state = replace(self._state, now_ms=clock_ms)
+        return self._state.now_ms
+
+    # -- placement ---------------------------------------------------------------------
+    def placement(self, deliver_at_ms: int) -> Wheel | None:
+        """The wheel a timer due at `deliver_at_ms` goes to, or None: it is due, fire it now."""
+        if deliver_at_ms <= self._state.now_ms:
+            return None
+        return LEVELS[self._level_index(deliver_at_ms)]
+
+    def _level_index(self, deliver_at_ms: int) -> int:
+        for index, cascade in enumerate(self._state.cascades):
+            if deliver_at_ms < cascade.horizon_ms:
+                return index
+        return len(LEVELS) - 1
+
+    def wheel_candidates(self, deliver_at_ms: int) -> tuple[Wheel, ...]:
+        """Wheels that may hold a scheduled timer due then (two while a cascade moves it)."""
+        index = self._level_index(deliver_at_ms)
+        if index + 1 < len(LEVELS):
+            pending = self._state.cascades[index].pending_from
+            if pending is not None and deliver_at_ms >= pending.deliver_at_ms:
+                return (LEVELS[index], LEVELS[index + 1])
+        return (LEVELS[index],)
+
+    # -- cascades ----------------------------------------------------------------------
+    def cascade_tasks(self) -> list[CascadeTask]:
+        """The chunk of work each cascade should do now, top level first.
+
+        Starting a cascade (advancing its horizon) happens here; the store then moves the
+        returned ranges and reports back through `cascade_progress`.
+        """
+        tasks = []
+        for index in reversed(range(len(self._state.cascades))):
+            self._maybe_start(index)
+            cascade = self._state.cascades[index]
+            if cascade.pending_from is not None:
+                tasks.append(
+                    CascadeTask(
+                        index, LEVELS[index + 1], LEVELS[index],
+                        cascade.pending_from, cascade.horizon_ms,
+                    )
+                )  # fmt: skip
+        return tasks
+
+    def _target_horizon_ms(self, index: int) -> int:
+        upper = LEVELS[index + 1]
+        target = upper.next_boundary_after_ms(self._state.now_ms + self._leads_ms[index])
+        if index + 1 < len(self._state.cascades):
+            # Never move down what the level above has not fully received yet.
+            ready_below = self._state.cascades[index + 1].complete_below_ms
+            target = min(target, upper.slot_start_ms(ready_below))
+        return target
+
+    def _maybe_start(self, index: int) -> None:
+        cascade = self._state.cascades[index]
+        if cascade.pending_from is not None:
+            return
+        target = self._target_horizon_ms(index)
+        if target > cascade.horizon_ms:
+            started = CascadeState(target, TimerKey.start_of(cascade.horizon_ms))
+            self._set_cascade(index, started)
+
+    def cascade_progress(self, task: CascadeTask, next_from: TimerKey | None) -> None:
+        """Record that the chunk ended before `next_from` (None: the range is fully moved)."""
+        cascade = self._state.cascades[task.index]
+        self._set_cascade(task.index, replace(cascade, pending_from=next_from))
+
+    def _set_cascade(self, index: int, cascade: CascadeState) -> None:
+        cascades = list(self._state.cascades)
+        cascades[index] = cascade
+        self._state = replace(self._state, cascades=tuple(cascades))
+
+    # -- firing ------------------------------------------------------------------------
+    def fire_range(self) -> tuple[TimerKey, int]:
+        """Second-wheel keys from `fire_from` through `now_ms` (inclusive) are due."""
+        return self._state.fire_from, self._state.now_ms
+
+    def fire_progress(self, through_ms: int, next_from: TimerKey | None) -> None:
+        """A drain up to `through_ms` stopped before `next_from` (None: drained through it)."""
+        fire_from = next_from if next_from is not None else TimerKey.start_of(through_ms + 1)
+        self._state = replace(self._state, fire_from=fire_from)
+
+    def take_fire_seqs(self, count: int) -> int:
+        """Reserve `count` fire sequence numbers; return the first."""
+        first = self._state.fire_seq + 1
+        self._state = replace(self._state, fire_seq=self._state.fire_seq + count)
+        return first
+
+    # -- waking ------------------------------------------------------------------------
+    def busy(self) -> bool:
+        """True while a cascade has a range left to move."""
+        return any(c.pending_from is not None for c in self._state.cascades)
+
+    def next_wakeup_ms(self, next_due_ms: int | None) -> int:
+        """When the writer must run next with no requests: next fire or cascade start."""
+        wake = [
+            c.horizon_ms - lead
+            for c, lead in zip(self._state.cascades, self._leads_ms, strict=True)
+        ]
+        if next_due_ms is not None:
+            wake.append(next_due_ms)
+        return min(wake)

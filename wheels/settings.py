@@ -1,0 +1,120 @@
+"""All settings in one frozen dataclass, validated once when it is made.
+
+Loading them (flags, environment, TOML) is the server's job; this module only says what
+they are and whether a combination is sane. Every error message shows the bad value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+SECOND_MS = 1_000
+MINUTE_MS = 60 * SECOND_MS
+HOUR_MS = 60 * MINUTE_MS
+DAY_MS = 24 * HOUR_MS
+
+# RocketMQ 4 default messageDelayLevel:
+# "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h".
+ROCKETMQ_DELAY_LEVELS_MS: tuple[int, ...] = (
+    1 * SECOND_MS, 5 * SECOND_MS, 10 * SECOND_MS, 30 * SECOND_MS,
+    1 * MINUTE_MS, 2 * MINUTE_MS, 3 * MINUTE_MS, 4 * MINUTE_MS, 5 * MINUTE_MS,
+    6 * MINUTE_MS, 7 * MINUTE_MS, 8 * MINUTE_MS, 9 * MINUTE_MS, 10 * MINUTE_MS,
+    20 * MINUTE_MS, 30 * MINUTE_MS, 1 * HOUR_MS, 2 * HOUR_MS,
+)  # fmt: skip
+
+
+class SettingsError(ValueError):
+    """A setting has a value the service cannot run with."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    # Where and how to serve.
+    data_dir: str = "./data"
+    host: str = "127.0.0.1"
+    port: int = 7070
+
+    # Durability: WAL is always on; sync makes every group commit an fsync.
+    sync_writes: bool = True
+
+    # What a producer may ask for.
+    max_delay_ms: int = 400 * DAY_MS
+    max_past_ms: int = DAY_MS  # older deliver times are a client bug, not "fire now"
+    max_topic_len: int = 127
+    max_body_bytes: int = 4 * 1024 * 1024
+    max_properties: int = 64
+    max_property_key_len: int = 128
+    max_property_value_len: int = 16 * 1024
+    max_properties_bytes: int = 64 * 1024
+    max_batch_messages: int = 10_000
+    delay_levels_ms: tuple[int, ...] = ROCKETMQ_DELAY_LEVELS_MS
+
+    # Record lifecycle.
+    retention_ms: int = 3 * DAY_MS  # ACKED and CANCELLED stay queryable this long
+
+    # Cascades run this far ahead of the boundary they cross (see wheels.scheduler).
+    minute_cascade_lead_ms: int = 10 * SECOND_MS
+    hour_cascade_lead_ms: int = 5 * MINUTE_MS
+
+    # Work per writer iteration, so one huge slot never blocks sends or firing.
+    cascade_chunk: int = 10_000
+    fire_chunk: int = 10_000
+    sweep_chunk: int = 10_000
+    max_group_ops: int = 20_000  # operations in one group commit
+
+    # Backpressure.
+    max_queued_ops: int = 200_000  # timers waiting for the writer
+    max_unacked: int = 1_000_000  # fired, not acked, per service
+
+    # Delivery.
+    ack_timeout_ms: int = 30 * SECOND_MS
+    max_in_flight_default: int = 1_000
+
+    # Storage tuning.
+    block_cache_bytes: int = 64 * 1024 * 1024
+    write_buffer_bytes: int = 32 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        _check_positive(self, _POSITIVE_FIELDS)
+        if not 0 <= self.port <= 65535:
+            raise SettingsError(f"port={self.port}: must be 0..65535")
+        if not self.data_dir:
+            raise SettingsError("data_dir='': must name a directory")
+        if not self.delay_levels_ms:
+            raise SettingsError("delay_levels_ms=(): at least one level is needed")
+        for i, level_ms in enumerate(self.delay_levels_ms, start=1):
+            if not isinstance(level_ms, int) or level_ms <= 0:
+                raise SettingsError(
+                    f"delay_levels_ms[level {i}]={level_ms!r}: must be a positive int"
+                )
+        if self.minute_cascade_lead_ms >= MINUTE_MS:
+            raise SettingsError(
+                f"minute_cascade_lead_ms={self.minute_cascade_lead_ms}: must be under one minute"
+            )
+        if not self.minute_cascade_lead_ms < self.hour_cascade_lead_ms < HOUR_MS:
+            raise SettingsError(
+                f"hour_cascade_lead_ms={self.hour_cascade_lead_ms}: must be above "
+                f"minute_cascade_lead_ms ({self.minute_cascade_lead_ms}) and under one hour"
+            )
+
+    def replace(self, **changes: object) -> Settings:
+        """A copy with `changes`, validated again."""
+        return dataclasses.replace(self, **changes)
+
+
+_POSITIVE_FIELDS = (
+    "max_delay_ms", "max_past_ms", "max_topic_len", "max_body_bytes", "max_properties",
+    "max_property_key_len", "max_property_value_len", "max_properties_bytes",
+    "max_batch_messages", "retention_ms", "minute_cascade_lead_ms", "hour_cascade_lead_ms",
+    "cascade_chunk", "fire_chunk", "sweep_chunk", "max_group_ops", "max_queued_ops",
+    "max_unacked", "ack_timeout_ms", "max_in_flight_default", "block_cache_bytes",
+    "write_buffer_bytes",
+)  # fmt: skip
+
+
+def _check_positive(settings: Settings, names: tuple[str, ...]) -> None:
+    for name in names:
+        value = getattr(settings, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise SettingsError(f"{name}={value!r}: must be a positive integer")

@@ -1,0 +1,122 @@
+"""Validation of what producers send, and resolution of "when" into deliver_at_ms.
+
+Pure: the caller passes `now_ms`. Every rejection names the field and the bad value and
+happens before anything is written.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from wheels.domain import InvalidArgument, SendSpec, When, WhenKind
+from wheels.settings import Settings
+
+# RocketMQ's topic charset (plus '.'), bounded by Settings.max_topic_len.
+_TOPIC_RE = re.compile(r"[A-Za-z0-9_.%|-]+")
+# Client-chosen message ids: printable, no separators that would confuse the key codec.
+_MESSAGE_ID_RE = re.compile(r"[A-Za-z0-9_.:@-]+")
+MAX_MESSAGE_ID_LEN = 128
+
+
+def validate_topic(topic: str, settings: Settings, field: str = "topic") -> str:
+    if not topic:
+        raise InvalidArgument(field, topic, "must not be empty")
+    if len(topic) > settings.max_topic_len:
+        raise InvalidArgument(
+            field, topic, f"is {len(topic)} characters; at most {settings.max_topic_len}"
+        )
+    if not _TOPIC_RE.fullmatch(topic):
+        raise InvalidArgument(field, topic, "may hold only letters, digits and _ . % | -")
+    return topic
+
+
+def validate_message_id(message_id: str, field: str = "message_id") -> str:
+    if not message_id:
+        raise InvalidArgument(field, message_id, "must not be empty")
+    if len(message_id) > MAX_MESSAGE_ID_LEN:
+        raise InvalidArgument(
+            field, message_id, f"is {len(message_id)} characters; at most {MAX_MESSAGE_ID_LEN}"
+        )
+    if not _MESSAGE_ID_RE.fullmatch(message_id):
+        raise InvalidArgument(field, message_id, "may hold only letters, digits and _ . : @ -")
+    return message_id
+
+
+def validate_properties(props: Mapping[str, str], settings: Settings, field: str) -> None:
+    if len(props) > settings.max_properties:
+        raise InvalidArgument(
+            field, f"<{len(props)} entries>", f"at most {settings.max_properties} properties"
+        )
+    total = 0
+    for key, value in props.items():
+        if not key:
+            raise InvalidArgument(f"{field}[{key!r}]", key, "property keys must not be empty")
+        if len(key) > settings.max_property_key_len:
+            raise InvalidArgument(
+                f"{field}[{key[:20]!r}...]",
+                key,
+                f"key is {len(key)} characters; at most {settings.max_property_key_len}",
+            )
+        if len(value) > settings.max_property_value_len:
+            raise InvalidArgument(
+                f"{field}[{key!r}]",
+                value,
+                f"value is {len(value)} characters; at most {settings.max_property_value_len}",
+            )
+        total += len(key.encode()) + len(value.encode())
+    if total > settings.max_properties_bytes:
+        raise InvalidArgument(
+            field,
+            f"<{total} bytes>",
+            f"properties total at most {settings.max_properties_bytes} bytes",
+        )
+
+
+def resolve_deliver_at_ms(when: When, now_ms: int, settings: Settings, prefix: str = "") -> int:
+    """The absolute delivery time for `when`, or InvalidArgument naming the field."""
+    if when.kind is WhenKind.DELAY:
+        field = prefix + "delay_ms"
+        if when.value < 0:
+            raise InvalidArgument(field, when.value, "must not be negative")
+        if when.value > settings.max_delay_ms:
+            raise InvalidArgument(
+                field, when.value, f"exceeds the maximum delay of {settings.max_delay_ms} ms"
+            )
+        return now_ms + when.value
+    if when.kind is WhenKind.LEVEL:
+        field = prefix + "delay_level"
+        levels = settings.delay_levels_ms
+        if not 1 <= when.value <= len(levels):
+            raise InvalidArgument(field, when.value, f"must be 1..{len(levels)}")
+        return now_ms + levels[when.value - 1]
+    field = prefix + "deliver_at_ms"
+    if when.value < now_ms - settings.max_past_ms:
+        raise InvalidArgument(
+            field,
+            when.value,
+            f"is more than {settings.max_past_ms} ms in the past (now is {now_ms}); "
+            "past times within that window fire at once",
+        )
+    if when.value > now_ms + settings.max_delay_ms:
+        raise InvalidArgument(
+            field,
+            when.value,
+            f"is beyond the maximum delay of {settings.max_delay_ms} ms from now ({now_ms})",
+        )
+    return when.value
+
+
+def validate_send(spec: SendSpec, now_ms: int, settings: Settings, prefix: str = "") -> int:
+    """Check every field of `spec`; return its deliver_at_ms."""
+    validate_topic(spec.topic, settings, prefix + "topic")
+    if len(spec.body) > settings.max_body_bytes:
+        raise InvalidArgument(
+            prefix + "body",
+            spec.body,
+            f"is {len(spec.body)} bytes; at most {settings.max_body_bytes}",
+        )
+    validate_properties(spec.properties, settings, prefix + "properties")
+    if spec.message_id:
+        validate_message_id(spec.message_id, prefix + "message_id")
+    return resolve_deliver_at_ms(spec.when, now_ms, settings, prefix)
