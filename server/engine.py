@@ -191,6 +191,14 @@ class Engine:
     def ready_topics(self) -> list[str]:
         return self._store.ready_topics()
 
+    def export(self, out_dir: str, max_rows_per_file: int = 0, progress=None):
+        """Write a consistent cut of the live store as SST files (see store.export)."""
+        from store.export import export_database
+
+        return export_database(
+            self._database, out_dir, max_rows_per_file=max_rows_per_file, progress=progress
+        )
+
     def add_fired_listener(self, listener: FiredListener) -> None:
         """`listener(topics)` is called on the writer thread after each commit that fired."""
         self._listeners.append(listener)

@@ -1,0 +1,245 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    STATE_UNSPECIFIED: _ClassVar[State]
+    SCHEDULED: _ClassVar[State]
+    FIRED: _ClassVar[State]
+    ACKED: _ClassVar[State]
+    CANCELLED: _ClassVar[State]
+STATE_UNSPECIFIED: State
+SCHEDULED: State
+FIRED: State
+ACKED: State
+CANCELLED: State
+
+class SendRequest(_message.Message):
+    __slots__ = ("topic", "body", "properties", "deliver_at_ms", "delay_ms", "delay_level", "message_id")
+    class PropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    DELIVER_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    DELAY_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    body: bytes
+    properties: _containers.ScalarMap[str, str]
+    deliver_at_ms: int
+    delay_ms: int
+    delay_level: int
+    message_id: str
+    def __init__(self, topic: _Optional[str] = ..., body: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., deliver_at_ms: _Optional[int] = ..., delay_ms: _Optional[int] = ..., delay_level: _Optional[int] = ..., message_id: _Optional[str] = ...) -> None: ...
+
+class SendResponse(_message.Message):
+    __slots__ = ("message_id", "deliver_at_ms")
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    DELIVER_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    deliver_at_ms: int
+    def __init__(self, message_id: _Optional[str] = ..., deliver_at_ms: _Optional[int] = ...) -> None: ...
+
+class SendBatchRequest(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[SendRequest]
+    def __init__(self, messages: _Optional[_Iterable[_Union[SendRequest, _Mapping]]] = ...) -> None: ...
+
+class SendBatchResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[SendResponse]
+    def __init__(self, results: _Optional[_Iterable[_Union[SendResponse, _Mapping]]] = ...) -> None: ...
+
+class CancelRequest(_message.Message):
+    __slots__ = ("message_id",)
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    def __init__(self, message_id: _Optional[str] = ...) -> None: ...
+
+class CancelResponse(_message.Message):
+    __slots__ = ("state",)
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    state: State
+    def __init__(self, state: _Optional[_Union[State, str]] = ...) -> None: ...
+
+class GetRequest(_message.Message):
+    __slots__ = ("message_id", "include_body")
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_BODY_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    include_body: bool
+    def __init__(self, message_id: _Optional[str] = ..., include_body: _Optional[bool] = ...) -> None: ...
+
+class ListRequest(_message.Message):
+    __slots__ = ("topic", "from_ms", "to_ms", "limit", "page_token")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    FROM_MS_FIELD_NUMBER: _ClassVar[int]
+    TO_MS_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    from_ms: int
+    to_ms: int
+    limit: int
+    page_token: str
+    def __init__(self, topic: _Optional[str] = ..., from_ms: _Optional[int] = ..., to_ms: _Optional[int] = ..., limit: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListResponse(_message.Message):
+    __slots__ = ("messages", "next_page_token")
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[TimerMessage]
+    next_page_token: str
+    def __init__(self, messages: _Optional[_Iterable[_Union[TimerMessage, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class SubscribeRequest(_message.Message):
+    __slots__ = ("topic", "max_in_flight")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    MAX_IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    max_in_flight: int
+    def __init__(self, topic: _Optional[str] = ..., max_in_flight: _Optional[int] = ...) -> None: ...
+
+class DeliveryBatch(_message.Message):
+    __slots__ = ("deliveries",)
+    DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    deliveries: _containers.RepeatedCompositeFieldContainer[Delivery]
+    def __init__(self, deliveries: _Optional[_Iterable[_Union[Delivery, _Mapping]]] = ...) -> None: ...
+
+class Delivery(_message.Message):
+    __slots__ = ("message_id", "topic", "body", "properties", "deliver_at_ms", "fired_at_ms", "attempt")
+    class PropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    DELIVER_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    FIRED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    topic: str
+    body: bytes
+    properties: _containers.ScalarMap[str, str]
+    deliver_at_ms: int
+    fired_at_ms: int
+    attempt: int
+    def __init__(self, message_id: _Optional[str] = ..., topic: _Optional[str] = ..., body: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., deliver_at_ms: _Optional[int] = ..., fired_at_ms: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
+
+class AckRequest(_message.Message):
+    __slots__ = ("topic", "message_ids")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_IDS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    message_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, topic: _Optional[str] = ..., message_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class AckResponse(_message.Message):
+    __slots__ = ("acked",)
+    ACKED_FIELD_NUMBER: _ClassVar[int]
+    acked: int
+    def __init__(self, acked: _Optional[int] = ...) -> None: ...
+
+class TimerMessage(_message.Message):
+    __slots__ = ("message_id", "topic", "body", "properties", "deliver_at_ms", "created_at_ms", "state", "wheel", "fired_at_ms", "acked_at_ms", "cancelled_at_ms")
+    class PropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    DELIVER_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    WHEEL_FIELD_NUMBER: _ClassVar[int]
+    FIRED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    ACKED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    CANCELLED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    topic: str
+    body: bytes
+    properties: _containers.ScalarMap[str, str]
+    deliver_at_ms: int
+    created_at_ms: int
+    state: State
+    wheel: str
+    fired_at_ms: int
+    acked_at_ms: int
+    cancelled_at_ms: int
+    def __init__(self, message_id: _Optional[str] = ..., topic: _Optional[str] = ..., body: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., deliver_at_ms: _Optional[int] = ..., created_at_ms: _Optional[int] = ..., state: _Optional[_Union[State, str]] = ..., wheel: _Optional[str] = ..., fired_at_ms: _Optional[int] = ..., acked_at_ms: _Optional[int] = ..., cancelled_at_ms: _Optional[int] = ...) -> None: ...
+
+class ExportRequest(_message.Message):
+    __slots__ = ("out_dir", "max_rows_per_file")
+    OUT_DIR_FIELD_NUMBER: _ClassVar[int]
+    MAX_ROWS_PER_FILE_FIELD_NUMBER: _ClassVar[int]
+    out_dir: str
+    max_rows_per_file: int
+    def __init__(self, out_dir: _Optional[str] = ..., max_rows_per_file: _Optional[int] = ...) -> None: ...
+
+class ExportResponse(_message.Message):
+    __slots__ = ("out_dir", "rows", "files", "cut_at_ms", "seconds")
+    OUT_DIR_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    CUT_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    out_dir: str
+    rows: int
+    files: int
+    cut_at_ms: int
+    seconds: float
+    def __init__(self, out_dir: _Optional[str] = ..., rows: _Optional[int] = ..., files: _Optional[int] = ..., cut_at_ms: _Optional[int] = ..., seconds: _Optional[float] = ...) -> None: ...
+
+class StatsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class StatsResponse(_message.Message):
+    __slots__ = ("now_ms", "queued_ops", "unacked", "column_family_keys", "rss_bytes", "cpu_seconds", "data_dir_bytes")
+    class ColumnFamilyKeysEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    NOW_MS_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_OPS_FIELD_NUMBER: _ClassVar[int]
+    UNACKED_FIELD_NUMBER: _ClassVar[int]
+    COLUMN_FAMILY_KEYS_FIELD_NUMBER: _ClassVar[int]
+    RSS_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CPU_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    DATA_DIR_BYTES_FIELD_NUMBER: _ClassVar[int]
+    now_ms: int
+    queued_ops: int
+    unacked: int
+    column_family_keys: _containers.ScalarMap[str, int]
+    rss_bytes: int
+    cpu_seconds: float
+    data_dir_bytes: int
+    def __init__(self, now_ms: _Optional[int] = ..., queued_ops: _Optional[int] = ..., unacked: _Optional[int] = ..., column_family_keys: _Optional[_Mapping[str, int]] = ..., rss_bytes: _Optional[int] = ..., cpu_seconds: _Optional[float] = ..., data_dir_bytes: _Optional[int] = ...) -> None: ...
