@@ -72,6 +72,24 @@ def record_ready_seq(raw: bytes) -> int:
     return _HEADER.unpack_from(raw)[9]
 
 
+def record_summary(raw: bytes) -> tuple[int, int, int, str, int]:
+    """(state, deliver_at_ms, created_at_ms, topic, body length) without decoding the rest.
+
+    For bulk readers (the capacity report decodes millions of records): the properties
+    are skipped by their lengths, never decoded, and the body is never copied.
+    """
+    header = _HEADER.unpack_from(raw)
+    topic, offset = _decode_str16(raw, HEADER_BYTES)
+    (count,) = _U16.unpack_from(raw, offset)
+    offset += _U16.size
+    for _ in range(count):
+        (key_length,) = _U16.unpack_from(raw, offset)
+        offset += _U16.size + key_length
+        (value_length,) = _U32.unpack_from(raw, offset)
+        offset += _U32.size + value_length
+    return header[1], header[4], header[5], topic, len(raw) - offset
+
+
 def with_transition(
     raw: bytes,
     state: State,
