@@ -1,0 +1,1 @@
+"""Capacity reports: a PySpark job over an SST export (see capacity.report)."""

@@ -1,0 +1,147 @@
+"""The report's HTML page: key figures first, then one section per chart with its table.
+
+A static, self-contained page (the charts are PNG files beside it, the full tables are
+linked as CSV and Parquet). Every value from the data is escaped.
+"""
+
+from __future__ import annotations
+
+import html
+from datetime import UTC, datetime
+
+import pyarrow as pa
+
+MAX_TABLE_ROWS = 25
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
+h1 { margin-bottom: 0.2em; } .sub { color: #666; margin-top: 0; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
+th { background: #f3f3f3; } td.text { text-align: left; }
+tr.late td { background: #fde0e0; }
+.figures td:first-child { text-align: left; font-weight: 600; }
+img { max-width: 100%; border: 1px solid #eee; }
+.links { font-size: 0.85em; color: #555; }
+"""
+
+SECTIONS = (
+    ("due_per_hour", "Timers due per hour", "due_per_hour"),
+    ("due_per_minute", "Timers due per minute", None),
+    ("peak_seconds", "Peak seconds", "peak_seconds"),
+    ("topics", "Topics", "topics"),
+    ("delay_distribution", "Delay distribution", "delay_distribution"),
+    ("wheel_occupancy", "Wheel occupancy", "wheel_occupancy"),
+    ("storage_projection", "Storage and growth", "storage_projection"),
+)
+
+
+def render(tables: dict[str, pa.Table], summary: dict, charts: dict[str, str]) -> str:
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        "<title>timerwheel capacity report</title>",
+        f"<style>{_STYLE}</style></head><body>",
+        "<h1>timerwheel capacity report</h1>",
+        f"<p class='sub'>Export cut at {_when(summary.get('cut_at_ms'))} "
+        f"from {html.escape(str(summary.get('source', '')))}; "
+        f"report made in {summary.get('report_seconds', 0):.1f} s.</p>",
+        "<h2>Key figures</h2>",
+        _figures(summary),
+    ]
+    for name, title, table_name in SECTIONS:
+        parts.append(f"<h2>{html.escape(title)}</h2>")
+        if name in charts:
+            parts.append(f"<img src='charts/{html.escape(charts[name])}' alt='{title}'>")
+        if table_name is not None:
+            parts.append(_table(tables[table_name], late_column=name == "peak_seconds"))
+        parts.append(_links(name))
+    parts.append("<h2>Records by state</h2>")
+    parts.append(_table(tables["states"]))
+    parts.append(_links("states"))
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def _figures(summary: dict) -> str:
+    rows = [
+        ("Pending timers", _int(summary["pending_timers"])),
+        ("Pending body bytes", _bytes(summary["pending_body_bytes"])),
+        ("Stored records (all states)", _int(summary["records"])),
+        ("Due from / until (UTC hour)",
+         f"{_when(summary['first_due_hour_ms'])} / {_when(summary['last_due_hour_ms'])}"),
+        ("Peak second", f"{_when(summary['peak_second_ms'], seconds=True)}: "
+                        f"{_int(summary['peak_second_timers'])} timers"),
+        ("Drain rate", f"{_int(summary['drain_rate'])} timers/s"),
+        ("Seconds over the drain rate (fire late)",
+         f"{_int(summary['seconds_over_drain_rate'])} seconds, "
+         f"{_int(summary['timers_in_late_seconds'])} timers"),
+        ("Delay p50 / p90 / p99", " / ".join(
+            _duration(summary.get(f"delay_p{q}_ms")) for q in (50, 90, 99))),
+        ("SST bytes (export)", _bytes(summary["sst_bytes"])),
+        ("Storage per timer", f"{summary['bytes_per_timer']:,.1f} B"),
+        ("Observed send rate", f"{summary['send_rate_per_second']:,.2f} timers/s"),
+    ]  # fmt: skip
+    body = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>" for k, v in rows)
+    return f"<table class='figures'>{body}</table>"
+
+
+def _table(table: pa.Table, *, late_column: bool = False) -> str:
+    columns = table.column_names
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    rows = []
+    for row in table.slice(0, MAX_TABLE_ROWS).to_pylist():
+        cells = "".join(_cell(row[c]) for c in columns)
+        css = " class='late'" if late_column and row.get("late") else ""
+        rows.append(f"<tr{css}>{cells}</tr>")
+    more = ""
+    if table.num_rows > MAX_TABLE_ROWS:
+        more = f"<p class='links'>First {MAX_TABLE_ROWS} of {table.num_rows:,} rows.</p>"
+    return f"<table><tr>{head}</tr>{''.join(rows)}</table>{more}"
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        text = "" if value is None else str(value)
+        return f"<td class='text'>{html.escape(text)}</td>"
+    if isinstance(value, float):
+        return f"<td>{value:,.2f}</td>"
+    if isinstance(value, int):
+        return f"<td>{value:,}</td>"
+    return f"<td>{html.escape(str(value))}</td>"
+
+
+def _links(name: str) -> str:
+    return (
+        f"<p class='links'>Full table: <a href='tables/{name}.csv'>CSV</a>, "
+        f"<a href='tables/{name}.parquet'>Parquet</a></p>"
+    )
+
+
+def _when(ms: int | None, *, seconds: bool = False) -> str:
+    if ms is None:
+        return "-"
+    pattern = "%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M"
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime(pattern) + " UTC"
+
+
+def _int(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
+def _bytes(value: float | None) -> str:
+    if value is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:,.1f} {unit}" if unit != "B" else f"{int(value):,} B"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def _duration(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1_000)):
+        if abs(ms) >= size:
+            return f"{ms / size:,.1f} {unit}"
+    return f"{ms} ms"

@@ -1,0 +1,64 @@
+"""The Spark session of the capacity report, with the ``timerwheel_sst`` source registered.
+
+Workers must run this project's interpreter (``PYSPARK_PYTHON=sys.executable``) and be
+able to import the data source: locally the project is installed, and for a cluster
+(``--master``) the pure-Python packages it needs (capacity, store, wheels) are shipped
+as one zip with ``addPyFile``. rocksdict and pyarrow must be installed on the workers.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from capacity.datasource import TimerwheelSstDataSource
+
+SHIPPED_PACKAGES = ("capacity", "store", "wheels")
+DEFAULT_MASTER = "local[*]"
+
+
+def build_session(master: str = DEFAULT_MASTER, app_name: str = "timerwheel-capacity"):
+    """A session for `master`; local sessions bind to loopback and run without a UI."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.driver.memory", "4g")
+    )
+    if master.startswith("local"):
+        # Few, small shuffles: the default 200 partitions would be 200 tiny tasks each.
+        builder = builder.config("spark.sql.shuffle.partitions", "8")
+        builder = builder.config("spark.driver.host", "127.0.0.1")
+        builder = builder.config("spark.driver.bindAddress", "127.0.0.1")
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    prepare_session(spark, ship_code=not master.startswith("local"))
+    return spark
+
+
+def prepare_session(spark: SparkSession, *, ship_code: bool = False) -> None:
+    """Register the data source (and ship this project's code for remote workers)."""
+    spark.dataSource.register(TimerwheelSstDataSource)
+    if ship_code:
+        spark.sparkContext.addPyFile(_code_zip())
+
+
+def _code_zip() -> str:
+    """A zip of the packages the workers import, built from the running code."""
+    root = Path(__file__).resolve().parent.parent
+    path = os.path.join(tempfile.mkdtemp(prefix="timerwheel-code-"), "timerwheel_capacity.zip")
+    with zipfile.ZipFile(path, "w") as archive:
+        for package in SHIPPED_PACKAGES:
+            for source in sorted((root / package).rglob("*.py")):
+                archive.write(source, source.relative_to(root).as_posix())
+    return path
