@@ -1,0 +1,96 @@
+"""`timerwheel export`: a consistent cut of the store as SST files plus manifest.json.
+
+    timerwheel export --out DIR --data-dir DATA    # a stopped store, read directly
+    timerwheel export --out DIR --target HOST:PORT # a running server (TimerAdmin.Export)
+
+With --target the *server* writes DIR, so DIR is a path on the server's machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from wheels.domain import TimerwheelError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "export",
+        help="export a consistent cut of the timers as SST files + manifest.json",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--data-dir", help="a stopped server's data dir, exported directly")
+    source.add_argument("--target", help="HOST:PORT of a running server, which writes --out")
+    parser.add_argument("--out", required=True, help="output dir: must be new or empty")
+    parser.add_argument(
+        "--max-rows-per-file", type=int, default=0,
+        help="rows per SST file (0: the default, 500000)",
+    )  # fmt: skip
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.max_rows_per_file < 0:
+        print(f"--max-rows-per-file={args.max_rows_per_file}: must be >= 0", file=sys.stderr)
+        return 2
+    try:
+        if args.data_dir is not None:
+            return _export_stopped(args)
+        return _export_live(args)
+    except (TimerwheelError, OSError) as exc:
+        print(f"export failed: {exc}", file=sys.stderr)
+        return 1
+
+
+def _export_stopped(args: argparse.Namespace) -> int:
+    from store.export import export_data_dir
+
+    progress = _Progress()
+    summary = export_data_dir(
+        args.data_dir, args.out, max_rows_per_file=args.max_rows_per_file, progress=progress
+    )
+    progress.done()
+    rate = summary.timers / summary.seconds if summary.seconds else 0.0
+    print(
+        f"exported {summary.timers:,} timers ({summary.rows:,} rows, {summary.files} files, "
+        f"{summary.bytes:,} bytes) to {summary.out_dir} in {summary.seconds:.1f} s "
+        f"({rate:,.0f} timers/s); cut at {summary.cut_at_ms} ms"
+    )
+    return 0
+
+
+def _export_live(args: argparse.Namespace) -> int:
+    from server.client import TimerClient  # the gRPC client (TimerAdmin.Export)
+
+    started = time.monotonic()
+    with TimerClient(args.target) as client:
+        result = client.export(args.out, args.max_rows_per_file)
+    print(f"server {args.target} exported to {args.out} in {time.monotonic() - started:.1f} s")
+    print(result)
+    return 0
+
+
+class _Progress:
+    """Rows written so far, on one self-updating line when stderr is a terminal."""
+
+    def __init__(self) -> None:
+        self._started = time.monotonic()
+        self._tty = sys.stderr.isatty()
+        self._last_line = 0
+
+    def __call__(self, rows: int) -> None:
+        elapsed = time.monotonic() - self._started
+        line = f"exported {rows:,} rows ({rows / elapsed if elapsed else 0:,.0f} rows/s)"
+        if self._tty:
+            print(f"\r{line}", end="", file=sys.stderr, flush=True)
+        elif rows - self._last_line >= 1_000_000:
+            self._last_line = rows
+            print(line, file=sys.stderr, flush=True)
+
+    def done(self) -> None:
+        if self._tty:
+            print(file=sys.stderr)

@@ -1,0 +1,58 @@
+"""`timerwheel report`: the capacity report of an export, made by a PySpark job.
+
+    timerwheel report --input EXPORT_DIR --out REPORT_DIR [--master URL]
+
+Writes REPORT_DIR/index.html (open it in a browser), charts/*.png, tables/*.parquet and
+*.csv, and summary.json. Spark runs locally (local[*]) unless --master says otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "report",
+        help="capacity report (HTML, charts, Parquet/CSV) of an export, on Spark",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--input", required=True, help="an export dir (timerwheel export)")
+    parser.add_argument("--out", required=True, help="report dir: must be new or empty")
+    parser.add_argument("--master", default="local[*]", help="Spark master URL (local[*])")
+    parser.add_argument(
+        "--drain-rate", type=int, default=10_000,
+        help="timers/s the service fires; busier seconds are flagged late (10000)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--top-seconds", type=int, default=20, help="how many peak seconds to list (20)"
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from capacity.job import ReportOptions
+    from capacity.report import ReportError, ReportRequest, run_report
+    from store.export_files import ExportFormatError
+
+    try:
+        options = ReportOptions(drain_rate=args.drain_rate, top_seconds=args.top_seconds)
+    except ValueError as exc:
+        print(f"report: {exc}", file=sys.stderr)
+        return 2
+    request = ReportRequest(args.input, args.out, args.master, options)
+    try:
+        result = run_report(request, say=lambda message: print(message, file=sys.stderr))
+    except (ReportError, ExportFormatError, OSError) as exc:
+        print(f"report failed: {exc}", file=sys.stderr)
+        return 1
+    summary = result.summary
+    print(
+        f"report written to {result.out_dir}/index.html in {result.seconds:.1f} s: "
+        f"{summary['pending_timers']:,} pending timers, peak second "
+        f"{summary['peak_second_timers']:,} timers, "
+        f"{summary['seconds_over_drain_rate']:,} seconds over the drain rate"
+    )
+    return 0
