@@ -70,6 +70,16 @@ class Settings:
     # Delivery.
     ack_timeout_ms: int = 30 * SECOND_MS
     max_in_flight_default: int = 1_000
+    max_in_flight_limit: int = 100_000  # the most a subscriber may ask for
+    delivery_batch_max: int = 500  # messages in one DeliveryBatch stream item
+    delivery_batch_bytes: int = 1024 * 1024  # body bytes per batch (one message at least)
+
+    # gRPC serving. Each Subscribe stream holds a thread of its own for its lifetime, so
+    # the pool is grpc_workers + max_subscribers: streams can never starve unary calls.
+    grpc_workers: int = 32
+    max_subscribers: int = 256
+    max_request_bytes: int = 64 * 1024 * 1024  # largest request (a SendBatch) accepted
+    shutdown_grace_ms: int = 10 * SECOND_MS  # SIGTERM: how long in-flight calls may finish
 
     # Storage tuning.
     block_cache_bytes: int = 64 * 1024 * 1024
@@ -88,6 +98,18 @@ class Settings:
                 raise SettingsError(
                     f"delay_levels_ms[level {i}]={level_ms!r}: must be a positive int"
                 )
+        if self.max_in_flight_default > self.max_in_flight_limit:
+            raise SettingsError(
+                f"max_in_flight_default={self.max_in_flight_default}: must not exceed "
+                f"max_in_flight_limit ({self.max_in_flight_limit})"
+            )
+        smallest_request = self.max_body_bytes + self.max_properties_bytes + 64 * 1024
+        if self.max_request_bytes < smallest_request:
+            raise SettingsError(
+                f"max_request_bytes={self.max_request_bytes}: must be at least "
+                f"{smallest_request} (max_body_bytes + max_properties_bytes + 64 KiB) "
+                "so one largest message fits in a request"
+            )
         if self.minute_cascade_lead_ms >= MINUTE_MS:
             raise SettingsError(
                 f"minute_cascade_lead_ms={self.minute_cascade_lead_ms}: must be under one minute"
@@ -109,7 +131,8 @@ _POSITIVE_FIELDS = (
     "max_batch_messages", "retention_ms", "minute_cascade_lead_ms", "hour_cascade_lead_ms",
     "cascade_chunk", "fire_chunk", "sweep_chunk", "max_group_ops", "max_queued_ops",
     "max_unacked", "ack_timeout_ms", "max_in_flight_default", "block_cache_bytes",
-    "write_buffer_bytes",
+    "write_buffer_bytes", "max_in_flight_limit", "delivery_batch_max", "delivery_batch_bytes",
+    "grpc_workers", "max_subscribers", "max_request_bytes", "shutdown_grace_ms",
 )  # fmt: skip
 
 
