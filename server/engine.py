@@ -246,7 +246,7 @@ class Engine:
             while self._queue:
                 self._iterate()
         self._closed = True
-        self._database.close()
+        self._store.close()
         log.info("engine_closed", data_dir=self.settings.data_dir, now_ms=self._scheduler.now_ms)
 
     def __enter__(self) -> Engine:
@@ -357,7 +357,7 @@ class Engine:
                 op.future.set_exception(value)
         if batch.fired_topics:
             self._notify(batch.fired_topics)
-        return more or bool(self._queue)
+        return more or self._scheduler.busy() or bool(self._queue)
 
     def _tick(self, batch: StagedBatch, now_ms: int) -> bool:
         more = False

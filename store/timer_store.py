@@ -59,6 +59,13 @@ class TimerStore:
         self._h_meta = handles[keys.CF_META]
         self._h_wheels = {name: handles[family] for name, family in keys.CF_WHEEL.items()}
 
+    def close(self) -> None:
+        """Drop every column-family reference, then close the database (releases the LOCK)."""
+        for name in [n for n, v in vars(self).items() if n.startswith(("_messages", "_ready",
+                     "_expiry", "_meta", "_wheels", "_h_"))]:  # fmt: skip
+            delattr(self, name)
+        self.database.close()
+
     # == reads ==========================================================================
     def get_record(self, message_id: str) -> bytes | None:
         return self._messages.get(message_id.encode())
@@ -195,14 +202,20 @@ class TimerStore:
 
     @staticmethod
     def _range(family, lo: bytes, hi: bytes | None) -> Iterator[tuple[bytes, bytes]]:
-        """Items in [lo, hi). rocksdict 0.3.29's iterate_lower_bound sets the upper bound,
-        so the lower bound is a start key and only the upper bound is a read option."""
+        """Items in [lo, hi), lazily.
+
+        Two rocksdict 0.3.29 traps: `set_iterate_lower_bound` sets the UPPER bound, so the
+        lower bound is the start key; and the iterator borrows the upper-bound buffer from
+        its ReadOptions without keeping it alive, so the ReadOptions must outlive the
+        iteration (it lives in this generator's frame). Returning the bare iterator let
+        the bound be freed and scans stopped early (seen in the model test).
+        """
+        if hi is not None and hi <= lo:
+            return
         read_options = ReadOptions()
         if hi is not None:
-            if hi <= lo:
-                return iter(())
             read_options.set_iterate_upper_bound(hi)
-        return iter(family.items(from_key=lo, read_opt=read_options))
+        yield from family.items(from_key=lo, read_opt=read_options)
 
     # == staged writes (writer thread only) ============================================
     def lookup(self, batch: StagedBatch, message_id: bytes) -> bytes | None:

@@ -226,8 +226,15 @@ class Scheduler:
 
     # -- waking ------------------------------------------------------------------------
     def busy(self) -> bool:
-        """True while a cascade has a range left to move."""
-        return any(c.pending_from is not None for c in self._state.cascades)
+        """True while a cascade has a range left to move or could start now.
+
+        Finishing an upper cascade can unblock a lower one in the same instant, so
+        "nothing pending" alone does not mean idle.
+        """
+        return any(
+            cascade.pending_from is not None or self._target_horizon_ms(index) > cascade.horizon_ms
+            for index, cascade in enumerate(self._state.cascades)
+        )
 
     def next_wakeup_ms(self, next_due_ms: int | None) -> int:
         """When the writer must run next with no requests: next fire or cascade start."""

@@ -1,0 +1,264 @@
+"""Model-based test of the engine: random sends, cancels, gets, acks, clock steps and
+reopens, in virtual time against real RocksDB, checked against a plain sorted-list model.
+
+Properties checked after every clock step:
+- every timer fires exactly once, never before its time, and no later than the step
+  that reached its time (one `run_until_idle` drain);
+- cancelled timers never fire; `get` reports the state the model expects;
+- ACKED/CANCELLED records stay queryable for the retention period, then disappear.
+Chunk sizes are tiny so cascades and drains are cut into many batches (and reopens
+land in the middle of them).
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import shutil
+import tempfile
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    consumes,
+    invariant,
+    precondition,
+    rule,
+)
+
+from server.engine import Engine
+from wheels.clock import VirtualClock
+from wheels.domain import FailedPrecondition, NotFound, SendSpec, State, When, WhenKind
+from wheels.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
+
+TOPICS = ("orders", "reminders")
+RETENTION_MS = 2 * HOUR_MS
+SWEEP_SLACK_MS = 1_000  # the sweep runs at most once a second
+
+delays = st.one_of(
+    st.integers(0, 1_500),
+    st.integers(0, 2 * MINUTE_MS),
+    st.integers(0, 3 * HOUR_MS),
+    st.integers(0, 3 * 7 * DAY_MS),
+)
+
+
+class EngineModel(RuleBasedStateMachine):
+    timers = Bundle("timers")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = tempfile.mkdtemp(prefix="timerwheel-model-")
+        # Start just before an hour boundary so early steps cross minute and hour edges.
+        self.clock = VirtualClock(1_700_002_800_000 - 15_000)
+        self.settings = Settings(
+            data_dir=self.dir, sync_writes=False, retention_ms=RETENTION_MS,
+            cascade_chunk=3, fire_chunk=4, sweep_chunk=2, max_group_ops=5,
+        )  # fmt: skip
+        self.engine = Engine(self.settings, self.clock, background=False)
+        self.deliver_at: dict[str, int] = {}
+        self.state: dict[str, State] = {}
+        self.finished_at: dict[str, int] = {}  # ACKED / CANCELLED time
+        self.topic: dict[str, str] = {}
+        self.pending: list[tuple[int, str]] = []  # sorted (deliver_at_ms, id): the model wheel
+        self.fired_seen: set[str] = set()
+        self.last_seq = dict.fromkeys(TOPICS, 0)
+        self.client_ids = 0
+
+    def teardown(self) -> None:
+        self.engine.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    # -- model helpers -----------------------------------------------------------------
+    def _record_send(self, message_id: str, topic: str, deliver_at_ms: int) -> None:
+        self.deliver_at[message_id] = deliver_at_ms
+        self.topic[message_id] = topic
+        self.state[message_id] = State.SCHEDULED
+        bisect.insort(self.pending, (deliver_at_ms, message_id))
+
+    def _collect_fired(self) -> None:
+        """Read every newly fired message and check it against the model."""
+        now_ms = self.engine.now_ms()
+        for topic in TOPICS:
+            for fired in self.engine.fetch_fired(topic, self.last_seq[topic], 10_000):
+                timer = fired.timer
+                self.last_seq[topic] = max(self.last_seq[topic], fired.seq)
+                assert timer.message_id not in self.fired_seen, f"{timer.message_id} fired twice"
+                assert self.state[timer.message_id] is State.SCHEDULED, (
+                    f"{timer.message_id} fired in model state {self.state[timer.message_id]}"
+                )
+                assert timer.deliver_at_ms == self.deliver_at[timer.message_id]
+                assert timer.deliver_at_ms <= timer.fired_at_ms <= now_ms, "fired early"
+                self.fired_seen.add(timer.message_id)
+                self.state[timer.message_id] = State.FIRED
+                self.pending.remove((timer.deliver_at_ms, timer.message_id))
+
+    # -- rules -------------------------------------------------------------------------
+    @rule(target=timers, topic=st.sampled_from(TOPICS), delay_ms=delays)
+    def send_delay(self, topic: str, delay_ms: int) -> str:
+        result = self.engine.send(SendSpec(topic, b"d", When(WhenKind.DELAY, delay_ms)))
+        assert result.deliver_at_ms == self.engine.now_ms() + delay_ms
+        self._record_send(result.message_id, topic, result.deliver_at_ms)
+        self._collect_fired()
+        return result.message_id
+
+    @rule(
+        target=timers,
+        topic=st.sampled_from(TOPICS),
+        level=st.sampled_from([MINUTE_MS, HOUR_MS]),
+        slots_ahead=st.integers(0, 30),
+        offsets=st.lists(st.integers(0, 3), min_size=1, max_size=12),
+    )
+    def send_many_in_one_slot(self, topic, level, slots_ahead, offsets) -> str:
+        """Several timers on (or next to) one slot boundary, in one atomic batch."""
+        now_ms = self.engine.now_ms()
+        boundary = now_ms - now_ms % level + (slots_ahead + 1) * level
+        specs = [
+            SendSpec(topic, b"s", When(WhenKind.DELIVER_AT, boundary - 1 + o)) for o in offsets
+        ]
+        results = self.engine.send_batch(specs)
+        for result in results:
+            self._record_send(result.message_id, topic, result.deliver_at_ms)
+        self._collect_fired()
+        return results[0].message_id
+
+    @rule(target=timers, topic=st.sampled_from(TOPICS), past_ms=st.integers(0, HOUR_MS))
+    def send_in_the_past(self, topic: str, past_ms: int) -> str:
+        deliver_at_ms = self.engine.now_ms() - past_ms
+        result = self.engine.send(SendSpec(topic, b"p", When(WhenKind.DELIVER_AT, deliver_at_ms)))
+        self._record_send(result.message_id, topic, deliver_at_ms)
+        self._collect_fired()
+        assert self.state[result.message_id] is State.FIRED, "a past time fires at once"
+        return result.message_id
+
+    @rule(target=timers, topic=st.sampled_from(TOPICS), delay_ms=delays, resend=st.booleans())
+    def send_with_client_id(self, topic: str, delay_ms: int, resend: bool) -> str:
+        self.client_ids += 1
+        spec = SendSpec(
+            topic, b"c", When(WhenKind.DELAY, delay_ms), message_id=f"c-{self.client_ids}"
+        )
+        first = self.engine.send(spec)
+        self._record_send(first.message_id, topic, first.deliver_at_ms)
+        self._collect_fired()
+        if resend:
+            again = self.engine.send(spec)
+            assert again == first, "an idempotent resend answers as the first send"
+            self._collect_fired()
+        return first.message_id
+
+    @rule(message_id=timers)
+    def cancel(self, message_id: str) -> None:
+        expected = self.state.get(message_id)
+        if expected is None:  # retention removed it
+            with pytest.raises(NotFound):
+                self.engine.cancel(message_id)
+        elif expected in (State.FIRED, State.ACKED):
+            with pytest.raises(FailedPrecondition):
+                self.engine.cancel(message_id)
+        else:
+            assert self.engine.cancel(message_id) is State.CANCELLED
+            if expected is State.SCHEDULED:
+                self.state[message_id] = State.CANCELLED
+                self.finished_at[message_id] = self.engine.now_ms()
+                self.pending.remove((self.deliver_at[message_id], message_id))
+        self._collect_fired()
+
+    @rule(message_id=consumes(timers))
+    def ack(self, message_id: str) -> None:
+        acked = self.engine.ack(self.topic[message_id], [message_id])
+        if self.state.get(message_id) is State.FIRED:
+            assert acked == [message_id]
+            self.state[message_id] = State.ACKED
+            self.finished_at[message_id] = self.engine.now_ms()
+        else:
+            assert acked == []
+        self._collect_fired()
+
+    @rule(message_id=timers)
+    def get(self, message_id: str) -> None:
+        expected = self.state.get(message_id)
+        if expected is None:
+            with pytest.raises(NotFound):
+                self.engine.get(message_id)
+            return
+        timer = self.engine.get(message_id)
+        assert timer.state is expected
+        assert timer.deliver_at_ms == self.deliver_at[message_id]
+        if expected is State.SCHEDULED:
+            assert timer.wheel in ("second", "minute", "hour")
+            assert self.engine.store.find_wheel(timer, [timer.wheel]) == timer.wheel
+        else:
+            assert timer.wheel == ""
+
+    @rule(
+        step_ms=st.one_of(
+            st.integers(1, 999), st.integers(1_000, 70_000), st.integers(0, 3 * DAY_MS)
+        )
+    )
+    def step(self, step_ms: int) -> None:
+        self.clock.advance(step_ms)
+        self._drain_and_check()
+
+    @rule(
+        level=st.sampled_from([MINUTE_MS, HOUR_MS, DAY_MS]),
+        offset_ms=st.sampled_from([-300_001, -300_000, -10_001, -10_000, -9_999, -1, 0, 1]),
+    )
+    def step_to_boundary(self, level: int, offset_ms: int) -> None:
+        """Land exactly on (or around a cascade lead before) a slot boundary."""
+        now_ms = self.clock.now_ms()
+        target = now_ms - now_ms % level + level + offset_ms
+        if target > now_ms:
+            self.clock.advance(target - now_ms)
+        self._drain_and_check()
+
+    @rule(down_ms=st.integers(0, 2 * HOUR_MS))
+    def reopen(self, down_ms: int) -> None:
+        """Close, let time pass while down, reopen: overdue timers fire, cascades resume."""
+        self.engine.close()
+        self.clock.advance(down_ms)
+        self.engine = Engine(self.settings, self.clock, background=False)
+        self._drain_and_check()
+
+    @precondition(lambda self: self.pending)
+    @rule()
+    def step_to_next_due(self) -> None:
+        next_due = self.pending[0][0]
+        if next_due > self.clock.now_ms():
+            self.clock.advance(next_due - self.clock.now_ms())
+        self._drain_and_check()
+
+    # -- checks ------------------------------------------------------------------------
+    def _drain_and_check(self) -> None:
+        self.engine.run_until_idle()
+        self._collect_fired()
+        now_ms = self.engine.now_ms()
+        overdue = [mid for t, mid in self.pending if t <= now_ms]
+        assert not overdue, f"due by {now_ms} but not fired after a drain: {overdue[:5]}"
+        self._check_retention(now_ms)
+
+    def _check_retention(self, now_ms: int) -> None:
+        for message_id, finished_at in list(self.finished_at.items()):
+            expire_at = finished_at + RETENTION_MS
+            if now_ms < expire_at:
+                assert self.engine.get(message_id).state is self.state[message_id]
+            elif now_ms >= expire_at + SWEEP_SLACK_MS:
+                with pytest.raises(NotFound):
+                    self.engine.get(message_id)
+                del self.finished_at[message_id]
+                del self.state[message_id]
+
+    @invariant()
+    def scheduled_never_fired(self) -> None:
+        assert all(self.state[mid] is State.SCHEDULED for _, mid in self.pending)
+
+
+EngineModel.TestCase.settings = settings(
+    max_examples=int(os.environ.get("TIMERWHEEL_MODEL_EXAMPLES", "40")),
+    stateful_step_count=35,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+TestEngineModel = EngineModel.TestCase
