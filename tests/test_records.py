@@ -1,0 +1,46 @@
+"""The messages record codec."""
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from store import records
+from wheels.domain import State, Timer, When, WhenKind
+
+timers = st.builds(
+    Timer,
+    message_id=st.text(alphabet="ABCDEF0123456789", min_size=1, max_size=32),
+    topic=st.text(alphabet="abc_.-", min_size=1, max_size=127),
+    body=st.binary(max_size=2000),
+    properties=st.dictionaries(st.text(min_size=1, max_size=30), st.text(max_size=100), max_size=5),
+    deliver_at_ms=st.integers(0, 2**62),
+    created_at_ms=st.integers(0, 2**62),
+    state=st.sampled_from(list(State)),
+    when=st.builds(When, st.sampled_from(list(WhenKind)), st.integers(-(2**62), 2**62)),
+    fired_at_ms=st.integers(0, 2**62),
+    acked_at_ms=st.integers(0, 2**62),
+    cancelled_at_ms=st.integers(0, 2**62),
+    ready_seq=st.integers(0, 2**62),
+)
+
+
+@given(timers)
+def test_record_round_trips(timer):
+    raw = records.encode_timer(timer)
+    assert records.decode_timer(timer.message_id, raw) == timer
+    assert records.record_state(raw) is timer.state
+    assert records.record_deliver_at_ms(raw) == timer.deliver_at_ms
+    assert records.record_topic(raw) == timer.topic
+    assert records.record_ready_seq(raw) == timer.ready_seq
+
+
+@given(timers, st.integers(1, 2**62), st.integers(1, 2**62))
+def test_transition_rewrites_only_state_and_given_timestamps(timer, fired_at_ms, seq):
+    raw = records.encode_timer(timer)
+    fired = records.decode_timer(
+        timer.message_id,
+        records.with_transition(raw, State.FIRED, fired_at_ms=fired_at_ms, ready_seq=seq),
+    )
+    assert fired.state is State.FIRED
+    assert (fired.fired_at_ms, fired.ready_seq) == (fired_at_ms, seq)
+    assert (fired.body, fired.topic, fired.properties) == (timer.body, timer.topic, timer.properties)
+    assert (fired.acked_at_ms, fired.cancelled_at_ms) == (timer.acked_at_ms, timer.cancelled_at_ms)

@@ -1,0 +1,150 @@
+"""The scheduler core in virtual time: placement, cascade timing, firing ranges."""
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from wheels.scheduler import CascadeState, Scheduler, SchedulerState, TimerKey
+from wheels.settings import HOUR_MS, MINUTE_MS
+from wheels.wheel import HOUR_WHEEL, MINUTE_WHEEL, SECOND_WHEEL
+
+LEADS = (10_000, 300_000)  # minute->second, hour->minute
+T0 = 1_700_002_800_000 - 20_000  # 20 s before an hour boundary
+
+
+def run_cascades(scheduler: Scheduler) -> list:
+    """Complete every cascade as if the wheels were empty; return the tasks seen."""
+    seen = []
+    while tasks := scheduler.cascade_tasks():
+        for task in tasks:
+            seen.append(task)
+            scheduler.cascade_progress(task, None)
+    return seen
+
+
+def test_fresh_horizons_lie_ahead_of_now_by_more_than_the_leads():
+    scheduler = Scheduler.fresh(T0, LEADS)
+    second, minute = scheduler.state.cascades
+    assert second.horizon_ms > T0 + LEADS[0] and second.horizon_ms % MINUTE_MS == 0
+    assert minute.horizon_ms > T0 + LEADS[1] and minute.horizon_ms % HOUR_MS == 0
+    assert second.horizon_ms <= minute.horizon_ms
+    assert not scheduler.busy()
+
+
+def test_placement_compares_with_the_horizons_not_the_clock():
+    scheduler = Scheduler.fresh(T0, LEADS)
+    second, minute = scheduler.state.cascades
+    assert scheduler.placement(T0) is None  # due: fire at once
+    assert scheduler.placement(T0 + 1) is SECOND_WHEEL
+    assert scheduler.placement(second.horizon_ms - 1) is SECOND_WHEEL
+    assert scheduler.placement(second.horizon_ms) is MINUTE_WHEEL
+    assert scheduler.placement(minute.horizon_ms - 1) is MINUTE_WHEEL
+    assert scheduler.placement(minute.horizon_ms) is HOUR_WHEEL
+    assert scheduler.placement(minute.horizon_ms + 400 * 24 * HOUR_MS) is HOUR_WHEEL
+
+
+def test_minute_cascade_starts_exactly_one_lead_before_the_boundary():
+    scheduler = Scheduler.fresh(T0, LEADS)
+    horizon = scheduler.state.cascades[0].horizon_ms
+    scheduler.observe(horizon - LEADS[0] - 1)
+    assert [t.lower for t in scheduler.cascade_tasks()] == []
+    scheduler.observe(horizon - LEADS[0])
+    (task,) = scheduler.cascade_tasks()
+    assert (task.upper, task.lower) == (MINUTE_WHEEL, SECOND_WHEEL)
+    assert task.from_key == TimerKey.start_of(horizon) and task.to_ms == horizon + MINUTE_MS
+    # The horizon moved when the cascade started: a send racing it goes below.
+    assert scheduler.placement(horizon + 5) is SECOND_WHEEL
+
+
+def test_a_chunked_cascade_resumes_where_it_stopped_and_blocks_the_level_below():
+    scheduler = Scheduler.fresh(T0, LEADS)
+    hour_horizon = scheduler.state.cascades[1].horizon_ms
+    scheduler.observe(hour_horizon - LEADS[1])
+    (hour_task,) = [t for t in scheduler.cascade_tasks() if t.upper is HOUR_WHEEL]
+    cut = TimerKey(hour_horizon + 90_000, "m")
+    scheduler.cascade_progress(hour_task, cut)
+    assert scheduler.state.cascades[1].complete_below_ms == cut.deliver_at_ms
+    # Time passes to where the minute cascade would cross into the half-moved hour.
+    scheduler.observe(hour_horizon + 2 * MINUTE_MS)
+    tasks = {t.upper: t for t in scheduler.cascade_tasks()}
+    assert tasks[HOUR_WHEEL].from_key == cut
+    minute_task = tasks[MINUTE_WHEEL]
+    assert minute_task.to_ms <= MINUTE_WHEEL.slot_start_ms(cut.deliver_at_ms)
+    # A timer in the half-moved range may be in either wheel.
+    assert scheduler.wheel_candidates(cut.deliver_at_ms + 1) == (MINUTE_WHEEL, HOUR_WHEEL)
+
+
+def test_after_a_long_stop_one_cascade_covers_every_missed_slot():
+    scheduler = Scheduler.fresh(T0, LEADS)
+    old_hour = scheduler.state.cascades[1].horizon_ms
+    scheduler.observe(T0 + 3 * 24 * HOUR_MS)
+    tasks = run_cascades(scheduler)
+    hour_tasks = [t for t in tasks if t.upper is HOUR_WHEEL]
+    assert len(hour_tasks) == 1
+    assert hour_tasks[0].from_key == TimerKey.start_of(old_hour)
+    assert hour_tasks[0].to_ms > T0 + 3 * 24 * HOUR_MS + LEADS[1]
+
+
+def test_firing_covers_through_now_and_resumes_after_a_cut():
+    scheduler = Scheduler.fresh(T0, LEADS)
+    scheduler.observe(T0 + 500)
+    start, through = scheduler.fire_range()
+    assert start == TimerKey.start_of(T0 + 1) and through == T0 + 500
+    scheduler.fire_progress(through, TimerKey(T0 + 200, "k\x00"))
+    assert scheduler.fire_range() == (TimerKey(T0 + 200, "k\x00"), T0 + 500)
+    scheduler.fire_progress(T0 + 500, None)
+    assert scheduler.fire_range()[0] == TimerKey.start_of(T0 + 501)
+
+
+def test_time_never_goes_backwards():
+    scheduler = Scheduler.fresh(T0, LEADS)
+    scheduler.observe(T0 + 1_000)
+    assert scheduler.observe(T0) == T0 + 1_000
+    assert scheduler.placement(T0 + 999) is None
+
+
+def test_fire_sequences_are_handed_out_once():
+    scheduler = Scheduler.fresh(T0, LEADS)
+    assert scheduler.take_fire_seqs(3) == 1
+    assert scheduler.take_fire_seqs(2) == 4
+    assert scheduler.state.fire_seq == 5
+
+
+def test_restored_state_undoes_decisions():
+    scheduler = Scheduler.fresh(T0, LEADS)
+    saved = scheduler.state
+    scheduler.observe(T0 + HOUR_MS)
+    run_cascades(scheduler)
+    scheduler.restore(saved)
+    assert scheduler.state == saved
+
+
+def test_next_wakeup_is_the_earlier_of_next_due_and_next_cascade_start():
+    scheduler = Scheduler.fresh(T0, LEADS)
+    second_start = scheduler.state.cascades[0].horizon_ms - LEADS[0]
+    assert scheduler.next_wakeup_ms(None) == second_start
+    assert scheduler.next_wakeup_ms(T0 + 5) == T0 + 5
+
+
+@given(st.lists(st.integers(1, 4 * HOUR_MS), min_size=1, max_size=30))
+def test_horizons_only_grow_and_stay_ahead_of_now(steps):
+    scheduler = Scheduler.fresh(T0, LEADS)
+    now = T0
+    for step in steps:
+        before = scheduler.state.cascades
+        now = scheduler.observe(now + step)
+        run_cascades(scheduler)
+        after = scheduler.state.cascades
+        assert all(a.horizon_ms >= b.horizon_ms for a, b in zip(after, before, strict=True))
+        assert after[0].horizon_ms > now + LEADS[0]
+        assert after[1].horizon_ms > now + LEADS[1]
+        assert after[0].horizon_ms <= after[1].horizon_ms
+
+
+def test_state_must_match_the_levels():
+    state = SchedulerState(T0, (CascadeState(T0),), TimerKey.start_of(T0))
+    try:
+        Scheduler(state, LEADS)
+    except ValueError as exc:
+        assert "one cascade state" in str(exc)
+    else:
+        raise AssertionError("a state with too few cascades was accepted")
