@@ -36,6 +36,7 @@ def build_session(master: str = DEFAULT_MASTER, app_name: str = "timerwheel-capa
         .config("spark.driver.memory", "4g")
     )
     if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only
         # Few, small shuffles: the default 200 partitions would be 200 tiny tasks each.
         builder = builder.config("spark.sql.shuffle.partitions", "8")
         builder = builder.config("spark.driver.host", "127.0.0.1")
