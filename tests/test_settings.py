@@ -1,0 +1,41 @@
+"""Settings are validated once, with messages that show the bad value."""
+
+import pytest
+
+from wheels.settings import ROCKETMQ_DELAY_LEVELS_MS, Settings, SettingsError
+
+
+def test_defaults_are_the_documented_ones():
+    settings = Settings()
+    assert (settings.data_dir, settings.host, settings.port) == ("./data", "127.0.0.1", 7070)
+    assert settings.sync_writes is True
+    assert settings.retention_ms == 3 * 24 * 3600 * 1000
+    assert settings.max_delay_ms == 400 * 24 * 3600 * 1000
+    assert settings.max_body_bytes == 4 * 1024 * 1024
+    assert len(ROCKETMQ_DELAY_LEVELS_MS) == 18
+    assert ROCKETMQ_DELAY_LEVELS_MS[0] == 1_000 and ROCKETMQ_DELAY_LEVELS_MS[-1] == 7_200_000
+
+
+@pytest.mark.parametrize(
+    ("changes", "shown"),
+    [
+        ({"port": 70000}, "port=70000"),
+        ({"retention_ms": 0}, "retention_ms=0"),
+        ({"fire_chunk": -5}, "fire_chunk=-5"),
+        ({"max_delay_ms": True}, "max_delay_ms=True"),
+        ({"data_dir": ""}, "data_dir=''"),
+        ({"delay_levels_ms": ()}, "delay_levels_ms=()"),
+        ({"delay_levels_ms": (1000, 0)}, "level 2]=0"),
+        ({"minute_cascade_lead_ms": 60_000}, "minute_cascade_lead_ms=60000"),
+        ({"hour_cascade_lead_ms": 5_000}, "hour_cascade_lead_ms=5000"),
+    ],
+)
+def test_bad_settings_are_refused_naming_the_value(changes, shown):
+    with pytest.raises(SettingsError, match=shown.replace("(", r"\(").replace(")", r"\)")):
+        Settings(**changes)
+
+
+def test_replace_validates_again():
+    with pytest.raises(SettingsError, match="sweep_chunk=0"):
+        Settings().replace(sweep_chunk=0)
+    assert Settings().replace(port=0).port == 0

@@ -1,0 +1,249 @@
+"""Contract suite for the store: what every operation leaves in RocksDB.
+
+Real RocksDB in a temp dir; each test stages into a batch, commits, and reads back
+through the store's own read API (and reopens where durability is the point).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from store import keys
+from store.rocks import RocksDatabase, RocksTuning
+from store.timer_store import StagedBatch, TimerStore
+from wheels.domain import State, Timer, When, WhenKind
+from wheels.scheduler import CascadeState, SchedulerState, TimerKey
+
+T0 = 1_700_000_000_000
+
+
+@pytest.fixture
+def open_store(tmp_path):
+    opened = []
+
+    def _open() -> TimerStore:
+        store = TimerStore(RocksDatabase(str(tmp_path / "db"), RocksTuning(sync_writes=False)))
+        opened.append(store)
+        return store
+
+    yield _open
+    for store in opened:
+        if hasattr(store, "_messages"):
+            store.close()
+
+
+def timer(message_id: str, deliver_at_ms: int, topic: str = "orders", body: bytes = b"b") -> Timer:
+    return Timer(
+        message_id=message_id, topic=topic, body=body, properties={"k": "v"},
+        deliver_at_ms=deliver_at_ms, created_at_ms=T0, state=State.SCHEDULED,
+        when=When(WhenKind.DELIVER_AT, deliver_at_ms),
+    )  # fmt: skip
+
+
+def commit(store: TimerStore, stage) -> StagedBatch:
+    batch = StagedBatch()
+    stage(batch)
+    store.commit(batch)
+    return batch
+
+
+def wheel_ids(store: TimerStore, wheel: str) -> list[str]:
+    entries = store.scan(wheel, b"", keys.time_bound(2**63 - 1), 10**6)
+    return [keys.decode_timer_key(k).message_id for k, _ in entries]
+
+
+def test_schedule_puts_record_and_wheel_key_together(open_store):
+    store = open_store()
+    commit(store, lambda b: store.stage_schedule(b, timer("a", T0 + 5), "minute"))
+    assert store.get("a") == timer("a", T0 + 5)
+    assert wheel_ids(store, "minute") == ["a"]
+    assert store.find_wheel(store.get("a"), ["second", "minute", "hour"]) == "minute"
+
+
+def test_scan_is_bounded_half_open_and_limited(open_store):
+    store = open_store()
+
+    def stage(batch):
+        for i, t in enumerate([T0, T0 + 1, T0 + 1, T0 + 2, T0 + 3]):
+            store.stage_schedule(batch, timer(f"id{i}", t), "second")
+
+    commit(store, stage)
+    got = store.scan("second", keys.time_bound(T0 + 1), keys.time_bound(T0 + 3), 10)
+    assert [keys.key_time_ms(k) for k, _ in got] == [T0 + 1, T0 + 1, T0 + 2]
+    assert all(topic == b"orders" for _, topic in got)
+    assert len(store.scan("second", b"", keys.time_bound(T0 + 9), 2)) == 2
+    assert store.scan("second", keys.time_bound(T0 + 3), keys.time_bound(T0 + 3), 10) == []
+    assert store.first_key("second", keys.time_bound(T0 + 2)) == keys.wheel_key(T0 + 2, "id3")
+
+
+def test_move_takes_keys_out_of_the_upper_wheel_into_the_lower(open_store):
+    store = open_store()
+    commit(
+        store, lambda b: [store.stage_schedule(b, timer(f"m{i}", T0 + i), "hour") for i in range(3)]
+    )
+    entries = store.scan("hour", b"", keys.time_bound(T0 + 2), 10)
+    commit(store, lambda b: store.stage_move(b, "hour", "minute", entries))
+    assert wheel_ids(store, "hour") == ["m2"]
+    assert wheel_ids(store, "minute") == ["m0", "m1"]
+
+
+def test_fire_deletes_the_key_adds_ready_and_marks_fired(open_store):
+    store = open_store()
+    commit(
+        store,
+        lambda b: [store.stage_schedule(b, timer(f"f{i}", T0 + i), "second") for i in range(3)],
+    )
+    entries = store.scan("second", b"", keys.time_bound(T0 + 3), 10)
+    batch = commit(store, lambda b: store.stage_fire(b, "second", entries, 10, T0 + 7))
+    assert batch.fired == 3 and batch.fired_topics == {"orders"}
+    assert wheel_ids(store, "second") == []
+    fired = store.read_ready("orders", 0, 10)
+    assert [(f.seq, f.timer.message_id) for f in fired] == [(10, "f0"), (11, "f1"), (12, "f2")]
+    assert all(f.timer.state is State.FIRED and f.timer.fired_at_ms == T0 + 7 for f in fired)
+    assert store.read_ready("orders", 11, 10)[0].seq == 12
+
+
+def test_fire_skips_keys_whose_record_is_not_scheduled(open_store):
+    store = open_store()
+    commit(store, lambda b: store.stage_schedule(b, timer("c", T0), "second"))
+    raw = store.get_record("c")
+    commit(store, lambda b: store.stage_cancel(b, "c", raw, [], T0, T0 + 100))  # key left behind
+    entries = store.scan("second", b"", keys.time_bound(T0 + 1), 10)
+    batch = commit(store, lambda b: store.stage_fire(b, "second", entries, 1, T0 + 1))
+    assert batch.fired == 0 and store.get("c").state is State.CANCELLED
+    assert wheel_ids(store, "second") == []
+
+
+def test_fire_new_needs_no_wheel_key(open_store):
+    store = open_store()
+    fired = replace(timer("now", T0), state=State.FIRED, ready_seq=4)
+    commit(store, lambda b: store.stage_fire_new(b, fired, 4))
+    assert [f.timer.message_id for f in store.read_ready("orders", 0, 10)] == ["now"]
+    assert all(wheel_ids(store, w) == [] for w in ("second", "minute", "hour"))
+
+
+def test_cancel_removes_every_candidate_key_and_schedules_expiry(open_store):
+    store = open_store()
+    commit(store, lambda b: store.stage_schedule(b, timer("x", T0 + 50), "hour"))
+    raw = store.get_record("x")
+    commit(store, lambda b: store.stage_cancel(b, "x", raw, ["minute", "hour"], T0 + 1, T0 + 99))
+    cancelled = store.get("x")
+    assert cancelled.state is State.CANCELLED and cancelled.cancelled_at_ms == T0 + 1
+    assert wheel_ids(store, "hour") == [] and wheel_ids(store, "minute") == []
+    # Retention: kept until the expiry time, removed by a sweep at it.
+    commit(store, lambda b: store.stage_sweep(b, b"", T0 + 98, 10))
+    assert store.get("x") is not None
+    commit(store, lambda b: store.stage_sweep(b, b"", T0 + 99, 10))
+    assert store.get("x") is None
+
+
+def test_ack_retires_the_ready_entry(open_store):
+    store = open_store()
+    commit(
+        store, lambda b: [store.stage_schedule(b, timer(f"a{i}", T0), "second") for i in range(2)]
+    )
+    entries = store.scan("second", b"", keys.time_bound(T0 + 1), 10)
+    commit(store, lambda b: store.stage_fire(b, "second", entries, 1, T0))
+    raw = store.get_record("a0")
+    commit(store, lambda b: store.stage_ack(b, "a0", raw, T0 + 3, T0 + 1000))
+    assert [f.timer.message_id for f in store.read_ready("orders", 0, 10)] == ["a1"]
+    acked = store.get("a0")
+    assert acked.state is State.ACKED and acked.acked_at_ms == T0 + 3
+    assert store.count_ready("orders") == 1
+
+
+def test_sweep_is_chunked_and_resumable(open_store):
+    store = open_store()
+
+    def stage(batch):
+        for i in range(5):
+            store.stage_schedule(batch, timer(f"s{i}", T0 + 10), "minute")
+
+    commit(store, stage)
+    for i in range(5):
+        raw = store.get_record(f"s{i}")
+        commit(
+            store,
+            lambda b, i=i, raw=raw: store.stage_cancel(b, f"s{i}", raw, ["minute"], T0, T0 + i),
+        )
+    resume = []
+    commit(store, lambda b: resume.append(store.stage_sweep(b, b"", T0 + 10, 2)))
+    assert resume[0] is not None
+    assert sum(store.get(f"s{i}") is None for i in range(5)) == 2
+    commit(store, lambda b: store.stage_sweep(b, resume[0], T0 + 10, 10))
+    assert all(store.get(f"s{i}") is None for i in range(5))
+
+
+def test_overlay_shows_what_the_batch_staged(open_store):
+    store = open_store()
+    batch = StagedBatch()
+    store.stage_schedule(batch, timer("o", T0), "second")
+    assert store.lookup(batch, b"o") is not None
+    assert store.get_record("o") is None  # not committed yet
+    store.commit(batch)
+    assert store.get_record("o") is not None
+
+
+def test_list_pending_merges_wheels_by_time_filters_topic_and_pages(open_store):
+    store = open_store()
+    layout = [
+        ("second", T0 + 1),
+        ("minute", T0 + 60_000),
+        ("hour", T0 + 7_200_000),
+        ("minute", T0 + 120_000),
+    ]
+
+    def stage(batch):
+        for i, (wheel, t) in enumerate(layout):
+            store.stage_schedule(batch, timer(f"p{i}", t), wheel)
+            store.stage_schedule(batch, timer(f"q{i}", t, topic="other"), wheel)
+
+    commit(store, stage)
+    page = store.list_pending("orders", T0, T0 + 10**8, 3, None, {}, 1000)
+    assert [t.message_id for t in page.timers] == ["p0", "p1", "p3"]
+    rest = store.list_pending("orders", T0, T0 + 10**8, 3, page.next_after, {}, 1000)
+    assert [t.message_id for t in rest.timers] == ["p2"] and rest.next_after is None
+    window = store.list_pending("orders", T0 + 60_000, T0 + 120_000, 10, None, {}, 1000)
+    assert [t.message_id for t in window.timers] == ["p1"]
+    budget = store.list_pending("orders", T0, T0 + 10**8, 10, None, {}, 3)
+    assert budget.next_after is not None and len(budget.timers) <= 2
+
+
+def test_ready_topics_lists_each_topic_once(open_store):
+    store = open_store()
+
+    def stage(batch):
+        for i, topic in enumerate(["b", "a", "a", "ab"]):
+            store.stage_schedule(batch, timer(f"r{i}", T0, topic=topic), "second")
+
+    commit(store, stage)
+    entries = store.scan("second", b"", keys.time_bound(T0 + 1), 10)
+    commit(store, lambda b: store.stage_fire(b, "second", entries, 1, T0))
+    assert store.ready_topics() == ["a", "ab", "b"]
+
+
+def test_scheduler_state_and_data_survive_reopen(open_store):
+    store = open_store()
+    state = SchedulerState(
+        now_ms=T0, cascades=(CascadeState(T0 + 60_000, TimerKey(T0 + 1, "z")), CascadeState(T0 + 3_600_000)),
+        fire_from=TimerKey(T0 - 5, "a"), fire_seq=42,
+    )  # fmt: skip
+    assert store.load_state() is None
+
+    def stage(batch):
+        store.stage_schedule(batch, timer("keep", T0 + 9), "hour")
+        store.stage_state(batch, state)
+
+    commit(store, stage)
+    store.close()
+    reopened = open_store()
+    assert reopened.load_state() == state
+    assert reopened.get("keep") == timer("keep", T0 + 9)
+    # A finished cascade clears its pending key.
+    done = SchedulerState(
+        T0, (CascadeState(T0 + 60_000), CascadeState(T0 + 3_600_000)), state.fire_from, 42
+    )
+    commit(reopened, lambda b: reopened.stage_state(b, done))
+    assert reopened.load_state() == done

@@ -1,0 +1,83 @@
+"""Validation of sends, pure: each refusal names the field and the value."""
+
+import pytest
+
+from wheels.domain import InvalidArgument, SendSpec, When, WhenKind
+from wheels.settings import DAY_MS, Settings
+from wheels.validation import resolve_deliver_at_ms, validate_message_id, validate_send
+
+NOW = 1_700_000_000_000
+SETTINGS = Settings()
+
+
+def spec(**overrides):
+    fields = {"topic": "orders", "body": b"x", "when": When(WhenKind.DELAY, 1000)}
+    fields.update(overrides)
+    return SendSpec(**fields)
+
+
+@pytest.mark.parametrize(
+    ("bad", "field", "shown"),
+    [
+        (spec(topic=""), "topic", "''"),
+        (spec(topic="a" * 128), "topic", "aaaa"),
+        (spec(topic="or ders"), "topic", "'or ders'"),
+        (spec(topic="ord\x00ers"), "topic", "ord"),
+        (spec(body=b"x" * (4 * 1024 * 1024 + 1)), "body", "4194305 bytes"),
+        (spec(properties={str(i): "v" for i in range(65)}), "properties", "65 entries"),
+        (spec(properties={"k": "v" * 16385}), "properties['k']", "vvvv"),
+        (spec(properties={"": "v"}), "properties['']", "''"),
+        (spec(when=When(WhenKind.DELAY, -1)), "delay_ms", "-1"),
+        (spec(when=When(WhenKind.DELAY, 401 * DAY_MS)), "delay_ms", str(401 * DAY_MS)),
+        (spec(when=When(WhenKind.LEVEL, 0)), "delay_level", "0"),
+        (spec(when=When(WhenKind.LEVEL, 19)), "delay_level", "19"),
+        (
+            spec(when=When(WhenKind.DELIVER_AT, NOW - DAY_MS - 1)),
+            "deliver_at_ms",
+            str(NOW - DAY_MS - 1),
+        ),
+        (spec(when=When(WhenKind.DELIVER_AT, NOW + 401 * DAY_MS)), "deliver_at_ms", "beyond"),
+        (spec(message_id="has space"), "message_id", "'has space'"),
+        (spec(message_id="x" * 129), "message_id", "129 characters"),
+    ],
+)
+def test_bad_sends_name_field_and_value(bad, field, shown):
+    with pytest.raises(InvalidArgument) as caught:
+        validate_send(bad, NOW, SETTINGS)
+    assert caught.value.field == field
+    assert str(caught.value).startswith(f"{field}=")
+    assert shown in str(caught.value)
+
+
+def test_batch_fields_carry_the_index_prefix():
+    with pytest.raises(InvalidArgument) as caught:
+        validate_send(spec(topic=""), NOW, SETTINGS, prefix="messages[3].")
+    assert caught.value.field == "messages[3].topic"
+
+
+@pytest.mark.parametrize(
+    ("when", "expected"),
+    [
+        (When(WhenKind.DELAY, 0), NOW),
+        (When(WhenKind.DELAY, 90_000), NOW + 90_000),
+        (When(WhenKind.LEVEL, 1), NOW + 1_000),
+        (When(WhenKind.LEVEL, 5), NOW + 60_000),
+        (When(WhenKind.LEVEL, 18), NOW + 7_200_000),
+        (When(WhenKind.DELIVER_AT, NOW - 5_000), NOW - 5_000),  # past: fires at once
+        (When(WhenKind.DELIVER_AT, NOW + 400 * DAY_MS), NOW + 400 * DAY_MS),
+    ],
+)
+def test_when_resolves_to_an_absolute_time(when, expected):
+    assert resolve_deliver_at_ms(when, NOW, SETTINGS) == expected
+
+
+def test_delay_levels_are_configurable():
+    settings = Settings(delay_levels_ms=(250, 500))
+    assert resolve_deliver_at_ms(When(WhenKind.LEVEL, 2), NOW, settings) == NOW + 500
+    with pytest.raises(InvalidArgument, match=r"delay_level=3: must be 1\.\.2"):
+        resolve_deliver_at_ms(When(WhenKind.LEVEL, 3), NOW, settings)
+
+
+def test_good_message_ids_pass():
+    for message_id in ("order-1:timeout", "A1B2C3", "user@tenant.x_y"):
+        assert validate_message_id(message_id) == message_id
