@@ -226,10 +226,8 @@ def test_ready_topics_lists_each_topic_once(open_store):
 
 def test_scheduler_state_and_data_survive_reopen(open_store):
     store = open_store()
-    state = SchedulerState(
-        now_ms=T0, cascades=(CascadeState(T0 + 60_000, TimerKey(T0 + 1, "z")), CascadeState(T0 + 3_600_000)),
-        fire_from=TimerKey(T0 - 5, "a"), fire_seq=42,
-    )  # fmt: skip
+    cascades = (CascadeState(T0 + 60_000, TimerKey(T0 + 1, "z")), CascadeState(T0 + 3_600_000))
+    state = SchedulerState(T0, cascades, fire_from=TimerKey(T0 - 5, "a"), fire_seq=42)
     assert store.load_state() is None
 
     def stage(batch):
