@@ -63,6 +63,9 @@ FiredListener = Callable[[set[str]], None]
 MAX_LIST_LIMIT = 1_000
 LIST_SCAN_BUDGET = 200_000
 SWEEP_INTERVAL_MS = 1_000
+# Re-check the clock at least this often when idle, so a wall-clock step cannot strand
+# the writer in a long sleep computed from the old time.
+MAX_IDLE_SLEEP_S = 0.25
 
 
 class MessageIds:
@@ -226,6 +229,12 @@ class Engine:
     def scheduler(self) -> Scheduler:
         return self._scheduler
 
+    def step(self) -> bool:
+        """Manual mode: run one writer iteration; True when more work is waiting."""
+        if self._thread is not None:
+            raise RuntimeError("step is for engines made with background=False")
+        return self._iterate()
+
     def run_until_idle(self) -> None:
         """Manual mode: run writer iterations until nothing is due, queued or cascading."""
         if self._thread is not None:
@@ -320,7 +329,7 @@ class Engine:
         with self._cond:
             if self._queue or self._stopping:
                 return
-            delay_s = (wake_ms - self._clock.now_ms()) / 1000
+            delay_s = min((wake_ms - self._clock.now_ms()) / 1000, MAX_IDLE_SLEEP_S)
             if delay_s > 0:
                 self._cond.wait(delay_s)
 
@@ -455,9 +464,9 @@ def _decode_page_token(token: str) -> bytes | None:
         return None
     try:
         raw = base64.urlsafe_b64decode(token.encode())
+        if len(raw) <= keys.TIME_BYTES:
+            raise ValueError("too short for a wheel key")
         keys.decode_timer_key(raw)
     except (binascii.Error, ValueError, UnicodeError) as exc:
         raise InvalidArgument("page_token", token, "is not a token this server issued") from exc
-    if len(raw) <= keys.TIME_BYTES:
-        raise InvalidArgument("page_token", token, "is not a token this server issued")
     return raw
