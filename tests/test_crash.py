@@ -49,8 +49,9 @@ class AckedReader(threading.Thread):
 
 
 def run_child_until_killed(data_dir: str, anchor_s: float, rng: random.Random) -> list[str]:
+    args = [data_dir, str(BASE_MS), str(anchor_s), str(SPEED)]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.helpers.crash_child", data_dir, str(BASE_MS), str(anchor_s), str(SPEED)],
+        [sys.executable, "-m", "tests.helpers.crash_child", *args],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )  # fmt: skip
     reader = AckedReader(proc)
