@@ -1,0 +1,72 @@
+"""TimerAdmin: operator endpoints (Stats, Export), proto <-> engine translation only."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import grpc
+import psutil
+
+from server.delivery import DeliveryHub
+from server.engine import Engine
+from server.errors import rpc_errors
+from store import keys
+from timerwheel.v1 import timerwheel_pb2 as pb
+from timerwheel.v1 import timerwheel_pb2_grpc as pb_grpc
+from wheels.domain import FailedPrecondition, InvalidArgument
+
+
+def dir_bytes(path: str) -> int:
+    """Bytes of the regular files under `path` (RocksDB's SSTs, WAL, manifest)."""
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(FileNotFoundError):  # compaction removed it meanwhile
+                total += os.stat(os.path.join(root, name)).st_size
+    return total
+
+
+class TimerAdmin(pb_grpc.TimerAdminServicer):
+    def __init__(self, engine: Engine, hub: DeliveryHub) -> None:
+        self._engine = engine
+        self._hub = hub
+        self._process = psutil.Process()
+
+    def Stats(self, request: pb.StatsRequest, context: grpc.ServicerContext) -> pb.StatsResponse:
+        with rpc_errors(context, "Stats"):
+            stats = self._engine.stats()
+            cpu = self._process.cpu_times()
+            return pb.StatsResponse(
+                now_ms=stats["now_ms"],
+                queued_ops=stats["queued_ops"],
+                unacked=self._hub.unacked(),
+                column_family_keys={
+                    family: stats[f"keys_{family}"] for family in keys.ALL_COLUMN_FAMILIES
+                },
+                rss_bytes=self._process.memory_info().rss,
+                cpu_seconds=cpu.user + cpu.system,
+                data_dir_bytes=dir_bytes(self._engine.settings.data_dir),
+            )
+
+    def Export(self, request: pb.ExportRequest, context: grpc.ServicerContext) -> pb.ExportResponse:
+        with rpc_errors(context, "Export"):
+            if not request.out_dir:
+                raise InvalidArgument("out_dir", request.out_dir, "must name a directory")
+            if request.max_rows_per_file < 0:
+                raise InvalidArgument(
+                    "max_rows_per_file", request.max_rows_per_file, "must be >= 0 (0: default)"
+                )
+            try:
+                summary = self._engine.export(request.out_dir, request.max_rows_per_file)
+            except OSError as exc:  # e.g. no permission on, or no space in, out_dir
+                raise FailedPrecondition(
+                    f"out_dir={request.out_dir!r}: cannot write the export: {exc}"
+                ) from exc
+            return pb.ExportResponse(
+                out_dir=summary.out_dir,
+                rows=summary.rows,
+                files=summary.files,
+                cut_at_ms=summary.cut_at_ms,
+                seconds=summary.seconds,
+            )

@@ -1,0 +1,133 @@
+"""Settings from an optional TOML file, the environment and flags, validated once.
+
+Precedence, lowest first: the defaults in `wheels.settings.Settings`, the TOML file
+(`--config FILE` or `TIMERWHEEL_CONFIG`), environment variables `TIMERWHEEL_<FIELD>`
+(e.g. `TIMERWHEEL_ACK_TIMEOUT_MS=5s`), then flags. Keys are the `Settings` field names.
+
+Values are converted by the field's type. Every `*_ms` field also takes a duration
+(`250ms`, `90s`, `5m`, `2h`, `3d`); `delay_levels_ms` takes a TOML list or a string like
+"1s 5s 10s". An unknown key in the file, or a value that does not convert, is an error
+naming the source, the key and the value; the combined result is validated once by
+`Settings` itself. Environment variables that are not settings are left alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+
+from wheels.settings import DAY_MS, HOUR_MS, MINUTE_MS, SECOND_MS, Settings, SettingsError
+
+ENV_PREFIX = "TIMERWHEEL_"
+CONFIG_ENV = "TIMERWHEEL_CONFIG"
+
+_UNITS_MS = {"ms": 1, "s": SECOND_MS, "m": MINUTE_MS, "h": HOUR_MS, "d": DAY_MS}
+_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)?")
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+_FIELD_TYPES = {f.name: f.type for f in dataclasses.fields(Settings)}
+
+
+def parse_duration_ms(text: str, name: str = "duration") -> int:
+    """`90s`, `5m`, `2h`, `3d`, `250ms`, `1.5s` or plain milliseconds -> integer ms."""
+    cleaned = text.strip().lower()
+    if cleaned.startswith("-"):
+        raise ValueError(f"{name}={text!r}: must not be negative")
+    match = _DURATION_RE.fullmatch(cleaned)
+    if match is None:
+        raise ValueError(
+            f"{name}={text!r}: not a duration; use e.g. 250ms, 90s, 5m, 2h, 3d or plain ms"
+        )
+    number, unit = match.groups()
+    value = float(number) * _UNITS_MS[unit or "ms"]
+    if value != int(value):
+        raise ValueError(f"{name}={text!r}: is not a whole number of milliseconds")
+    return int(value)
+
+
+def load_settings(
+    config_file: str | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, object] | None = None,
+) -> Settings:
+    """Merge file < environment < `overrides` (flags) into one validated Settings."""
+    env = os.environ if env is None else env
+    values: dict[str, object] = {}
+    config_file = config_file or env.get(CONFIG_ENV)
+    if config_file:
+        values.update(_from_toml(config_file))
+    for name in _FIELD_TYPES:
+        raw = env.get(ENV_PREFIX + name.upper())
+        if raw is not None:
+            values[name] = convert(name, raw, ENV_PREFIX + name.upper())
+    for name, value in (overrides or {}).items():
+        if value is not None:
+            values[name] = convert(name, value, "flag --" + name.replace("_", "-"))
+    return Settings(**values)
+
+
+def parse_assignment(text: str) -> tuple[str, object]:
+    """`--set NAME=VALUE` -> (name, converted value)."""
+    name, sep, value = text.partition("=")
+    name = name.strip().replace("-", "_")
+    if not sep:
+        raise SettingsError(f"--set {text!r}: expected NAME=VALUE")
+    return name, convert(name, value, f"--set {name}")
+
+
+def convert(name: str, value: object, source: str) -> object:
+    """`value` (from TOML, an env var or a flag) as the type of Settings field `name`."""
+    field_type = _FIELD_TYPES.get(name)
+    if field_type is None:
+        raise SettingsError(f"{source}: unknown setting {name!r}; known: {', '.join(_FIELD_TYPES)}")
+    try:
+        if field_type == "bool":
+            return _to_bool(value)
+        if field_type == "int":
+            return _to_int(name, value)
+        if field_type == "str":
+            if not isinstance(value, str):
+                raise ValueError("expected a string")
+            return value
+        if field_type.startswith("tuple[int"):
+            items = value.replace(",", " ").split() if isinstance(value, str) else value
+            if not isinstance(items, list | tuple):
+                raise ValueError("expected a list")
+            return tuple(_to_int(name, item) for item in items)
+    except (ValueError, TypeError) as exc:
+        raise SettingsError(f"{source}: {name}={value!r}: {exc}") from exc
+    raise SettingsError(f"{source}: {name} has type {field_type}, which cannot be loaded")
+
+
+def _to_int(name: str, value: object) -> int:
+    if isinstance(value, bool):
+        raise ValueError("expected an integer, not a boolean")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        if name.endswith("_ms"):
+            return parse_duration_ms(value, name)
+        return int(value.strip())
+    raise ValueError("expected an integer")
+
+
+def _to_bool(value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE
+    raise ValueError("expected true or false")
+
+
+def _from_toml(path: str) -> dict[str, object]:
+    try:
+        with open(path, "rb") as file:
+            document = tomllib.load(file)
+    except OSError as exc:
+        raise SettingsError(f"config file {path!r}: cannot read it: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise SettingsError(f"config file {path!r}: not valid TOML: {exc}") from exc
+    return {name: convert(name, value, f"config file {path!r}") for name, value in document.items()}

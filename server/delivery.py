@@ -1,0 +1,353 @@
+"""At-least-once delivery of fired timers to a topic's subscribers (queue semantics).
+
+The durable truth is the engine's `ready` column family: a fired, un-acked message stays
+there until it is acked. This module only decides *who* gets *what* next, in memory:
+
+* One `_Topic` dispatcher per topic keeps a cursor (the last fire sequence it read) and
+  pulls newly fired messages with `engine.fetch_fired(topic, cursor, n)` when the engine's
+  fired-listener says the topic fired (a "dirty" flag), and only as many as subscribers
+  can take: memory is bounded by the subscribers' `max_in_flight`, never by the backlog.
+* Each fetched message is an `_Entry`: queued, or in flight at one subscriber with an ack
+  deadline. A batch handed out shares one deadline, kept in a FIFO (the ack timeout is a
+  constant, so deadlines come in order): expiry is one deque pop per batch, not a heap.
+* Redelivery: when the deadline passes without an ack, or when the subscriber's stream
+  ends, its un-acked entries go to the front (`redeliver`) with `attempt + 1`.
+* Several subscribers of one topic share one dispatcher: each message is in flight at one
+  subscriber at a time; whoever has room takes the next batch.
+* After a restart, the cursor starts at 0, so every fired-but-unacked message (the
+  engine's `ready_topics()`) is delivered again. Attempt counts live in memory and so
+  start again at 1 after a restart.
+
+The engine calls the fired-listener on its writer thread after each commit; it only puts
+the topics on a queue read by this module's own thread, which marks the dispatchers dirty
+and wakes their subscribers, so the writer never waits on a delivery lock.
+
+Backpressure: `check_backlog()` refuses new sends (Overloaded -> RESOURCE_EXHAUSTED) while
+the service-wide number of fired, un-acked messages is at `Settings.max_unacked`. The
+count is kept without scans: the `ready` entries found at start, plus fire sequences
+handed out since, minus acks since.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import structlog
+
+from server.engine import Engine
+from wheels.domain import FiredTimer, InvalidArgument, Overloaded, ShuttingDown
+from wheels.settings import Settings
+from wheels.validation import validate_topic
+
+log = structlog.get_logger("timerwheel.delivery")
+
+MAX_FETCH = 5_000  # messages read from the store per refill, at most
+IDLE_WAKE_S = 1.0  # a waiting subscriber re-checks its stream at least this often
+
+
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """One message handed to a subscriber."""
+
+    fired: FiredTimer
+    attempt: int
+
+
+@dataclass(eq=False)
+class Subscriber:
+    """One Subscribe stream. `close()` may be called from any thread (stream callbacks)."""
+
+    topic: str
+    max_in_flight: int
+    in_flight: int = 0
+    closed: bool = False
+    _dispatcher: _Topic | None = field(default=None, repr=False)
+
+    def close(self) -> None:
+        dispatcher = self._dispatcher
+        if dispatcher is None:
+            self.closed = True
+            return
+        with dispatcher.cond:
+            self.closed = True
+            dispatcher.cond.notify_all()
+
+
+@dataclass(eq=False, slots=True)
+class _Entry:
+    fired: FiredTimer
+    attempt: int = 1  # the attempt number of its next (or current) delivery
+    owner: Subscriber | None = None
+    deadline_ms: int = 0
+
+
+class _Topic:
+    """The dispatcher of one topic; every field is guarded by `cond`."""
+
+    def __init__(self, name: str, hub: DeliveryHub) -> None:
+        self.name = name
+        self.hub = hub
+        self.cond = threading.Condition()
+        self.cursor = 0  # last fire sequence read from the store
+        self.dirty = True  # the store may hold fired messages after the cursor
+        self.entries: dict[str, _Entry] = {}
+        self.fresh: deque[str] = deque()
+        self.redeliver: deque[str] = deque()
+        self.deadlines: deque[tuple[int, Subscriber, list[str]]] = deque()
+        self.subscribers = 0
+
+    # -- called with cond held ------------------------------------------------------------
+    def expire(self, now_ms: int) -> None:
+        """Entries whose ack deadline passed go back to the front, attempt + 1."""
+        while self.deadlines and self.deadlines[0][0] <= now_ms:
+            deadline_ms, owner, ids = self.deadlines.popleft()
+            for message_id in ids:
+                entry = self.entries.get(message_id)
+                if entry is not None and entry.owner is owner and entry.deadline_ms == deadline_ms:
+                    self._requeue(entry, message_id)
+
+    def release(self, subscriber: Subscriber) -> int:
+        """A stream ended: everything it had in flight is redelivered at once."""
+        count = 0
+        for message_id, entry in self.entries.items():
+            if entry.owner is subscriber:
+                self._requeue(entry, message_id)
+                count += 1
+        return count
+
+    def _requeue(self, entry: _Entry, message_id: str) -> None:
+        assert entry.owner is not None
+        entry.owner.in_flight -= 1
+        entry.owner = None
+        entry.attempt += 1
+        self.redeliver.append(message_id)
+
+    def refill(self, wanted: int) -> None:
+        """Read newly fired messages from the store when it may have some and room exists."""
+        if not self.dirty or len(self.fresh) >= wanted:
+            return
+        limit = min(max(wanted - len(self.fresh), self.hub.settings.delivery_batch_max), MAX_FETCH)
+        fetched = self.hub.engine.fetch_fired(self.name, self.cursor, limit)
+        self.dirty = len(fetched) == limit  # a full read: more may be waiting
+        for fired in fetched:
+            message_id = fired.timer.message_id
+            if message_id not in self.entries:
+                self.entries[message_id] = _Entry(fired)
+                self.fresh.append(message_id)
+        if fetched:
+            self.cursor = fetched[-1].seq
+
+    def take(self, subscriber: Subscriber, room: int, now_ms: int) -> list[Delivered]:
+        """Up to `room` messages (redeliveries first) for `subscriber`, within batch limits."""
+        settings = self.hub.settings
+        room = min(room, settings.delivery_batch_max)
+        deadline_ms = now_ms + settings.ack_timeout_ms
+        batch: list[Delivered] = []
+        ids: list[str] = []
+        body_bytes = 0
+        for source in (self.redeliver, self.fresh):
+            while source and len(batch) < room and body_bytes < settings.delivery_batch_bytes:
+                message_id = source.popleft()
+                entry = self.entries.get(message_id)
+                if entry is None or entry.owner is not None:
+                    continue  # acked meanwhile, or a stale queue slot
+                entry.owner = subscriber
+                entry.deadline_ms = deadline_ms
+                batch.append(Delivered(entry.fired, entry.attempt))
+                ids.append(message_id)
+                body_bytes += len(entry.fired.timer.body)
+        if ids:
+            subscriber.in_flight += len(ids)
+            self.deadlines.append((deadline_ms, subscriber, ids))
+        return batch
+
+    def forget(self, message_ids: list[str]) -> None:
+        """Acked: stop tracking (and free the owner's room)."""
+        for message_id in message_ids:
+            entry = self.entries.pop(message_id, None)
+            if entry is not None and entry.owner is not None:
+                entry.owner.in_flight -= 1
+
+    def wait_s(self, now_ms: int, until_s: float) -> float:
+        """How long a subscriber may sleep: to its stream check or the next ack deadline."""
+        wait = until_s - time.monotonic()
+        if self.deadlines:
+            wait = min(wait, (self.deadlines[0][0] - now_ms) / 1000)
+        return max(wait, 0.0)
+
+
+class DeliveryHub:
+    """All topics' dispatchers, the subscriber count and the un-acked backlog count."""
+
+    def __init__(
+        self, engine: Engine, settings: Settings, now_ms: Callable[[], int] = monotonic_ms
+    ) -> None:
+        self.engine = engine
+        self.settings = settings
+        self._now_ms = now_ms
+        self._lock = threading.Lock()
+        self._topics: dict[str, _Topic] = {}
+        self._subscribers = 0
+        self._closed = False
+        self._fired: queue.SimpleQueue[set[str] | None] = queue.SimpleQueue()
+        # Backlog accounting (see the module docstring).
+        recovered = engine.ready_topics()
+        self._fire_seq_base = engine.scheduler.state.fire_seq
+        self._unacked_base = sum(engine.store.count_ready(topic) for topic in recovered)
+        self._acked = 0
+        for topic in recovered:
+            self._topic(topic)
+        engine.add_fired_listener(self._fired.put)
+        self._thread = threading.Thread(target=self._run, name="timerwheel-delivery", daemon=True)
+        self._thread.start()
+        log.info("delivery_started", recovered_topics=len(recovered), unacked=self._unacked_base)
+
+    # -- subscribing ----------------------------------------------------------------------
+    def subscribe(self, topic: str, max_in_flight: int) -> Subscriber:
+        validate_topic(topic, self.settings)
+        limit = self.settings.max_in_flight_limit
+        if not 0 <= max_in_flight <= limit:
+            raise InvalidArgument(
+                "max_in_flight", max_in_flight, f"must be 0..{limit} (0 means the default)"
+            )
+        subscriber = Subscriber(topic, max_in_flight or self.settings.max_in_flight_default)
+        with self._lock:
+            if self._closed:
+                raise ShuttingDown("the server is shutting down")
+            if self._subscribers >= self.settings.max_subscribers:
+                raise Overloaded(
+                    f"subscribers={self._subscribers}: the server serves at most "
+                    f"{self.settings.max_subscribers} Subscribe streams; retry later"
+                )
+            self._subscribers += 1
+            dispatcher = self._topic(topic)
+        with dispatcher.cond:
+            dispatcher.subscribers += 1
+            subscriber._dispatcher = dispatcher
+        return subscriber
+
+    def next_batch(
+        self, subscriber: Subscriber, timeout_s: float = IDLE_WAKE_S
+    ) -> list[Delivered] | None:
+        """The next batch for `subscriber`, waiting up to `timeout_s` for one.
+
+        Returns [] on timeout (the caller checks its stream and calls again), None once the
+        subscriber is closed; raises ShuttingDown when the hub is closed. Never returns more
+        than the subscriber's room (max_in_flight minus what it has in flight).
+        """
+        dispatcher = subscriber._dispatcher
+        assert dispatcher is not None, "subscribe() first"
+        until_s = time.monotonic() + timeout_s
+        with dispatcher.cond:
+            while True:
+                if self._closed:
+                    raise ShuttingDown("the server is shutting down")
+                if subscriber.closed:
+                    return None
+                now_ms = self._now_ms()
+                dispatcher.expire(now_ms)
+                room = subscriber.max_in_flight - subscriber.in_flight
+                if room > 0:
+                    dispatcher.refill(room)
+                    batch = dispatcher.take(subscriber, room, now_ms)
+                    if batch:
+                        if dispatcher.redeliver or dispatcher.fresh:
+                            dispatcher.cond.notify_all()  # more for the other subscribers
+                        return batch
+                wait = dispatcher.wait_s(now_ms, until_s)
+                if wait <= 0 and time.monotonic() >= until_s:
+                    return []
+                dispatcher.cond.wait(wait)
+
+    def release(self, subscriber: Subscriber) -> None:
+        """The stream ended (any way): redeliver what it had in flight, at once."""
+        dispatcher = subscriber._dispatcher
+        if dispatcher is None:
+            return
+        subscriber._dispatcher = None
+        with dispatcher.cond:
+            subscriber.closed = True
+            dispatcher.subscribers -= 1
+            returned = dispatcher.release(subscriber)
+            if returned:
+                dispatcher.cond.notify_all()
+        with self._lock:
+            self._subscribers -= 1
+        if returned:
+            log.info("subscriber_left_unacked", topic=subscriber.topic, redelivered=returned)
+
+    # -- acking and backpressure ----------------------------------------------------------
+    def ack(self, topic: str, message_ids: list[str]) -> int:
+        """Ack durably (engine), then stop tracking; returns how many were FIRED and now ACKED."""
+        acked = self.engine.ack(topic, message_ids)
+        with self._lock:
+            self._acked += len(acked)
+            dispatcher = self._topics.get(topic)
+        if dispatcher is not None:
+            with dispatcher.cond:
+                dispatcher.forget(message_ids)
+                dispatcher.cond.notify_all()  # room freed
+        return len(acked)
+
+    def unacked(self) -> int:
+        """Fired, not yet acked messages, service-wide."""
+        fired = self.engine.scheduler.state.fire_seq - self._fire_seq_base
+        with self._lock:
+            return max(self._unacked_base + fired - self._acked, 0)
+
+    def check_backlog(self) -> None:
+        unacked = self.unacked()
+        if unacked >= self.settings.max_unacked:
+            raise Overloaded(
+                f"unacked={unacked}: the fired, un-acked backlog is at its limit "
+                f"(max_unacked={self.settings.max_unacked}); consumers must ack before "
+                "more sends are accepted"
+            )
+
+    def subscriber_count(self) -> int:
+        with self._lock:
+            return self._subscribers
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def close(self) -> None:
+        """End every Subscribe stream (they see ShuttingDown). Un-acked stay in the store."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            topics = list(self._topics.values())
+        for dispatcher in topics:
+            with dispatcher.cond:
+                dispatcher.cond.notify_all()
+        self._fired.put(None)
+        self._thread.join(timeout=5)
+        log.info("delivery_stopped", unacked=self.unacked())
+
+    def _topic(self, name: str) -> _Topic:
+        """The dispatcher of `name` (call with `_lock` held, or before threads start)."""
+        dispatcher = self._topics.get(name)
+        if dispatcher is None:
+            dispatcher = self._topics[name] = _Topic(name, self)
+        return dispatcher
+
+    def _run(self) -> None:
+        """Fired topics from the writer -> dirty dispatchers, subscribers woken."""
+        while True:
+            topics = self._fired.get()
+            if topics is None:
+                return
+            with self._lock:
+                dispatchers = [self._topics[t] for t in topics if t in self._topics]
+            for dispatcher in dispatchers:
+                with dispatcher.cond:
+                    dispatcher.dirty = True
+                    dispatcher.cond.notify_all()

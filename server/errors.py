@@ -1,0 +1,65 @@
+"""Domain errors -> gRPC status codes, in one place.
+
+Every servicer method runs inside `rpc_errors(context)`: a `TimerwheelError` raised by
+the engine or by proto translation aborts the call with the matching status code and the
+error's own message (which names the field and the value). Anything else is a bug: it is
+logged once, with its traceback, and reported as INTERNAL without leaking internals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import grpc
+import structlog
+
+from wheels.domain import (
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    Overloaded,
+    ShuttingDown,
+    TimerwheelError,
+)
+
+log = structlog.get_logger("timerwheel.rpc")
+
+# Most specific first: subclasses (e.g. store.export.ExportError < FailedPrecondition)
+# map through their base.
+STATUS_OF: tuple[tuple[type[TimerwheelError], grpc.StatusCode], ...] = (
+    (InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
+    (NotFound, grpc.StatusCode.NOT_FOUND),
+    (AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),
+    (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
+    (Overloaded, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (ShuttingDown, grpc.StatusCode.UNAVAILABLE),
+)
+
+
+def status_code_of(error: TimerwheelError) -> grpc.StatusCode:
+    for error_type, code in STATUS_OF:
+        if isinstance(error, error_type):
+            return code
+    return grpc.StatusCode.UNKNOWN
+
+
+@contextmanager
+def rpc_errors(context: grpc.ServicerContext, method: str) -> Iterator[None]:
+    """Turn what the body raises into a status on `context`.
+
+    The body raises domain errors and never calls `context.abort` itself (abort raises a
+    bare Exception, which this would misreport as INTERNAL).
+    """
+    try:
+        yield
+    except TimerwheelError as exc:
+        code = status_code_of(exc)
+        # Client mistakes are the client's to log; backpressure is ours to see.
+        if code is grpc.StatusCode.RESOURCE_EXHAUSTED:
+            log.warning("rpc_refused", method=method, code=code.name, error=str(exc))
+        context.abort(code, str(exc))
+    except Exception as exc:
+        log.exception("rpc_failed", method=method)
+        context.abort(grpc.StatusCode.INTERNAL, f"{method} failed: {type(exc).__name__}")

@@ -1,0 +1,70 @@
+"""structlog configuration for `timerwheel serve`.
+
+One JSON object per line when stdout is not a terminal (log shippers, tests that read the
+server's output), coloured key=value lines on a terminal. Every line carries an ISO UTC
+timestamp, the level and the logger name. The service logs one line per lifecycle event
+(server_started, engine_opened, delivery_started, server_stopping, ...) and per error,
+never one per message: per-message facts belong in Stats, not in logs.
+"""
+
+from __future__ import annotations
+
+import logging as stdlib_logging
+import sys
+from typing import TextIO
+
+import structlog
+
+LEVELS = ("debug", "info", "warning", "error")
+FORMATS = ("auto", "json", "console")
+
+
+def configure_logging(
+    level: str = "info", log_format: str = "auto", stream: TextIO | None = None
+) -> None:
+    """Route every structlog logger to `stream` (stdout by default), one line per event."""
+    if level not in LEVELS:
+        raise ValueError(f"log level={level!r}: must be one of {', '.join(LEVELS)}")
+    if log_format not in FORMATS:
+        raise ValueError(f"log format={log_format!r}: must be one of {', '.join(FORMATS)}")
+    stream = stream or sys.stdout
+    as_json = log_format == "json" or (log_format == "auto" and not _is_terminal(stream))
+    shared = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        _add_logger_name,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    if as_json:
+        renderer = [structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
+    else:
+        renderer = [structlog.dev.ConsoleRenderer(colors=_is_terminal(stream))]
+    structlog.configure(
+        processors=[*shared, *renderer],
+        wrapper_class=structlog.make_filtering_bound_logger(getattr(stdlib_logging, level.upper())),
+        logger_factory=_NamedPrintLoggerFactory(stream),
+        cache_logger_on_first_use=False,
+    )
+
+
+class _NamedPrintLoggerFactory:
+    """PrintLoggers that remember the name given to `structlog.get_logger(name)`."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def __call__(self, *args: object) -> structlog.PrintLogger:
+        logger = structlog.PrintLogger(self._stream)
+        logger.name = str(args[0]) if args else "timerwheel"
+        return logger
+
+
+def _add_logger_name(logger: object, method: str, event: dict) -> dict:
+    """structlog.get_logger("timerwheel.engine") -> "logger": "timerwheel.engine"."""
+    event.setdefault("logger", getattr(logger, "name", "timerwheel"))
+    return event
+
+
+def _is_terminal(stream: TextIO) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())

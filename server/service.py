@@ -1,0 +1,154 @@
+"""TimerService: proto <-> domain translation, nothing else.
+
+Validation, idempotency and storage are the engine's; redelivery and backpressure are the
+delivery hub's. Each method converts the request, calls them, converts the answer, and
+lets `server.errors.rpc_errors` turn domain errors into status codes.
+
+The `when` oneof: proto3 guarantees at most one of deliver_at_ms / delay_ms / delay_level
+arrives (setting one clears the others, and a parser keeps the last one on the wire), so
+"both" cannot be expressed and only "neither" is checked here. A member set to 0 still
+counts as given (`delay_ms=0` means "now").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import grpc
+
+from server.delivery import Delivered, DeliveryHub
+from server.engine import Engine
+from server.errors import rpc_errors
+from timerwheel.v1 import timerwheel_pb2 as pb
+from timerwheel.v1 import timerwheel_pb2_grpc as pb_grpc
+from wheels.domain import InvalidArgument, SendResult, SendSpec, Timer, When, WhenKind
+
+NO_UPPER_BOUND_MS = 2**63 - 1  # List with to_ms=0: every pending timer from from_ms on
+
+_WHEN_KINDS = {
+    "deliver_at_ms": WhenKind.DELIVER_AT,
+    "delay_ms": WhenKind.DELAY,
+    "delay_level": WhenKind.LEVEL,
+}
+
+
+def spec_from_proto(request: pb.SendRequest, prefix: str = "") -> SendSpec:
+    """A SendRequest as the engine's SendSpec; InvalidArgument when no time is given."""
+    kind = request.WhichOneof("when")
+    if kind is None:
+        raise InvalidArgument(
+            prefix + "when", None, "give one of deliver_at_ms, delay_ms or delay_level"
+        )
+    return SendSpec(
+        topic=request.topic,
+        body=request.body,
+        when=When(_WHEN_KINDS[kind], getattr(request, kind)),
+        properties=dict(request.properties),
+        message_id=request.message_id,
+    )
+
+
+def send_response(result: SendResult) -> pb.SendResponse:
+    return pb.SendResponse(message_id=result.message_id, deliver_at_ms=result.deliver_at_ms)
+
+
+def timer_message(timer: Timer, include_body: bool = True) -> pb.TimerMessage:
+    return pb.TimerMessage(
+        message_id=timer.message_id,
+        topic=timer.topic,
+        body=timer.body if include_body else b"",
+        properties=timer.properties,
+        deliver_at_ms=timer.deliver_at_ms,
+        created_at_ms=timer.created_at_ms,
+        state=int(timer.state),
+        wheel=timer.wheel,
+        fired_at_ms=timer.fired_at_ms,
+        acked_at_ms=timer.acked_at_ms,
+        cancelled_at_ms=timer.cancelled_at_ms,
+    )
+
+
+def delivery_batch(batch: list[Delivered]) -> pb.DeliveryBatch:
+    out = pb.DeliveryBatch()
+    for item in batch:
+        timer = item.fired.timer
+        out.deliveries.append(
+            pb.Delivery(
+                message_id=timer.message_id,
+                topic=timer.topic,
+                body=timer.body,
+                properties=timer.properties,
+                deliver_at_ms=timer.deliver_at_ms,
+                fired_at_ms=timer.fired_at_ms,
+                attempt=item.attempt,
+            )
+        )
+    return out
+
+
+class TimerService(pb_grpc.TimerServiceServicer):
+    def __init__(self, engine: Engine, hub: DeliveryHub) -> None:
+        self._engine = engine
+        self._hub = hub
+
+    def Send(self, request: pb.SendRequest, context: grpc.ServicerContext) -> pb.SendResponse:
+        with rpc_errors(context, "Send"):
+            spec = spec_from_proto(request)
+            self._hub.check_backlog()
+            [result] = self._engine.send_batch_async([spec]).result()
+            return send_response(result)
+
+    def SendBatch(
+        self, request: pb.SendBatchRequest, context: grpc.ServicerContext
+    ) -> pb.SendBatchResponse:
+        with rpc_errors(context, "SendBatch"):
+            many = len(request.messages) > 1  # the engine's field-naming rule, too
+            specs = [
+                spec_from_proto(message, f"messages[{index}]." if many else "")
+                for index, message in enumerate(request.messages)
+            ]
+            if not specs:
+                return pb.SendBatchResponse()
+            self._hub.check_backlog()
+            # The whole batch in one engine call: one group commit, atomic together.
+            results = self._engine.send_batch_async(specs).result()
+            return pb.SendBatchResponse(results=[send_response(r) for r in results])
+
+    def Cancel(self, request: pb.CancelRequest, context: grpc.ServicerContext) -> pb.CancelResponse:
+        with rpc_errors(context, "Cancel"):
+            return pb.CancelResponse(state=int(self._engine.cancel(request.message_id)))
+
+    def Get(self, request: pb.GetRequest, context: grpc.ServicerContext) -> pb.TimerMessage:
+        with rpc_errors(context, "Get"):
+            return timer_message(self._engine.get(request.message_id), request.include_body)
+
+    def List(self, request: pb.ListRequest, context: grpc.ServicerContext) -> pb.ListResponse:
+        with rpc_errors(context, "List"):
+            to_ms = request.to_ms or NO_UPPER_BOUND_MS
+            timers, token = self._engine.list_pending(
+                request.topic, request.from_ms, to_ms, request.limit, request.page_token
+            )
+            return pb.ListResponse(
+                messages=[timer_message(t) for t in timers], next_page_token=token
+            )
+
+    def Ack(self, request: pb.AckRequest, context: grpc.ServicerContext) -> pb.AckResponse:
+        with rpc_errors(context, "Ack"):
+            return pb.AckResponse(acked=self._hub.ack(request.topic, list(request.message_ids)))
+
+    def Subscribe(
+        self, request: pb.SubscribeRequest, context: grpc.ServicerContext
+    ) -> Iterator[pb.DeliveryBatch]:
+        with rpc_errors(context, "Subscribe"):
+            subscriber = self._hub.subscribe(request.topic, request.max_in_flight)
+            # Runs when the stream ends in any way (client gone, cancelled, deadline).
+            context.add_callback(subscriber.close)
+            try:
+                while context.is_active():
+                    batch = self._hub.next_batch(subscriber)
+                    if batch is None:
+                        return
+                    if batch:
+                        yield delivery_batch(batch)
+            finally:
+                self._hub.release(subscriber)
