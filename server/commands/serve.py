@@ -1,0 +1,131 @@
+"""`timerwheel serve`: run the gRPC service on an embedded RocksDB.
+
+    timerwheel serve                                  # ./data, 127.0.0.1:7070
+    timerwheel serve --data-dir /var/lib/tw --host 0.0.0.0 --port 7070
+    timerwheel serve --port 0 --port-file /tmp/tw.port   # any free port, written there
+    timerwheel serve --config timerwheel.toml --ack-timeout 10s --set max_unacked=50000
+
+Settings: defaults < --config TOML < TIMERWHEEL_<SETTING> environment < flags (see
+server.config). SIGTERM or Ctrl-C stops it gracefully: no new calls, calls in progress
+finish, queued writes are committed, RocksDB is closed; the next start resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+
+import structlog
+
+from server.config import load_settings, parse_assignment
+from server.logging import FORMATS, LEVELS, configure_logging
+from wheels.settings import SettingsError
+
+log = structlog.get_logger("timerwheel.serve")
+
+# flag -> (Settings field, help). Values are converted by server.config (durations too).
+SETTING_FLAGS = {
+    "--data-dir": ("data_dir", "RocksDB directory (default ./data)"),
+    "--host": ("host", "address to listen on (default 127.0.0.1)"),
+    "--port": ("port", "port to listen on; 0 picks a free one (default 7070)"),
+    "--ack-timeout": ("ack_timeout_ms", "redeliver un-acked deliveries after this (default 30s)"),
+    "--max-in-flight": ("max_in_flight_default", "un-acked per subscriber when it asks 0"),
+    "--max-unacked": ("max_unacked", "fired, un-acked backlog at which sends are refused"),
+    "--max-queued-ops": ("max_queued_ops", "writer queue depth at which sends are refused"),
+    "--max-delay": ("max_delay_ms", "furthest delivery time accepted (default 400d)"),
+    "--retention": ("retention_ms", "how long ACKED/CANCELLED stay queryable (default 3d)"),
+    "--grpc-workers": ("grpc_workers", "threads for unary calls (default 32)"),
+    "--max-subscribers": ("max_subscribers", "concurrent Subscribe streams (default 256)"),
+}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "serve",
+        help="run the timer service (gRPC) on an embedded RocksDB",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--config", metavar="FILE.toml", help="TOML file of settings")
+    for flag, (name, text) in SETTING_FLAGS.items():
+        parser.add_argument(flag, dest=name, metavar=name.upper(), help=text)
+    sync = parser.add_mutually_exclusive_group()
+    sync.add_argument(
+        "--no-sync", dest="sync_writes", action="store_const", const="false",
+        help="do not fsync each group commit (WAL still on; a machine crash may lose "
+        "the last writes, a process crash does not)",
+    )  # fmt: skip
+    sync.add_argument("--sync", dest="sync_writes", action="store_const", const="true")
+    parser.add_argument(
+        "--set", dest="assignments", action="append", default=[], metavar="NAME=VALUE",
+        help="any other setting by its Settings name, e.g. --set delivery_batch_max=1000",
+    )  # fmt: skip
+    parser.add_argument("--port-file", help="write the bound port here once serving")
+    parser.add_argument("--log-level", choices=LEVELS, default="info")
+    parser.add_argument(
+        "--log-format", choices=FORMATS, default="auto",
+        help="auto: JSON lines when stdout is not a terminal",
+    )  # fmt: skip
+    parser.set_defaults(func=run)
+
+
+def settings_from_args(args: argparse.Namespace):
+    overrides: dict[str, object] = {}
+    for assignment in args.assignments:
+        name, value = parse_assignment(assignment)
+        overrides[name] = value
+    for name, _ in SETTING_FLAGS.values():
+        if getattr(args, name) is not None:
+            overrides[name] = getattr(args, name)
+    if args.sync_writes is not None:
+        overrides["sync_writes"] = args.sync_writes
+    return load_settings(args.config, overrides=overrides)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        settings = settings_from_args(args)
+    except SettingsError as exc:
+        print(f"timerwheel serve: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(args.log_level, args.log_format)
+    stop = threading.Event()
+    received: list[str] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        received.append(signal.Signals(signum).name)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        from server.app import TimerServer  # heavy imports after the cheap checks
+
+        try:
+            server = TimerServer(settings)
+        except Exception as exc:
+            log.error("server_start_failed", error=str(exc), data_dir=settings.data_dir)
+            return 1
+        server.start()
+        try:
+            if args.port_file:
+                _write_port_file(args.port_file, server.port)
+            while not stop.wait(1.0):
+                pass
+            log.info("signal_received", signal=received[0] if received else "?")
+        finally:
+            server.stop()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0
+
+
+def _write_port_file(path: str, port: int) -> None:
+    """Atomically, so a reader never sees a half-written number."""
+    partial = f"{path}.partial"
+    with open(partial, "w") as file:
+        file.write(f"{port}\n")
+    os.replace(partial, path)
