@@ -1,0 +1,236 @@
+"""Shared fixtures: a live in-process server on 127.0.0.1 port 0, a real `timerwheel serve`
+subprocess, and a collector that consumes a Subscribe stream on a thread of its own.
+
+Every wait here is on a condition or an event with a bounded timeout, never a bare sleep;
+every server and process started is stopped (or killed) in a `finally`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from server.app import TimerServer
+from server.client import RemoteError, TimerClient
+from timerwheel.v1 import timerwheel_pb2 as pb
+from wheels.settings import Settings
+
+WAIT_S = 10.0  # generous: the suite runs beside other work on 2 cores
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+# == in-process server ======================================================================
+@pytest.fixture
+def make_server(tmp_path: Path) -> Iterator[Callable[..., TimerServer]]:
+    """`make_server(**settings)`: a started server on port 0 over a data dir in tmp_path."""
+    servers: list[TimerServer] = []
+
+    def make(data_dir: str | None = None, **changes: object) -> TimerServer:
+        changes.setdefault("sync_writes", False)  # fsync per commit is tested by the crash tests
+        settings = Settings(data_dir=data_dir or str(tmp_path / "data"), port=0, **changes)
+        server = TimerServer(settings).start()
+        servers.append(server)
+        return server
+
+    try:
+        yield make
+    finally:
+        for server in servers:
+            server.stop(grace_s=1.0)
+
+
+@pytest.fixture
+def server(make_server) -> TimerServer:
+    return make_server()
+
+
+@pytest.fixture
+def client(server: TimerServer) -> Iterator[TimerClient]:
+    with TimerClient(server.target, timeout_s=WAIT_S) as connected:
+        yield connected
+
+
+# == consuming a Subscribe stream ===========================================================
+class Collector:
+    """Reads a Subscribe stream on a thread; records each delivery with its arrival time.
+
+    `auto_ack` acks each batch as it arrives. Waits use a Condition with a timeout.
+    """
+
+    def __init__(
+        self, client: TimerClient, topic: str, *, max_in_flight: int = 0, auto_ack: bool = True
+    ) -> None:
+        self.client = client
+        self.topic = topic
+        self.auto_ack = auto_ack
+        self.deliveries: list[tuple[pb.Delivery, int]] = []  # (delivery, arrival wall ms)
+        self.batch_sizes: list[int] = []
+        self.error: Exception | None = None
+        self.ended = threading.Event()
+        self._cond = threading.Condition()
+        self.subscription = client.subscribe(topic, max_in_flight)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            for batch in self.subscription:
+                arrived = wall_ms()
+                if self.auto_ack:
+                    self.client.ack(self.topic, [d.message_id for d in batch])
+                with self._cond:
+                    self.batch_sizes.append(len(batch))
+                    self.deliveries.extend((d, arrived) for d in batch)
+                    self._cond.notify_all()
+        except Exception as exc:  # recorded for the test to assert on
+            self.error = exc
+        finally:
+            self.ended.set()
+            with self._cond:
+                self._cond.notify_all()
+
+    def ids(self) -> list[str]:
+        with self._cond:
+            return [d.message_id for d, _ in self.deliveries]
+
+    def wait_for(self, predicate: Callable[[Collector], bool], timeout_s: float = WAIT_S) -> bool:
+        """Wait until `predicate(self)` holds (True) or the timeout passes (False)."""
+        with self._cond:
+            return self._cond.wait_for(
+                lambda: predicate(self) or self.ended.is_set(), timeout_s
+            ) and predicate(self)
+
+    def wait_count(self, count: int, timeout_s: float = WAIT_S) -> list[pb.Delivery]:
+        if not self.wait_for(lambda c: len(c.deliveries) >= count, timeout_s):
+            raise AssertionError(
+                f"got {len(self.deliveries)} of {count} deliveries in {timeout_s}s "
+                f"(stream error: {self.error})"
+            )
+        with self._cond:
+            return [d for d, _ in self.deliveries]
+
+    def stop(self) -> None:
+        self.subscription.cancel()
+        self.ended.wait(WAIT_S)
+
+
+@pytest.fixture
+def collectors() -> Iterator[list[Collector]]:
+    """Append Collectors here; they are cancelled at the end of the test."""
+    made: list[Collector] = []
+    try:
+        yield made
+    finally:
+        for collector in made:
+            collector.stop()
+
+
+# == a real `timerwheel serve` process ======================================================
+TIMERWHEEL = str(Path(sys.executable).parent / "timerwheel")
+
+
+class ServeProcess:
+    """`timerwheel serve --port 0` as a subprocess; its JSON log lines are parsed as they come."""
+
+    def __init__(self, data_dir: Path, *extra: str) -> None:
+        self.args = [
+            TIMERWHEEL, "serve", "--data-dir", str(data_dir), "--host", "127.0.0.1",
+            "--port", "0", "--log-format", "json", *extra,
+        ]  # fmt: skip
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen(
+            self.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+        )
+        self.events: list[dict] = []
+        self.raw: list[str] = []
+        self._cond = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        try:
+            started = self.wait_event("server_started", timeout_s=30)
+        except BaseException:
+            self.kill()
+            raise
+        self.port = int(started["port"])
+        self.target = f"127.0.0.1:{self.port}"
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with self._cond:
+                self.raw.append(line)
+                with contextlib.suppress(json.JSONDecodeError):  # not every line is a log
+                    self.events.append(json.loads(line))
+                self._cond.notify_all()
+        with self._cond:
+            self._cond.notify_all()
+
+    def wait_event(self, name: str, timeout_s: float = WAIT_S) -> dict:
+        def found() -> dict | None:
+            return next((e for e in self.events if e.get("event") == name), None)
+
+        with self._cond:
+            self._cond.wait_for(
+                lambda: found() is not None or self.proc.poll() is not None, timeout_s
+            )
+            event = found()
+        if event is None:
+            raise AssertionError(f"no {name!r} log line; output so far:\n{''.join(self.raw)}")
+        return event
+
+    def client(self) -> TimerClient:
+        return TimerClient(self.target, timeout_s=WAIT_S)
+
+    def signal(self, signum: int) -> None:
+        self.proc.send_signal(signum)
+
+    def wait_exit(self, timeout_s: float = 30) -> int:
+        code = self.proc.wait(timeout=timeout_s)
+        self._reader.join(timeout=WAIT_S)
+        return code
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=WAIT_S)
+
+
+@pytest.fixture
+def serve_process() -> Iterator[Callable[..., ServeProcess]]:
+    """`serve_process(data_dir, *flags)`: start a real server; killed at the end if alive."""
+    started: list[ServeProcess] = []
+
+    def start(data_dir: Path, *extra: str) -> ServeProcess:
+        process = ServeProcess(data_dir, *extra)
+        started.append(process)
+        return process
+
+    try:
+        yield start
+    finally:
+        for process in started:
+            if process.proc.poll() is None:
+                process.proc.send_signal(signal.SIGKILL)
+            process.proc.wait(timeout=WAIT_S)
+
+
+def status_of(call: Callable[[], object]) -> RemoteError:
+    """The RemoteError `call()` raises (fails the test when it succeeds)."""
+    try:
+        result = call()
+    except RemoteError as exc:
+        return exc
+    raise AssertionError(f"expected an error, got {result!r}")
