@@ -39,6 +39,7 @@ import structlog
 
 from server.ops import AckOp, CancelOp, Op, PreparedSend, SendOp, WriterContext
 from store import keys
+from store.records import encode_new
 from store.rocks import RocksDatabase, RocksTuning
 from store.timer_store import StagedBatch, TimerStore
 from wheels.clock import Clock
@@ -133,14 +134,20 @@ class Engine:
                 f"at most {self.settings.max_batch_messages} per batch",
             )  # fmt: skip
         now_ms = self.now_ms()
-        many = len(specs) > 1
+        settings, next_id = self.settings, self._ids.next
         prepared = []
         for index, spec in enumerate(specs):
-            prefix = f"messages[{index}]." if many else ""
-            deliver_at_ms = validate_send(spec, now_ms, self.settings, prefix)
-            message_id = spec.message_id or self._ids.next()
+            try:
+                deliver_at_ms = validate_send(spec, now_ms, settings)
+            except InvalidArgument as exc:
+                raise (exc.within(f"messages[{index}].") if len(specs) > 1 else exc) from None
+            record = encode_new(
+                spec.when.kind, spec.when.value, deliver_at_ms, now_ms,
+                spec.topic, spec.properties, spec.body,
+            )  # fmt: skip
+            message_id = spec.message_id or next_id()
             prepared.append(
-                PreparedSend(spec, message_id, deliver_at_ms, now_ms, bool(spec.message_id))
+                PreparedSend(spec, message_id, deliver_at_ms, now_ms, bool(spec.message_id), record)
             )
         return self._submit(SendOp(sends=prepared))
 

@@ -7,7 +7,8 @@ leaves the batch untouched; its future is completed only after the batch is dura
 from __future__ import annotations
 
 from concurrent.futures import Future
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from store import records
 from store.timer_store import StagedBatch, TimerStore
@@ -18,20 +19,19 @@ from wheels.domain import (
     SendResult,
     SendSpec,
     State,
-    Timer,
 )
 from wheels.scheduler import Scheduler
 
 
-@dataclass(frozen=True, slots=True)
-class PreparedSend:
-    """A validated send: id chosen, deliver time resolved at receipt."""
+class PreparedSend(NamedTuple):
+    """A validated send: id chosen, deliver time resolved at receipt, record encoded."""
 
     spec: SendSpec
     message_id: str
     deliver_at_ms: int
     created_at_ms: int
     client_chose_id: bool
+    record: bytes  # encoded SCHEDULED record, built in the caller's thread
 
 
 @dataclass
@@ -64,6 +64,11 @@ class SendOp(Op):
         return len(self.sends)
 
     def apply(self, ctx: WriterContext, batch: StagedBatch, now_ms: int) -> list[SendResult]:
+        if not any(send.client_chose_id for send in self.sends):
+            # Server-made ids are unique: nothing to check, nothing can be refused.
+            for send in self.sends:
+                _stage_new(ctx, batch, send, now_ms)
+            return [SendResult(send.message_id, send.deliver_at_ms) for send in self.sends]
         # Check every send before staging any, so a refused batch stages nothing.
         first_in_op: dict[str, PreparedSend] = {}
         plan: list[SendResult | PreparedSend] = []
@@ -112,19 +117,17 @@ def _existing_result(
 
 
 def _stage_new(ctx: WriterContext, batch: StagedBatch, send: PreparedSend, now_ms: int) -> None:
-    spec = send.spec
-    timer = Timer(
-        message_id=send.message_id, topic=spec.topic, body=spec.body,
-        properties=spec.properties, deliver_at_ms=send.deliver_at_ms,
-        created_at_ms=send.created_at_ms, state=State.SCHEDULED, when=spec.when,
-    )  # fmt: skip
+    message_id = send.message_id.encode()
     wheel = ctx.scheduler.placement(send.deliver_at_ms)
     if wheel is None:  # already due: fire at once, never through a wheel
         seq = ctx.scheduler.take_fire_seqs(1)
-        fired = replace(timer, state=State.FIRED, fired_at_ms=now_ms, ready_seq=seq)
-        ctx.store.stage_fire_new(batch, fired, seq)
+        fired = records.with_transition(send.record, State.FIRED, fired_at_ms=now_ms, ready_seq=seq)
+        ctx.store.stage_fire_new(batch, message_id, fired, send.spec.topic, seq)
     else:
-        ctx.store.stage_schedule(batch, timer, wheel.name)
+        topic = send.spec.topic.encode()
+        ctx.store.stage_schedule(
+            batch, message_id, send.record, send.deliver_at_ms, topic, wheel.name
+        )
 
 
 @dataclass

@@ -228,20 +228,24 @@ class TimerStore:
         batch.records[message_id] = raw
         batch.write_batch.put(message_id, raw, self._h_messages)
 
-    def stage_schedule(self, batch: StagedBatch, timer: Timer, wheel: str) -> None:
+    def stage_schedule(
+        self, batch: StagedBatch, message_id: bytes, record: bytes, deliver_at_ms: int,
+        topic: bytes, wheel: str,
+    ) -> None:  # fmt: skip
         """A new SCHEDULED timer: its record and its key in `wheel`, atomically."""
-        message_id = timer.message_id.encode()
-        self._put_record(batch, message_id, records.encode_timer(timer))
-        key = keys.wheel_key(timer.deliver_at_ms, timer.message_id)
-        batch.write_batch.put(key, timer.topic.encode(), self._h_wheels[wheel])
+        batch.records[message_id] = record
+        put = batch.write_batch.put
+        put(message_id, record, self._h_messages)
+        put(keys.U64.pack(deliver_at_ms) + message_id, topic, self._h_wheels[wheel])
         batch.operations += 1
 
-    def stage_fire_new(self, batch: StagedBatch, timer: Timer, seq: int) -> None:
+    def stage_fire_new(
+        self, batch: StagedBatch, message_id: bytes, record: bytes, topic: str, seq: int
+    ) -> None:
         """A new timer that is already due: stored FIRED with its ready entry, no wheel key."""
-        message_id = timer.message_id.encode()
-        self._put_record(batch, message_id, records.encode_timer(timer))
-        batch.write_batch.put(keys.ready_key(timer.topic, seq), message_id, self._h_ready)
-        batch.fired_topics.add(timer.topic)
+        self._put_record(batch, message_id, record)
+        batch.write_batch.put(keys.ready_key(topic, seq), message_id, self._h_ready)
+        batch.fired_topics.add(topic)
         batch.fired += 1
         batch.operations += 1
 

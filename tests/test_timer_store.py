@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from store import keys
+from store import keys, records
 from store.rocks import RocksDatabase, RocksTuning
 from store.timer_store import StagedBatch, TimerStore
 from wheels.domain import State, Timer, When, WhenKind
@@ -42,6 +42,14 @@ def timer(message_id: str, deliver_at_ms: int, topic: str = "orders", body: byte
     )  # fmt: skip
 
 
+def schedule(store: TimerStore, batch: StagedBatch, t: Timer, wheel: str) -> None:
+    """Stage `t` the way the engine does: its encoded record plus a key in `wheel`."""
+    raw = records.encode_timer(t)
+    store.stage_schedule(
+        batch, t.message_id.encode(), raw, t.deliver_at_ms, t.topic.encode(), wheel
+    )
+
+
 def commit(store: TimerStore, stage) -> StagedBatch:
     batch = StagedBatch()
     stage(batch)
@@ -56,7 +64,7 @@ def wheel_ids(store: TimerStore, wheel: str) -> list[str]:
 
 def test_schedule_puts_record_and_wheel_key_together(open_store):
     store = open_store()
-    commit(store, lambda b: store.stage_schedule(b, timer("a", T0 + 5), "minute"))
+    commit(store, lambda b: schedule(store, b, timer("a", T0 + 5), "minute"))
     assert store.get("a") == timer("a", T0 + 5)
     assert wheel_ids(store, "minute") == ["a"]
     assert store.find_wheel(store.get("a"), ["second", "minute", "hour"]) == "minute"
@@ -67,7 +75,7 @@ def test_scan_is_bounded_half_open_and_limited(open_store):
 
     def stage(batch):
         for i, t in enumerate([T0, T0 + 1, T0 + 1, T0 + 2, T0 + 3]):
-            store.stage_schedule(batch, timer(f"id{i}", t), "second")
+            schedule(store, batch, timer(f"id{i}", t), "second")
 
     commit(store, stage)
     got = store.scan("second", keys.time_bound(T0 + 1), keys.time_bound(T0 + 3), 10)
@@ -80,9 +88,7 @@ def test_scan_is_bounded_half_open_and_limited(open_store):
 
 def test_move_takes_keys_out_of_the_upper_wheel_into_the_lower(open_store):
     store = open_store()
-    commit(
-        store, lambda b: [store.stage_schedule(b, timer(f"m{i}", T0 + i), "hour") for i in range(3)]
-    )
+    commit(store, lambda b: [schedule(store, b, timer(f"m{i}", T0 + i), "hour") for i in range(3)])
     entries = store.scan("hour", b"", keys.time_bound(T0 + 2), 10)
     commit(store, lambda b: store.stage_move(b, "hour", "minute", entries))
     assert wheel_ids(store, "hour") == ["m2"]
@@ -93,7 +99,7 @@ def test_fire_deletes_the_key_adds_ready_and_marks_fired(open_store):
     store = open_store()
     commit(
         store,
-        lambda b: [store.stage_schedule(b, timer(f"f{i}", T0 + i), "second") for i in range(3)],
+        lambda b: [schedule(store, b, timer(f"f{i}", T0 + i), "second") for i in range(3)],
     )
     entries = store.scan("second", b"", keys.time_bound(T0 + 3), 10)
     batch = commit(store, lambda b: store.stage_fire(b, "second", entries, 10, T0 + 7))
@@ -107,7 +113,7 @@ def test_fire_deletes_the_key_adds_ready_and_marks_fired(open_store):
 
 def test_fire_skips_keys_whose_record_is_not_scheduled(open_store):
     store = open_store()
-    commit(store, lambda b: store.stage_schedule(b, timer("c", T0), "second"))
+    commit(store, lambda b: schedule(store, b, timer("c", T0), "second"))
     raw = store.get_record("c")
     commit(store, lambda b: store.stage_cancel(b, "c", raw, [], T0, T0 + 100))  # key left behind
     entries = store.scan("second", b"", keys.time_bound(T0 + 1), 10)
@@ -119,14 +125,15 @@ def test_fire_skips_keys_whose_record_is_not_scheduled(open_store):
 def test_fire_new_needs_no_wheel_key(open_store):
     store = open_store()
     fired = replace(timer("now", T0), state=State.FIRED, ready_seq=4)
-    commit(store, lambda b: store.stage_fire_new(b, fired, 4))
+    raw = records.encode_timer(fired)
+    commit(store, lambda b: store.stage_fire_new(b, b"now", raw, "orders", 4))
     assert [f.timer.message_id for f in store.read_ready("orders", 0, 10)] == ["now"]
     assert all(wheel_ids(store, w) == [] for w in ("second", "minute", "hour"))
 
 
 def test_cancel_removes_every_candidate_key_and_schedules_expiry(open_store):
     store = open_store()
-    commit(store, lambda b: store.stage_schedule(b, timer("x", T0 + 50), "hour"))
+    commit(store, lambda b: schedule(store, b, timer("x", T0 + 50), "hour"))
     raw = store.get_record("x")
     commit(store, lambda b: store.stage_cancel(b, "x", raw, ["minute", "hour"], T0 + 1, T0 + 99))
     cancelled = store.get("x")
@@ -141,9 +148,7 @@ def test_cancel_removes_every_candidate_key_and_schedules_expiry(open_store):
 
 def test_ack_retires_the_ready_entry(open_store):
     store = open_store()
-    commit(
-        store, lambda b: [store.stage_schedule(b, timer(f"a{i}", T0), "second") for i in range(2)]
-    )
+    commit(store, lambda b: [schedule(store, b, timer(f"a{i}", T0), "second") for i in range(2)])
     entries = store.scan("second", b"", keys.time_bound(T0 + 1), 10)
     commit(store, lambda b: store.stage_fire(b, "second", entries, 1, T0))
     raw = store.get_record("a0")
@@ -159,7 +164,7 @@ def test_sweep_is_chunked_and_resumable(open_store):
 
     def stage(batch):
         for i in range(5):
-            store.stage_schedule(batch, timer(f"s{i}", T0 + 10), "minute")
+            schedule(store, batch, timer(f"s{i}", T0 + 10), "minute")
 
     commit(store, stage)
     for i in range(5):
@@ -179,7 +184,7 @@ def test_sweep_is_chunked_and_resumable(open_store):
 def test_overlay_shows_what_the_batch_staged(open_store):
     store = open_store()
     batch = StagedBatch()
-    store.stage_schedule(batch, timer("o", T0), "second")
+    schedule(store, batch, timer("o", T0), "second")
     assert store.lookup(batch, b"o") is not None
     assert store.get_record("o") is None  # not committed yet
     store.commit(batch)
@@ -197,8 +202,8 @@ def test_list_pending_merges_wheels_by_time_filters_topic_and_pages(open_store):
 
     def stage(batch):
         for i, (wheel, t) in enumerate(layout):
-            store.stage_schedule(batch, timer(f"p{i}", t), wheel)
-            store.stage_schedule(batch, timer(f"q{i}", t, topic="other"), wheel)
+            schedule(store, batch, timer(f"p{i}", t), wheel)
+            schedule(store, batch, timer(f"q{i}", t, topic="other"), wheel)
 
     commit(store, stage)
     page = store.list_pending("orders", T0, T0 + 10**8, 3, None, {}, 1000)
@@ -216,7 +221,7 @@ def test_ready_topics_lists_each_topic_once(open_store):
 
     def stage(batch):
         for i, topic in enumerate(["b", "a", "a", "ab"]):
-            store.stage_schedule(batch, timer(f"r{i}", T0, topic=topic), "second")
+            schedule(store, batch, timer(f"r{i}", T0, topic=topic), "second")
 
     commit(store, stage)
     entries = store.scan("second", b"", keys.time_bound(T0 + 1), 10)
@@ -231,7 +236,7 @@ def test_scheduler_state_and_data_survive_reopen(open_store):
     assert store.load_state() is None
 
     def stage(batch):
-        store.stage_schedule(batch, timer("keep", T0 + 9), "hour")
+        schedule(store, batch, timer("keep", T0 + 9), "hour")
         store.stage_state(batch, state)
 
     commit(store, stage)

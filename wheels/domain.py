@@ -92,7 +92,12 @@ class InvalidArgument(TimerwheelError):
     def __init__(self, field_name: str, value: object, reason: str) -> None:
         self.field = field_name
         self.value = value
+        self.reason = reason
         super().__init__(f"{field_name}={_show(value)}: {reason}")
+
+    def within(self, prefix: str) -> InvalidArgument:
+        """The same error for a field inside a container, e.g. ``messages[3].``."""
+        return InvalidArgument(prefix + self.field, self.value, self.reason)
 
 
 class NotFound(TimerwheelError):

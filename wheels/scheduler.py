@@ -105,8 +105,13 @@ class Scheduler:
     def __init__(self, state: SchedulerState, leads_ms: tuple[int, ...]) -> None:
         if len(state.cascades) != len(LEVELS) - 1 or len(leads_ms) != len(LEVELS) - 1:
             raise ValueError("one cascade state and one lead per adjacent pair of levels")
-        self._state = state
         self._leads_ms = leads_ms
+        self._set_state(state)
+
+    def _set_state(self, state: SchedulerState) -> None:
+        self._state = state
+        # Placement runs once per send: keep the horizons in a plain tuple.
+        self._horizons = tuple(c.horizon_ms for c in state.cascades)
 
     @classmethod
     def fresh(cls, now_ms: int, leads_ms: tuple[int, ...]) -> Scheduler:
@@ -126,7 +131,7 @@ class Scheduler:
 
     def restore(self, state: SchedulerState) -> None:
         """Undo decisions whose batch failed to commit."""
-        self._state = state
+        self._set_state(state)
 
     @property
     def now_ms(self) -> int:
@@ -146,8 +151,8 @@ class Scheduler:
         return LEVELS[self._level_index(deliver_at_ms)]
 
     def _level_index(self, deliver_at_ms: int) -> int:
-        for index, cascade in enumerate(self._state.cascades):
-            if deliver_at_ms < cascade.horizon_ms:
+        for index, horizon_ms in enumerate(self._horizons):
+            if deliver_at_ms < horizon_ms:
                 return index
         return len(LEVELS) - 1
 
@@ -206,7 +211,7 @@ class Scheduler:
     def _set_cascade(self, index: int, cascade: CascadeState) -> None:
         cascades = list(self._state.cascades)
         cascades[index] = cascade
-        self._state = replace(self._state, cascades=tuple(cascades))
+        self._set_state(replace(self._state, cascades=tuple(cascades)))
 
     # -- firing ------------------------------------------------------------------------
     def fire_range(self) -> tuple[TimerKey, int]:
