@@ -64,9 +64,17 @@ def schedule(args, data_dir: str) -> dict:
     cpu_s = (cpu_end.user + cpu_end.system) - (cpu_start.user + cpu_start.system)
     sent = sum(len(b) for bs in batches for b in bs)
     engine.close()
-    return {"bench": "schedule", "timers": sent, "seconds": round(seconds, 2), "timers_per_s": round(sent / seconds),
-            "cpu_us_per_timer": round(cpu_s / sent * 1e6, 2), "cpu_cores_used": round(cpu_s / seconds, 2),
-            "threads": args.threads, "batch": args.batch, "sync": not args.no_sync}  # fmt: skip
+    return {
+        "bench": "schedule",
+        "timers": sent,
+        "seconds": round(seconds, 2),
+        "timers_per_s": round(sent / seconds),
+        "cpu_us_per_timer": round(cpu_s / sent * 1e6, 2),
+        "cpu_cores_used": round(cpu_s / seconds, 2),
+        "threads": args.threads,
+        "batch": args.batch,
+        "sync": not args.no_sync,
+    }
 
 
 def drain(args, data_dir: str) -> dict:
@@ -77,8 +85,14 @@ def drain(args, data_dir: str) -> dict:
     rng = random.Random(1)
     for start in range(0, args.timers, 10_000):
         count = min(10_000, args.timers - start)
-        engine.send_batch([SendSpec("hot", b"x" * args.body, When(WhenKind.DELIVER_AT, due_ms + rng.randrange(1000)))
-                           for _ in range(count)])  # fmt: skip
+        engine.send_batch(
+            [
+                SendSpec(
+                    "hot", b"x" * args.body, When(WhenKind.DELIVER_AT, due_ms + rng.randrange(1000))
+                )
+                for _ in range(count)
+            ]
+        )
     sent_at = SystemClock().now_ms()
     if sent_at >= due_ms:
         raise SystemExit(
@@ -90,9 +104,14 @@ def drain(args, data_dir: str) -> dict:
     done_ms = SystemClock().now_ms()
     engine.close()
     seconds = (done_ms - due_ms) / 1000
-    return {"bench": "drain", "timers": args.timers, "due_second_start_ms": due_ms,
-            "all_fired_after_s": round(seconds, 2), "timers_per_s": round(args.timers / max(seconds - 1, 0.001)),
-            "note": "rate over (time from the start of the due second to the last fire) minus the second itself"}  # fmt: skip
+    return {
+        "bench": "drain",
+        "timers": args.timers,
+        "due_second_start_ms": due_ms,
+        "all_fired_after_s": round(seconds, 2),
+        "timers_per_s": round(args.timers / max(seconds - 1, 0.001)),
+        "note": "rate over (time from the start of the due second to the last fire) minus the second itself",
+    }
 
 
 def rss(args, data_dir: str) -> dict:
@@ -117,10 +136,16 @@ def rss(args, data_dir: str) -> dict:
     disk = sum(
         f.stat().st_size for f in __import__("pathlib").Path(data_dir).rglob("*") if f.is_file()
     )
-    return {"bench": "rss", "timers": args.timers, "fill_s": round(fill_s, 1),
-            "fill_timers_per_s": round(args.timers / fill_s), "rss_mb_filled": rss_filled // 2**20,
-            "rss_mb_peak_during_fill": max(peak, rss_filled) // 2**20, "rss_mb_after_reopen": rss_reopened // 2**20,
-            "disk_bytes_per_timer": round(disk / args.timers, 1)}  # fmt: skip
+    return {
+        "bench": "rss",
+        "timers": args.timers,
+        "fill_s": round(fill_s, 1),
+        "fill_timers_per_s": round(args.timers / fill_s),
+        "rss_mb_filled": rss_filled // 2**20,
+        "rss_mb_peak_during_fill": max(peak, rss_filled) // 2**20,
+        "rss_mb_after_reopen": rss_reopened // 2**20,
+        "disk_bytes_per_timer": round(disk / args.timers, 1),
+    }
 
 
 def main() -> None:
