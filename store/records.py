@@ -24,6 +24,10 @@ _HEADER = struct.Struct(">BBBqqqqqqq")
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 HEADER_BYTES = _HEADER.size
+_I64 = struct.Struct(">q")
+_FIRED_AT_OFFSET = 3 + 8 * 3  # after version, state, when_kind, when_value, deliver, created
+_READY_SEQ_OFFSET = 3 + 8 * 6
+_SCHEDULED, _FIRED = int(State.SCHEDULED), int(State.FIRED)
 
 
 def encode_timer(timer: Timer) -> bytes:
@@ -100,6 +104,20 @@ def decode_timer(message_id: str, raw: bytes) -> Timer:
 
 def record_state(raw: bytes) -> State:
     return State(raw[1])
+
+
+def is_scheduled(raw: bytes) -> bool:
+    """The firing path's check: a byte compare, no enum construction."""
+    return raw[1] == _SCHEDULED
+
+
+def as_fired(raw: bytes, fired_at_ms: int, ready_seq: int) -> bytes:
+    """`with_transition(raw, FIRED, ...)` for the hot firing path: patches three fields."""
+    patched = bytearray(raw)
+    patched[1] = _FIRED
+    _I64.pack_into(patched, _FIRED_AT_OFFSET, fired_at_ms)
+    _I64.pack_into(patched, _READY_SEQ_OFFSET, ready_seq)
+    return bytes(patched)
 
 
 def record_deliver_at_ms(raw: bytes) -> int:

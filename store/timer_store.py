@@ -84,7 +84,14 @@ class TimerStore:
 
     def scan(self, wheel: str, lo: bytes, hi: bytes, limit: int) -> list[WheelEntry]:
         """Up to `limit` (key, topic) entries of `wheel` in [lo, hi), in key order."""
-        return list(islice(self._range(self._wheels[wheel], lo, hi), limit))
+        if hi <= lo:
+            return []
+        # Hot path (cascades, firing): no generator; the ReadOptions that holds the
+        # bound stays referenced until the list is built (see _range).
+        read_options = ReadOptions()
+        read_options.set_iterate_upper_bound(hi)
+        items = self._wheels[wheel].items(from_key=lo, read_opt=read_options)
+        return list(islice(items, limit))
 
     def first_key(self, wheel: str, lo: bytes) -> bytes | None:
         for key, _ in self._range(self._wheels[wheel], lo, None):
@@ -267,19 +274,21 @@ class TimerStore:
         ids = [key[keys.TIME_BYTES :] for key, _ in entries]
         raws = self._lookup_many(batch, ids)
         put, delete = batch.write_batch.put, batch.write_batch.delete
-        h_wheel = self._h_wheels[wheel]
+        h_wheel, h_messages, h_ready = self._h_wheels[wheel], self._h_messages, self._h_ready
+        overlay, pack_seq, separator = batch.records, keys.U64.pack, keys.TOPIC_SEPARATOR
+        topics = set()
         seq = first_seq
         for (key, topic), message_id, raw in zip(entries, ids, raws, strict=True):
             delete(key, h_wheel)
-            if raw is None or records.record_state(raw) is not State.SCHEDULED:
+            if raw is None or not records.is_scheduled(raw):
                 continue  # a stale key; cancel removes keys atomically, so this is defensive
-            self._put_record(
-                batch, message_id,
-                records.with_transition(raw, State.FIRED, fired_at_ms=now_ms, ready_seq=seq),
-            )  # fmt: skip
-            put(topic + keys.TOPIC_SEPARATOR + keys.encode_u64(seq), message_id, self._h_ready)
-            batch.fired_topics.add(topic.decode())
+            fired = records.as_fired(raw, now_ms, seq)
+            overlay[message_id] = fired
+            put(message_id, fired, h_messages)
+            put(topic + separator + pack_seq(seq), message_id, h_ready)
+            topics.add(topic)
             seq += 1
+        batch.fired_topics.update(topic.decode() for topic in topics)
         batch.fired += seq - first_seq
         batch.operations += len(entries)
         return seq - first_seq
