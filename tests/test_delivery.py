@@ -22,7 +22,7 @@ def _fire_now(client: TimerClient, topic: str, count: int) -> list[str]:
 def test_unacked_delivery_returns_after_the_ack_timeout_with_attempt_increased(
     make_server, collectors
 ):
-    server = make_server(ack_timeout_ms=400)
+    server = make_server(ack_timeout_ms=1_000)
     with _client(server) as client:
         collector = Collector(client, "jobs", auto_ack=False)
         collectors.append(collector)
@@ -32,12 +32,13 @@ def test_unacked_delivery_returns_after_the_ack_timeout_with_attempt_increased(
         (_, first_at), (_, second_at) = collector.deliveries[:2]
         assert first.message_id == second.message_id == message_id
         assert (first.attempt, second.attempt) == (1, 2)
-        assert 300 <= second_at - first_at <= 400 + 2_000  # client-side arrival times
+        # Client-side arrival times: the first may lag its hand-out on a loaded machine.
+        assert 700 <= second_at - first_at <= 1_000 + 2_000
 
         assert client.ack("jobs", [message_id]) == 1
         assert client.ack("jobs", [message_id]) == 0  # already acked: nothing to do
-        # Acked: no third delivery, though three ack timeouts pass.
-        assert not collector.wait_for(lambda c: len(c.deliveries) > 2, timeout_s=1.2)
+        # Acked: no third delivery, though one and a half ack timeouts pass.
+        assert not collector.wait_for(lambda c: len(c.deliveries) > 2, timeout_s=1.5)
 
 
 def test_stream_end_redelivers_at_once_to_another_subscriber(make_server, collectors):

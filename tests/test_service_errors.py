@@ -11,7 +11,17 @@ import pytest
 from conftest import status_of, wall_ms
 
 from server.client import TimerClient
+from server.errors import rpc_errors
+from store.export import ExportError
 from timerwheel.v1 import timerwheel_pb2 as pb
+from wheels.domain import (
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    Overloaded,
+    ShuttingDown,
+)
 from wheels.settings import DAY_MS, Settings
 
 DEFAULTS = Settings()
@@ -136,3 +146,38 @@ def test_refused_call_leaves_the_server_working(client):
     assert status_of(lambda: client.send("", b"x", delay_ms=1)).code == INVALID
     result = client.send("badcheck", b"x", delay_ms=60_000)
     assert client.get(result.message_id).body == b"x"
+
+
+class _Context:
+    """Just enough of grpc.ServicerContext: abort records the status and raises."""
+
+    def __init__(self) -> None:
+        self.status: tuple[grpc.StatusCode, str] | None = None
+
+    def abort(self, code: grpc.StatusCode, details: str) -> None:
+        self.status = (code, details)
+        raise RuntimeError("aborted")
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (InvalidArgument("topic", "a b", "bad"), INVALID),
+        (NotFound("message_id='x': no such timer"), NOT_FOUND),
+        (AlreadyExists("message_id='x': taken"), grpc.StatusCode.ALREADY_EXISTS),
+        (FailedPrecondition("message_id='x': already FIRED"), grpc.StatusCode.FAILED_PRECONDITION),
+        (ExportError("output dir '/x' exists"), grpc.StatusCode.FAILED_PRECONDITION),
+        (Overloaded("writer queue holds 9 operations"), grpc.StatusCode.RESOURCE_EXHAUSTED),
+        (ShuttingDown("the timer engine is shutting down"), grpc.StatusCode.UNAVAILABLE),
+        (KeyError("a bug"), grpc.StatusCode.INTERNAL),
+    ],
+)
+def test_every_error_maps_to_its_status_code_with_its_message(error, code):
+    context = _Context()
+    with pytest.raises(RuntimeError, match="aborted"), rpc_errors(context, "Send"):
+        raise error
+    assert context.status is not None and context.status[0] == code
+    if code is grpc.StatusCode.INTERNAL:
+        assert context.status[1] == "Send failed: KeyError"  # no internals leak
+    else:
+        assert context.status[1] == str(error)
