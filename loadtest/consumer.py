@@ -1,0 +1,138 @@
+"""One consumer process: a Subscribe stream per assigned topic, each on its own thread.
+
+Each stream thread stamps a DeliveryBatch with the wall clock the moment it arrives
+(`time.time_ns()`: the same clock the producers used for deliver times, since every
+process runs on this machine), tallies it, then acks it with a pipelined Ack future, so
+the next batch is read while the ack travels. The sum of the server's Ack answers is the
+`acked` figure of the accounting.
+
+The process stops when the harness sets `channels.stop` (or at its hard deadline): the
+streams are cancelled, the acks still in flight are awaited, and the merged tally goes
+back to the harness as plain bytes and encoded HDR histograms.
+"""
+
+from __future__ import annotations
+
+import resource
+import threading
+import time
+from collections import Counter, deque
+from dataclasses import dataclass
+
+import grpc
+
+from loadtest.accounting import Tally, histogram_of, merge_counts
+from server.client import TimerClient
+
+MAX_PENDING_ACKS = 32  # acks in flight per stream before the stream waits for the oldest
+
+
+@dataclass(frozen=True)
+class ConsumerPlan:
+    index: int
+    target: str
+    topics: tuple[str, ...]
+    max_in_flight: int
+    rpc_timeout_s: float
+    hard_timeout_s: float  # the longest this process runs after the start
+
+
+class Stream:
+    """One topic's Subscribe stream, read on a thread of its own."""
+
+    def __init__(self, client: TimerClient, topic: str, plan: ConsumerPlan, on_batch) -> None:
+        self.client = client
+        self.topic = topic
+        self.plan = plan
+        self.tally = Tally()
+        self.error: str | None = None
+        self._on_batch = on_batch
+        self.subscription = client.subscribe(topic, plan.max_in_flight)
+        self.thread = threading.Thread(target=self._run, name=f"stream-{topic}", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        pending: deque[grpc.Future] = deque()
+        try:
+            for batch in self.subscription:
+                received_ms = time.time_ns() // 1_000_000
+                self.tally.add(batch, received_ms)
+                ids = [delivery.message_id for delivery in batch]
+                pending.append(self.client.ack_future(self.topic, ids))
+                while len(pending) > MAX_PENDING_ACKS or (pending and pending[0].done()):
+                    self.tally.acked += pending.popleft().result().acked
+                self._on_batch()
+        except Exception as exc:  # ended other than by cancel: reported, fails the run
+            self.error = f"consumer stream {self.topic}: {exc!r}"
+        finally:
+            self._finish_acks(pending)
+
+    def _finish_acks(self, pending: deque[grpc.Future]) -> None:
+        while pending:
+            try:
+                self.tally.acked += pending.popleft().result(timeout=self.plan.rpc_timeout_s).acked
+            except (grpc.RpcError, grpc.FutureTimeoutError) as exc:
+                self.error = self.error or f"ack on {self.topic}: {exc!r}"
+
+    def stop(self) -> None:
+        self.subscription.cancel()
+        self.thread.join(timeout=self.plan.rpc_timeout_s + 5)
+        if self.thread.is_alive():
+            self.error = self.error or f"consumer stream {self.topic} did not stop"
+
+
+def merge_tallies(tallies: list[Tally]) -> dict:
+    """One process's streams as the result the harness merges (bytes, encoded HDR)."""
+    delay, fire, early = Counter(), Counter(), Counter()
+    seen: dict[int, list[bytes]] = {}
+    for tally in tallies:
+        delay.update(tally.delay_ms)
+        fire.update(tally.fire_ms)
+        early.update(tally.early_ms)
+        for producer, counts in tally.seen.items():
+            seen.setdefault(producer, []).append(bytes(counts))
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return {
+        "role": "consumer",
+        "seen": {producer: merge_counts(parts) for producer, parts in seen.items()},
+        "delay_ms": histogram_of(delay).encode(),
+        "fire_ms": histogram_of(fire).encode(),
+        "early_ms": histogram_of(early).encode(),
+        "early": sum(early.values()),
+        "received": sum(t.received for t in tallies),
+        "redelivered": sum(t.redelivered for t in tallies),
+        "foreign": sum(t.foreign for t in tallies),
+        "acked": sum(t.acked for t in tallies),
+        "last_received_ms": max((t.last_received_ms for t in tallies), default=0),
+        "cpu_s": usage.ru_utime + usage.ru_stime,
+    }
+
+
+def consumer_main(plan: ConsumerPlan, channels) -> None:
+    """Process entry point: subscribe, say ready, consume until told to stop, report."""
+    client = TimerClient(plan.target, timeout_s=plan.rpc_timeout_s)
+    streams: list[Stream] = []
+    try:
+        client.wait_ready(timeout_s=30)
+        lock = threading.Lock()
+        slot = len(channels.progress) - 1 - plan.index  # consumers count from the end
+
+        def on_batch() -> None:
+            with lock:
+                channels.progress[slot] = sum(s.tally.first_receipts for s in streams)
+
+        streams.extend(Stream(client, topic, plan, on_batch) for topic in plan.topics)
+        channels.results.put(("ready", "consumer", plan.index))
+        channels.stop.wait(timeout=plan.hard_timeout_s)
+        for stream in streams:
+            stream.stop()
+        result = merge_tallies([stream.tally for stream in streams])
+        result["errors"] = [stream.error for stream in streams if stream.error]
+        result["index"] = plan.index
+        channels.results.put(("result", "consumer", result))
+    except Exception as exc:
+        for stream in streams:
+            stream.subscription.cancel()
+        channels.results.put(("error", "consumer", f"consumer {plan.index}: {exc!r}"))
+    finally:
+        client.close()

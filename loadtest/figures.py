@@ -1,0 +1,133 @@
+"""The figures of a run, as one JSON-ready dict (what `--json` writes and the table shows).
+
+Units are in the names: `_ms` integer milliseconds, `_us` microseconds, `_bytes`, `_s`.
+
+* `send.rate_achieved`: messages stored / (last answer - common start), in messages/s.
+* `send.latency_us`: request sent -> answered; `send.from_intended_us`: intended send
+  time -> answered (the open-loop figure: it includes time spent behind schedule).
+* `delay_error_ms`: consumer receive time - deliver time, first attempts only (what a
+  user sees); `fire_lateness_ms`: the server's fire time - deliver time (the Delivery's
+  `fired_at_ms`); `early_ms`: how early, for receipts before the deliver time.
+* `server.cpu_percent_*`: from TimerAdmin.Stats cpu_seconds (100 = one core busy);
+  `peak_rss_bytes` the larger of the sampled RSS and the kernel's VmHWM (spawned server).
+* `server.bytes_per_timer`: data dir bytes (SST + WAL + manifest) / timers pending at
+  the end (backlog).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+
+from loadtest.accounting import HIGHEST_US, merge_histograms, summary
+from loadtest.scenarios import Scenario
+
+
+def figures(
+    scenario: Scenario, outcome: dict, load_before: tuple, load_after: tuple, target: str
+) -> dict:
+    accounting = outcome["accounting"]
+    return {
+        "scenario": scenario.name,
+        "description": scenario.description,
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "target": target,
+        "machine": {"cpus": os.cpu_count(), "load_before": load_before, "load_after": load_after},
+        "config": _config(scenario),
+        "send": _send(scenario, outcome),
+        "delay_error_ms": _merged(outcome["consumers"], "delay_ms"),
+        "fire_lateness_ms": _merged(outcome["consumers"], "fire_ms"),
+        "early_ms": _merged(outcome["consumers"], "early_ms"),
+        "delivery": _delivery(outcome),
+        "server": _server(outcome, accounting),
+        "harness_cpu_s": round(
+            sum(r["cpu_s"] for r in outcome["producers"] + outcome["consumers"]), 1
+        ),
+        "accounting": accounting.as_dict(),
+        "ok": not accounting.problems(),
+    }
+
+
+def _config(scenario: Scenario) -> dict:
+    low_ms, high_ms = scenario.scaled_delay_ms
+    return {
+        "messages": scenario.messages,
+        "rate": scenario.rate,
+        "duration_s": round(scenario.duration_s, 3),
+        "batch": scenario.batch,
+        "producers": scenario.producers,
+        "consumers": scenario.consumers,
+        "topics": scenario.topics,
+        "body_bytes": scenario.body_bytes,
+        "delay": scenario.describe_delay(),
+        "delay_min_ms": low_ms,
+        "delay_max_ms": high_ms,
+        "burst_window_ms": scenario.burst_window_ms,
+        "cancel_share": scenario.cancel_share,
+    }
+
+
+def _merged(results: list[dict], key: str, highest: int | None = None) -> dict:
+    blobs = [r[key] for r in results]
+    return summary(merge_histograms(blobs, highest) if highest else merge_histograms(blobs))
+
+
+def _send(scenario: Scenario, outcome: dict) -> dict:
+    producers = outcome["producers"]
+    sent = sum(r["sent"] for r in producers)
+    start_ns = round(outcome["marks"].get("start", 0) * 1e9)
+    last_ns = max((r["last_done_ns"] for r in producers), default=start_ns)
+    elapsed_s = max(last_ns - start_ns, 1) / 1e9
+    errors: dict[str, int] = {}
+    for result in producers:
+        for name, count in result["errors"].items():
+            errors[name] = errors.get(name, 0) + count
+    return {
+        "planned": scenario.messages,
+        "sent": sent,
+        "rate_target": scenario.rate,
+        "rate_achieved": round(sent / elapsed_s) if sent else 0,
+        "seconds": round(elapsed_s, 3),
+        "latency_us": _merged(producers, "latency_us", HIGHEST_US),
+        "from_intended_us": _merged(producers, "intended_us", HIGHEST_US),
+        "max_behind_schedule_ms": max((r["max_lag_ms"] for r in producers), default=0),
+        "cancel_too_late": sum(r["cancel_too_late"] for r in producers),
+        "errors": errors,
+    }
+
+
+def _delivery(outcome: dict) -> dict:
+    producers, consumers = outcome["producers"], outcome["consumers"]
+    first_due_ms = min((r["min_deliver_ms"] for r in producers if r["min_deliver_ms"]), default=0)
+    last_due_ms = max((r["max_deliver_ms"] for r in producers), default=0)
+    last_received_ms = max((r["last_received_ms"] for r in consumers), default=0)
+    return {
+        "received": sum(r["received"] for r in consumers),
+        "redelivered": sum(r["redelivered"] for r in consumers),
+        "foreign": sum(r["foreign"] for r in consumers),
+        "first_due_ms": first_due_ms,
+        "last_due_ms": last_due_ms,
+        "last_received_ms": last_received_ms,
+        # From the earliest deliver time to the last receipt: a burst's "all in N s".
+        "span_ms": last_received_ms - first_due_ms if last_received_ms else 0,
+    }
+
+
+def _server(outcome: dict, accounting) -> dict:
+    sampler, marks = outcome["sampler"], outcome["marks"]
+    start_s, sent_s = marks.get("start", 0), marks.get("sent", 0)
+    last = sampler.last()
+    pending = accounting.pending
+    data_dir_bytes = last.data_dir_bytes if last else 0
+    return {
+        "cpu_percent_send": sampler.cpu_percent(start_s, sent_s),
+        "cpu_percent_run": sampler.cpu_percent(start_s, marks.get("end", sent_s)),
+        "peak_rss_bytes": max(sampler.peak_rss_bytes(), outcome["vmhwm_bytes"]),
+        "sampled_peak_rss_bytes": sampler.peak_rss_bytes(),
+        "final_rss_bytes": last.rss_bytes if last else 0,
+        "data_dir_bytes": data_dir_bytes,
+        "keys": last.keys if last else {},
+        "bytes_per_timer": round(data_dir_bytes / pending, 1) if pending else None,
+        "stats_samples": len(sampler.samples),
+        "stats_errors": sampler.errors,
+    }

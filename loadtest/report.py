@@ -1,0 +1,135 @@
+"""The report of a run: a Markdown table laid out like TDMQ's, and the JSON of the figures.
+
+TDMQ's published row (8-core broker, 16 producer threads, 14,000 sends/s, delay 30 s to
+10 min, one consumer) is printed above ours in the `tdmq` scenario, so the two read side
+by side. Send latency is per request: with a batch of N, one request carries N messages
+(TDMQ's is per message, one message per request).
+"""
+
+from __future__ import annotations
+
+import json
+
+TDMQ_REFERENCE = {
+    "who": "TDMQ RocketMQ (8-core broker)",
+    "producers": "16 threads",
+    "rate": "14,000",
+    "delay": "30 s..10 min",
+    "consumers": "1",
+    "latency_avg": "1.2 ms",
+    "latency_p99": "-",
+    "p50": "301 ms",
+    "p90": "690 ms",
+    "p99": "904 ms",
+    "p999": "979 ms",
+    "max": "-",
+    "cpu": "30%",
+    "rss": "-",
+    "lost_dup_early": "-",
+}
+
+COLUMNS = (
+    ("who", ""),
+    ("producers", "Producers"),
+    ("rate", "Send rate (msg/s)"),
+    ("delay", "Delay"),
+    ("consumers", "Consumers"),
+    ("latency_avg", "Send latency avg"),
+    ("latency_p99", "Send latency p99"),
+    ("p50", "Delay error P50"),
+    ("p90", "P90"),
+    ("p99", "P99"),
+    ("p999", "P999"),
+    ("max", "Max"),
+    ("cpu", "Server CPU"),
+    ("rss", "Server peak RSS"),
+    ("lost_dup_early", "Lost / dup / early"),
+)
+
+
+def _ms(value: float) -> str:
+    return f"{value:,.0f} ms" if value >= 10 else f"{value:g} ms"
+
+
+def _us_as_ms(value_us: float) -> str:
+    return f"{value_us / 1000:.1f} ms" if value_us < 100_000 else _ms(round(value_us / 1000))
+
+
+def _mib(value: int) -> str:
+    return f"{value / 2**20:,.0f} MiB"
+
+
+def our_row(fig: dict) -> dict[str, str]:
+    config, send, delay, server = fig["config"], fig["send"], fig["delay_error_ms"], fig["server"]
+    acc = fig["accounting"]
+    has_delay = delay["count"] > 0
+    cpus = fig["machine"]["cpus"] or 1
+    cpu = server["cpu_percent_send"]
+    return {
+        "who": f"timerwheel ({cpus} cores, harness on the same machine)",
+        "producers": f"{config['producers']} processes, batch {config['batch']}",
+        "rate": f"{send['rate_achieved']:,} (target {config['rate']:,})",
+        "delay": config["delay"],
+        "consumers": str(config["consumers"]),
+        "latency_avg": _us_as_ms(send["latency_us"]["mean"]),
+        "latency_p99": _us_as_ms(send["latency_us"]["p99"]),
+        "p50": _ms(delay["p50"]) if has_delay else "-",
+        "p90": _ms(delay["p90"]) if has_delay else "-",
+        "p99": _ms(delay["p99"]) if has_delay else "-",
+        "p999": _ms(delay["p999"]) if has_delay else "-",
+        "max": _ms(delay["max"]) if has_delay else "-",
+        "cpu": f"{cpu:g}% of 1 core ({cpu / cpus:.0f}% of {cpus})",
+        "rss": _mib(server["peak_rss_bytes"]),
+        "lost_dup_early": f"{acc['lost']} / {acc['duplicates']} / {acc['early']}",
+    }
+
+
+def table(rows: list[dict[str, str]]) -> str:
+    lines = [
+        "| " + " | ".join(title for _, title in COLUMNS) + " |",
+        "|" + "---|" * len(COLUMNS),
+    ]
+    lines += ["| " + " | ".join(row[key] for key, _ in COLUMNS) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def details(fig: dict) -> str:
+    """The accounting and the figures the main table has no column for."""
+    acc, send, server, delivery = fig["accounting"], fig["send"], fig["server"], fig["delivery"]
+    fire, intended = fig["fire_lateness_ms"], send["from_intended_us"]
+    load = fig["machine"]["load_before"]
+    items = [
+        ("sent (stored)", f"{acc['sent']:,} of {send['planned']:,} planned"),
+        ("acked", f"{acc['acked']:,}"),
+        ("cancelled", f"{acc['cancelled']:,} (too late to cancel: {send['cancel_too_late']:,})"),
+        ("pending at the end", f"{acc['pending']:,}"),
+        ("sent = acked + cancelled (+ pending)", "yes" if acc["balanced"] else "NO"),
+        ("lost / duplicated / early", f"{acc['lost']} / {acc['duplicates']} / {acc['early']}"),
+        ("cancelled yet delivered / unexpected", f"{acc['cancelled_delivered']} / "
+         f"{acc['unexpected']}"),
+        ("send errors", ", ".join(f"{k}={v}" for k, v in send["errors"].items()) or "none"),
+        ("send latency from intended time p99 / max",
+         f"{_us_as_ms(intended['p99'])} / {_us_as_ms(intended['max'])}"),
+        ("fire lateness (server) P50 / P99 / P999 / max",
+         f"{fire['p50']} / {fire['p99']} / {fire['p999']} / {fire['max']} ms"),
+        ("first deliver time -> last receipt", f"{delivery['span_ms']:,} ms"),
+        ("server CPU over the whole run", f"{server['cpu_percent_run']:g}% of 1 core"),
+        ("server data dir", f"{_mib(server['data_dir_bytes'])}"
+         + (f", {server['bytes_per_timer']:,} bytes per pending timer"
+            if server["bytes_per_timer"] else "")),
+        ("harness CPU (all workers)", f"{fig['harness_cpu_s']} s"),
+        ("load average before", " ".join(f"{x:.2f}" for x in load)),
+        ("result", "OK" if fig["ok"] else "FAILED: " + "; ".join(acc["problems"])),
+    ]  # fmt: skip
+    return "\n".join(f"- {name}: {value}" for name, value in items)
+
+
+def markdown(fig: dict) -> str:
+    rows = [TDMQ_REFERENCE] if fig["scenario"] == "tdmq" else []
+    rows.append(our_row(fig))
+    heading = f"### `{fig['scenario']}`: {fig['description']} ({fig['date']})"
+    return f"{heading}\n\n{table(rows)}\n\n{details(fig)}\n"
+
+
+def to_json(fig: dict) -> str:
+    return json.dumps(fig, indent=2, sort_keys=True, default=str)

@@ -1,0 +1,192 @@
+"""The server under test: a spawned `timerwheel serve`, and the Stats sampler.
+
+`SpawnedServer` runs `python -m server.cli serve` on a temporary data dir, on 127.0.0.1
+port 0, and learns the port from its `server_started` JSON log line (read on a thread,
+which then keeps copying the log to `server.log` so the pipe never fills). Leaving the
+`with` block always stops it: SIGTERM, a bounded wait, then SIGKILL; the data dir is
+removed unless `keep` is set.
+
+`StatsSampler` calls TimerAdmin.Stats once a second on a thread: RSS, CPU seconds, the
+data dir's bytes and the key counts. CPU% over an interval is d(cpu seconds) / d(wall
+seconds) x 100, so 100% is one core busy. For a spawned server the kernel's own peak RSS
+(VmHWM in /proc/PID/status) is read as well: it cannot miss a peak between samples.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+from server.client import TimerClient
+
+log = structlog.get_logger("timerwheel.loadtest")
+
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 60.0
+
+
+class ServerStartError(RuntimeError):
+    """The spawned server exited or stayed silent instead of serving."""
+
+
+class SpawnedServer:
+    def __init__(self, serve_flags: Sequence[str] = (), keep: bool = False) -> None:
+        self.work_dir = Path(tempfile.mkdtemp(prefix="timerwheel-loadtest-"))
+        self.data_dir = self.work_dir / "data"
+        self.log_path = self.work_dir / "server.log"
+        self.keep = keep
+        self.args = [
+            sys.executable, "-m", "server.cli", "serve", "--data-dir", str(self.data_dir),
+            "--host", "127.0.0.1", "--port", "0", "--log-format", "json", *serve_flags,
+        ]  # fmt: skip
+        self.proc: subprocess.Popen | None = None
+        self.port = 0
+        self._started = threading.Event()
+        self._reader: threading.Thread | None = None
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def __enter__(self) -> SpawnedServer:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen(
+            self.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+        )
+        try:
+            self._reader = threading.Thread(target=self._read_log, daemon=True)
+            self._reader.start()
+            if not self._started.wait(START_TIMEOUT_S) or not self.port:
+                raise ServerStartError(
+                    f"timerwheel serve did not start (exit code {self.proc.poll()}); "
+                    f"its log: {self.log_path}"
+                )
+        except BaseException:
+            self.stop()
+            raise
+        log.info("server_spawned", pid=self.proc.pid, port=self.port, data_dir=str(self.data_dir))
+        return self
+
+    def _read_log(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        with open(self.log_path, "w") as out:
+            for line in self.proc.stdout:
+                out.write(line)
+                if not self._started.is_set():
+                    with contextlib.suppress(json.JSONDecodeError):
+                        event = json.loads(line)
+                        if isinstance(event, dict) and event.get("event") == "server_started":
+                            self.port = int(event["port"])
+                            self._started.set()
+        self._started.set()  # the process ended: unblock a waiting start
+
+    def peak_rss_bytes(self) -> int:
+        """VmHWM of the live server process (0 when unavailable)."""
+        with contextlib.suppress(OSError, ValueError):
+            for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+        return 0
+
+    def stop(self) -> int | None:
+        """SIGTERM, wait, SIGKILL if needed; returns the exit code."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                log.warning("server_kill", pid=self.proc.pid)
+                self.proc.kill()
+                self.proc.wait(timeout=STOP_TIMEOUT_S)
+        if self._reader is not None:
+            self._reader.join(timeout=5)
+        return self.proc.returncode
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.stop()
+        finally:
+            if not self.keep:
+                shutil.rmtree(self.work_dir, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class Sample:
+    at_s: float  # monotonic
+    cpu_s: float
+    rss_bytes: int
+    data_dir_bytes: int
+    keys: dict[str, int]
+    unacked: int
+
+
+class StatsSampler:
+    """Samples TimerAdmin.Stats every `interval_s` on a thread, until `stop()`."""
+
+    def __init__(self, client: TimerClient, interval_s: float = 1.0) -> None:
+        self.client = client
+        self.interval_s = interval_s
+        self.samples: list[Sample] = []
+        self.errors = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="stats", daemon=True)
+
+    def start(self) -> StatsSampler:
+        self.sample()
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.sample()
+
+    def sample(self) -> Sample | None:
+        try:
+            stats = self.client.stats()
+        except Exception:  # a busy server may miss a sample; counted, not fatal
+            self.errors += 1
+            return None
+        sample = Sample(
+            time.monotonic(), stats.cpu_seconds, stats.rss_bytes, stats.data_dir_bytes,
+            dict(stats.column_family_keys), stats.unacked,
+        )  # fmt: skip
+        self.samples.append(sample)
+        return sample
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.client.timeout_s or 30)
+
+    def cpu_percent(self, since_s: float, until_s: float) -> float:
+        """Server CPU over the samples inside [since_s, until_s] (100 = one core)."""
+        inside = [s for s in self.samples if since_s <= s.at_s <= until_s]
+        if len(inside) < 2 or inside[-1].at_s <= inside[0].at_s:
+            return 0.0
+        first, last = inside[0], inside[-1]
+        return round(100 * (last.cpu_s - first.cpu_s) / (last.at_s - first.at_s), 1)
+
+    def peak_rss_bytes(self) -> int:
+        return max((s.rss_bytes for s in self.samples), default=0)
+
+    def last(self) -> Sample | None:
+        return self.samples[-1] if self.samples else None

@@ -1,0 +1,116 @@
+"""`timerwheel loadtest`: run a load-test scenario and print TDMQ's table for timerwheel.
+
+    timerwheel loadtest --scenario smoke
+    timerwheel loadtest --scenario tdmq --delay-scale 0.1 --json tdmq.json
+    timerwheel loadtest --scenario burst --count 1000000 --rate 60000
+    timerwheel loadtest --scenario cancel --cancel-share 0.5
+    timerwheel loadtest --scenario backlog --count 10000000
+    timerwheel loadtest --scenario tdmq --target 127.0.0.1:7070   # a running server
+
+Without --target a server is spawned (`timerwheel serve` on a temporary data dir,
+127.0.0.1, port 0) and always stopped afterwards; --serve-flag passes flags to it, e.g.
+--serve-flag=--no-sync. The Markdown table goes to stdout, the progress bar to stderr.
+Exit status: 0 when the accounting holds (nothing lost, nothing early, no cancelled
+timer delivered, sent = acked + cancelled), 1 when it does not, 2 on a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import sys
+
+from loadtest.scenarios import SCENARIOS, ScenarioError, scenario
+
+# flag -> (Scenario field, type, help)
+OVERRIDES = {
+    "--rate": ("rate", int, "messages per second, all producers together"),
+    "--duration": ("duration_s", float, "seconds of sending"),
+    "--count": ("count", int, "messages in all (sets the duration from the rate)"),
+    "--batch": ("batch", int, "messages per request (1: unary Send, else SendBatch)"),
+    "--producers": ("producers", int, "producer processes"),
+    "--consumers": ("consumers", int, "consumer processes"),
+    "--topics": ("topics", int, "topics the messages are spread over"),
+    "--body-bytes": ("body_bytes", int, "bytes per message body (at least 10)"),
+    "--delay-min-ms": ("delay_min_ms", int, "shortest delay before the scale"),
+    "--delay-max-ms": ("delay_max_ms", int, "longest delay before the scale"),
+    "--delay-scale": ("delay_scale", float, "multiplies the delay range (0.1: tdmq in 3 s..60 s)"),
+    "--burst-window-ms": ("burst_window_ms", int, "burst: the window every timer is due in"),
+    "--burst-lead-ms": ("burst_lead_ms", int, "burst: the window opens this long after sending"),
+    "--cancel-share": ("cancel_share", float, "share of timers cancelled after their send"),
+    "--max-outstanding": ("max_outstanding", int, "unanswered requests per producer"),
+    "--max-in-flight": ("max_in_flight", int, "un-acked deliveries per Subscribe stream"),
+    "--grace-ms": ("grace_ms", int, "wait after the last deliver time before accounting"),
+    "--drain-timeout-ms": ("drain_timeout_ms", int, "longest wait for stragglers"),
+}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "loadtest",
+        help="load-test a server (spawned, or --target) and print the benchmark table",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--scenario", required=True, choices=sorted(SCENARIOS))
+    parser.add_argument("--target", metavar="HOST:PORT", help="a running server (loopback)")
+    parser.add_argument("--spawn", action="store_true", help="spawn a server (the default)")
+    parser.add_argument(
+        "--serve-flag", action="append", default=[], metavar="FLAG",
+        help="a flag for the spawned server, e.g. --serve-flag=--no-sync (repeatable)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--allow-remote", action="store_true",
+        help="allow a --target that is not a loopback address (refused by default)",
+    )  # fmt: skip
+    parser.add_argument("--keep-data", action="store_true", help="keep the spawned data dir")
+    parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON here")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    for flag, (name, kind, text) in OVERRIDES.items():
+        parser.add_argument(flag, dest=name, type=kind, help=text)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.spawn and args.target:
+        print("timerwheel loadtest: give --spawn or --target, not both", file=sys.stderr)
+        return 2
+    if args.target and not args.allow_remote and not is_loopback(args.target):
+        print(
+            f"timerwheel loadtest: --target {args.target}: not a loopback address "
+            "(give --allow-remote to load-test another machine)",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        chosen = scenario(args.scenario).with_overrides(
+            **{name: getattr(args, name) for name, _, _ in OVERRIDES.values()}
+        )
+    except ScenarioError as exc:
+        print(f"timerwheel loadtest: {exc}", file=sys.stderr)
+        return 2
+    from loadtest import harness, report  # heavy imports after the cheap checks
+    from server.logging import configure_logging
+
+    configure_logging("warning", "console", sys.stderr)  # stdout carries the report only
+
+    fig = harness.run(
+        chosen, target=args.target, serve_flags=args.serve_flag, keep_data=args.keep_data,
+        progress=not args.no_progress,
+    )  # fmt: skip
+    print(report.markdown(fig))
+    if args.json:
+        with open(args.json, "w") as out:
+            out.write(report.to_json(fig) + "\n")
+    return 0 if fig["ok"] else 1
+
+
+def is_loopback(target: str) -> bool:
+    """Whether HOST:PORT names this machine's loopback (localhost, 127.0.0.0/8, [::1])."""
+    host = target.rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
