@@ -4,6 +4,7 @@ and the installed `timerwheel` script itself as a subprocess."""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 
 import pytest
@@ -137,3 +138,18 @@ def test_unreachable_server_exits_1_with_a_hint(capsys):
     code = main(["get", "x", "--target", "127.0.0.1:1", "--timeout", "5"])
     err = capsys.readouterr().err
     assert code == 1 and "UNAVAILABLE" in err and "is `timerwheel serve` running" in err
+
+
+def test_serve_on_a_busy_port_fails_clearly(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = subprocess.run(
+            [TIMERWHEEL, "serve", "--data-dir", str(tmp_path / "data"), "--port", str(port),
+             "--log-format", "json"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert result.returncode == 1
+    failure = [json.loads(line) for line in result.stdout.splitlines() if "start_failed" in line]
+    assert failure and f"127.0.0.1:{port}" in failure[0]["error"]
