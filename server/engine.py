@@ -1,26 +1,12 @@
-"""The in-process engine: the public timer API over the store, run by one writer thread.
+"""The in-process engine: the public timer API over the store.
 
-Every mutation (sends, cancels, acks, cascades, fires, retention sweeps) goes through
-the single writer, which builds one WriteBatch per iteration and commits it with the
-WAL on (and fsync by default): a *group commit*. Callers block on a future that is
-completed only after their batch is durable, so anything acknowledged to a producer
-survives `kill -9`. Because only the writer mutates, a cascade, a send and a fire never
-interleave inside a slot.
-
-One writer iteration, in order:
- 1. observe the clock (monotonic `now_ms`);
- 2. tick: one chunk of every running cascade (top level first), one chunk of firing
-    out of the second wheel, one chunk of the retention sweep;
- 3. apply the queued operations (up to `max_group_ops`), each checked before staged;
- 4. stage the scheduler state into `meta` and commit the batch;
- 5. complete the operations' futures, then tell fired-listeners which topics fired.
-The tick comes first so operations are placed against the horizons as they will be
-committed. With nothing to do, the writer sleeps until the next due timer or cascade
-start, or until an operation arrives: the second wheel is drained continuously, not
-once a second.
+Reads (get, list, fetch fired) go straight to the store; every mutation is an operation
+handed to the single writer (`server.writer`), which applies it in a group commit and
+completes its future once durable. The engine validates input in the caller's thread and
+encodes records there too, so the writer's per-timer work stays small.
 
 Tests construct the engine with `background=False` and a `VirtualClock`: then no
-thread runs and calls drive the same iteration inline (`run_until_idle`).
+thread runs and calls drive the same writer iterations inline (`step`, `run_until_idle`).
 """
 
 from __future__ import annotations
@@ -29,44 +15,36 @@ import base64
 import binascii
 import itertools
 import secrets
-import threading
-from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from concurrent.futures import Future
 from dataclasses import replace
 
 import structlog
 
-from server.ops import AckOp, CancelOp, Op, PreparedSend, SendOp, WriterContext
+from server.ops import AckOp, CancelOp, PreparedSend, SendOp
+from server.writer import FiredListener, Writer
 from store import keys
 from store.records import encode_new
 from store.rocks import RocksDatabase, RocksTuning
-from store.timer_store import StagedBatch, TimerStore
+from store.timer_store import TimerStore
 from wheels.clock import Clock
 from wheels.domain import (
     FiredTimer,
     InvalidArgument,
     NotFound,
-    Overloaded,
     SendResult,
     SendSpec,
-    ShuttingDown,
     State,
     Timer,
 )
-from wheels.scheduler import CascadeTask, Scheduler, TimerKey
+from wheels.scheduler import Scheduler
 from wheels.settings import Settings
 from wheels.validation import validate_message_id, validate_send, validate_topic
 
 log = structlog.get_logger("timerwheel.engine")
 
-FiredListener = Callable[[set[str]], None]
 MAX_LIST_LIMIT = 1_000
 LIST_SCAN_BUDGET = 200_000
-SWEEP_INTERVAL_MS = 1_000
-# Re-check the clock at least this often when idle, so a wall-clock step cannot strand
-# the writer in a long sleep computed from the old time.
-MAX_IDLE_SLEEP_S = 0.25
 
 
 class MessageIds:
@@ -95,25 +73,16 @@ class Engine:
             self._scheduler = Scheduler.fresh(clock.now_ms(), leads)
         else:
             self._scheduler = Scheduler(state, leads)
-        self._ctx = WriterContext(self._store, self._scheduler, settings.retention_ms)
         self._ids = MessageIds()
-        self._cond = threading.Condition()
-        self._queue: deque[Op] = deque()
-        self._queued_weight = 0
-        self._listeners: list[FiredListener] = []
-        self._sweep_from = b""
-        self._next_sweep_ms = 0
-        self._stopping = False
+        self._writer = Writer(settings, clock, self._store, self._scheduler)
         self._closed = False
-        self._thread: threading.Thread | None = None
         log.info(
             "engine_opened", data_dir=settings.data_dir, recovered=state is not None,
             now_ms=self._scheduler.now_ms, fire_seq=self._scheduler.state.fire_seq,
             cascades_pending=self._scheduler.busy(),
         )  # fmt: skip
         if background:
-            self._thread = threading.Thread(target=self._run, name="timerwheel-writer", daemon=True)
-            self._thread.start()
+            self._writer.start()
 
     # == the public API =================================================================
     def now_ms(self) -> int:
@@ -124,7 +93,7 @@ class Engine:
 
     def send_batch(self, specs: Iterable[SendSpec]) -> list[SendResult]:
         """Store sends atomically; returns when they are durable."""
-        return self._await(self.send_batch_async(specs))
+        return self._writer.wait(self.send_batch_async(specs))
 
     def send_batch_async(self, specs: Iterable[SendSpec]) -> Future:
         specs = list(specs)
@@ -149,11 +118,11 @@ class Engine:
             prepared.append(
                 PreparedSend(spec, message_id, deliver_at_ms, now_ms, bool(spec.message_id), record)
             )
-        return self._submit(SendOp(sends=prepared))
+        return self._writer.submit(SendOp(sends=prepared))
 
     def cancel(self, message_id: str) -> State:
         validate_message_id(message_id)
-        return self._await(self._submit(CancelOp(message_id=message_id)))
+        return self._writer.wait(self._writer.submit(CancelOp(message_id=message_id)))
 
     def ack(self, topic: str, message_ids: Iterable[str]) -> list[str]:
         """Retire fired messages; returns the ids that were FIRED on `topic` and are now ACKED."""
@@ -163,7 +132,7 @@ class Engine:
             validate_message_id(message_id, f"message_ids[{index}]")
         if not ids:
             return []
-        return self._await(self._submit(AckOp(topic=topic, message_ids=ids)))
+        return self._writer.wait(self._writer.submit(AckOp(topic=topic, message_ids=ids)))
 
     def get(self, message_id: str) -> Timer:
         validate_message_id(message_id)
@@ -211,10 +180,10 @@ class Engine:
 
     def add_fired_listener(self, listener: FiredListener) -> None:
         """`listener(topics)` is called on the writer thread after each commit that fired."""
-        self._listeners.append(listener)
+        self._writer.add_listener(listener)
 
     def queued_ops(self) -> int:
-        return self._queued_weight
+        return self._writer.queued_weight
 
     def stats(self) -> dict[str, int]:
         state = self._scheduler.state
@@ -224,7 +193,7 @@ class Engine:
         return {
             "now_ms": state.now_ms,
             "fire_seq": state.fire_seq,
-            "queued_ops": self._queued_weight,
+            "queued_ops": self._writer.queued_weight,
             **counts,
         }
 
@@ -238,29 +207,24 @@ class Engine:
 
     def step(self) -> bool:
         """Manual mode: run one writer iteration; True when more work is waiting."""
-        if self._thread is not None:
-            raise RuntimeError("step is for engines made with background=False")
-        return self._iterate()
+        self._require_manual("step")
+        return self._writer.iterate()
 
     def run_until_idle(self) -> None:
         """Manual mode: run writer iterations until nothing is due, queued or cascading."""
-        if self._thread is not None:
-            raise RuntimeError("run_until_idle is for engines made with background=False")
-        while self._iterate():
+        self._require_manual("run_until_idle")
+        while self._writer.iterate():
             pass
+
+    def _require_manual(self, name: str) -> None:
+        if self._writer.background:
+            raise RuntimeError(f"{name} is for engines made with background=False")
 
     def close(self) -> None:
         """Stop accepting, finish queued writes, close RocksDB cleanly. Idempotent."""
-        with self._cond:
-            if self._closed:
-                return
-            self._stopping = True
-            self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join()
-        else:
-            while self._queue:
-                self._iterate()
+        if self._closed:
+            return
+        self._writer.stop()
         self._closed = True
         self._store.close()
         log.info("engine_closed", data_dir=self.settings.data_dir, now_ms=self._scheduler.now_ms)
@@ -270,163 +234,6 @@ class Engine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    # == the writer =====================================================================
-    def _submit(self, op: Op) -> Future:
-        with self._cond:
-            if self._stopping:
-                raise ShuttingDown("the timer engine is shutting down")
-            if self._queued_weight + op.weight > self.settings.max_queued_ops and self._queue:
-                raise Overloaded(
-                    f"writer queue holds {self._queued_weight} operations "
-                    f"(limit {self.settings.max_queued_ops}); retry later"
-                )
-            self._queue.append(op)
-            self._queued_weight += op.weight
-            self._cond.notify()
-        return op.future
-
-    def _await(self, future: Future):
-        if self._thread is None:
-            while not future.done():
-                self._iterate()
-        return future.result()
-
-    def _take_ops(self) -> list[Op]:
-        ops: list[Op] = []
-        weight = 0
-        with self._cond:
-            while self._queue and (
-                not ops or weight + self._queue[0].weight <= self.settings.max_group_ops
-            ):
-                op = self._queue.popleft()
-                weight += op.weight
-                ops.append(op)
-            self._queued_weight -= weight
-        return ops
-
-    def _run(self) -> None:
-        try:
-            while True:
-                with self._cond:
-                    if self._stopping and not self._queue:
-                        return
-                busy = self._iterate_logged()
-                if not busy:
-                    self._sleep_until_due()
-        except BaseException as exc:  # the writer must never die silently
-            log.exception("writer_crashed")
-            self._fail_queued(ShuttingDown(f"the timer writer stopped: {exc}"))
-            raise
-
-    def _iterate_logged(self) -> bool:
-        try:
-            return self._iterate()
-        except Exception:
-            log.exception("writer_iteration_failed")
-            with self._cond:  # back off before retrying a failing store
-                self._cond.wait(0.1)
-            return True
-
-    def _sleep_until_due(self) -> None:
-        fire_from, _ = self._scheduler.fire_range()
-        next_key = self._store.first_key("second", keys.encode_timer_key(fire_from))
-        next_due_ms = keys.key_time_ms(next_key) if next_key is not None else None
-        wake_ms = min(self._scheduler.next_wakeup_ms(next_due_ms), self._next_sweep_ms)
-        with self._cond:
-            if self._queue or self._stopping:
-                return
-            delay_s = min((wake_ms - self._clock.now_ms()) / 1000, MAX_IDLE_SLEEP_S)
-            if delay_s > 0:
-                self._cond.wait(delay_s)
-
-    def _fail_queued(self, error: Exception) -> None:
-        with self._cond:
-            self._stopping = True
-            ops = list(self._queue)
-            self._queue.clear()
-            self._queued_weight = 0
-        for op in ops:
-            op.future.set_exception(error)
-
-    def _iterate(self) -> bool:
-        """One group commit. True when more work is already waiting."""
-        ops = self._take_ops()
-        saved = self._scheduler.state
-        batch = StagedBatch()
-        now_ms = self._scheduler.observe(self._clock.now_ms())
-        try:
-            more = self._tick(batch, now_ms)
-            outcomes = [_apply(op, self._ctx, batch, now_ms) for op in ops]
-            if batch.operations or ops or self._scheduler.state != saved:
-                self._store.stage_state(batch, self._scheduler.state)
-                self._store.commit(batch)
-        except BaseException as exc:
-            self._scheduler.restore(saved)  # nothing of this batch is on disk
-            for op in ops:
-                op.future.set_exception(exc)
-            raise
-        for op, (ok, value) in zip(ops, outcomes, strict=True):
-            if ok:
-                op.future.set_result(value)
-            else:
-                op.future.set_exception(value)
-        if batch.fired_topics:
-            self._notify(batch.fired_topics)
-        return more or self._scheduler.busy() or bool(self._queue)
-
-    def _tick(self, batch: StagedBatch, now_ms: int) -> bool:
-        more = False
-        for task in self._scheduler.cascade_tasks():
-            more |= self._cascade_chunk(batch, task, now_ms)
-        more |= self._fire_chunk(batch, now_ms)
-        if now_ms >= self._next_sweep_ms:
-            resume = self._store.stage_sweep(
-                batch, self._sweep_from, now_ms, self.settings.sweep_chunk
-            )
-            self._sweep_from = resume or b""
-            if resume is None:
-                self._next_sweep_ms = now_ms + SWEEP_INTERVAL_MS
-            more |= resume is not None
-        return more
-
-    def _cascade_chunk(self, batch: StagedBatch, task: CascadeTask, now_ms: int) -> bool:
-        """Move one chunk of the task's range down; timers already due fire instead."""
-        limit = self.settings.cascade_chunk
-        entries = self._store.scan(
-            task.upper.name,
-            keys.encode_timer_key(task.from_key),
-            keys.time_bound(task.to_ms),
-            limit,
-        )
-        due_count = _count_due(entries, now_ms)
-        if due_count:
-            first_seq = self._scheduler.take_fire_seqs(due_count)
-            self._store.stage_fire(batch, task.upper.name, entries[:due_count], first_seq, now_ms)
-        self._store.stage_move(batch, task.upper.name, task.lower.name, entries[due_count:])
-        next_from = _key_after(entries[-1][0]) if len(entries) == limit else None
-        self._scheduler.cascade_progress(task, next_from)
-        return next_from is not None
-
-    def _fire_chunk(self, batch: StagedBatch, now_ms: int) -> bool:
-        limit = self.settings.fire_chunk
-        fire_from, through_ms = self._scheduler.fire_range()
-        entries = self._store.scan(
-            "second", keys.encode_timer_key(fire_from), keys.time_bound(through_ms + 1), limit
-        )
-        if entries:
-            first_seq = self._scheduler.take_fire_seqs(len(entries))
-            self._store.stage_fire(batch, "second", entries, first_seq, now_ms)
-        next_from = _key_after(entries[-1][0]) if len(entries) == limit else None
-        self._scheduler.fire_progress(through_ms, next_from)
-        return next_from is not None
-
-    def _notify(self, topics: set[str]) -> None:
-        for listener in self._listeners:
-            try:
-                listener(topics)
-            except Exception:
-                log.exception("fired_listener_failed")
 
     # == helpers ========================================================================
     def _wheel_floors(self) -> dict[str, bytes]:
@@ -438,28 +245,6 @@ class Engine:
     def _with_wheel(self, timer: Timer) -> Timer:
         candidates = [w.name for w in self._scheduler.wheel_candidates(timer.deliver_at_ms)]
         return replace(timer, wheel=self._store.find_wheel(timer, candidates) or candidates[0])
-
-
-def _apply(op: Op, ctx: WriterContext, batch: StagedBatch, now_ms: int) -> tuple[bool, object]:
-    from wheels.domain import TimerwheelError
-
-    try:
-        return True, op.apply(ctx, batch, now_ms)
-    except TimerwheelError as exc:
-        return False, exc
-
-
-def _count_due(entries: list[tuple[bytes, bytes]], now_ms: int) -> int:
-    """Entries are in time order, so the due ones are a prefix."""
-    for index, (key, _) in enumerate(entries):
-        if keys.key_time_ms(key) > now_ms:
-            return index
-    return len(entries)
-
-
-def _key_after(raw_key: bytes) -> TimerKey:
-    """The immediate successor of a wheel key (ids never contain 0x00)."""
-    return keys.decode_timer_key(raw_key + b"\x00")
 
 
 def _encode_page_token(key: bytes) -> str:

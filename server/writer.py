@@ -1,0 +1,267 @@
+"""The single writer: every mutation of the store goes through it, one group commit at a time.
+
+It builds one WriteBatch per iteration and commits it with the WAL on (and fsync by
+default): a *group commit*. Callers block on a future completed only after their batch
+is durable, so anything acknowledged to a producer survives `kill -9`. Because only the
+writer mutates, a cascade, a send and a fire never interleave inside a slot.
+
+One iteration, in order:
+ 1. observe the clock (the scheduler keeps a monotonic `now_ms`);
+ 2. tick: one chunk of every running cascade (top level first), one chunk of firing out
+    of the second wheel, one chunk of the retention sweep;
+ 3. apply the queued operations (up to `max_group_ops`), each checked before staged;
+ 4. stage the scheduler state into `meta` and commit the batch;
+ 5. complete the operations' futures, then tell fired-listeners which topics fired.
+The tick comes first so operations are placed against the horizons as they will be
+committed. With nothing to do, the writer sleeps until the next due timer or cascade
+start, or until an operation arrives: the second wheel is drained continuously, not
+once a second.
+
+Without a thread (`background=False`), callers drive the same iterations inline: that
+is how tests run the writer in virtual time.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+
+import structlog
+
+from server.ops import Op, WriterContext
+from store import keys
+from store.timer_store import StagedBatch, TimerStore
+from wheels.clock import Clock
+from wheels.domain import Overloaded, ShuttingDown, TimerwheelError
+from wheels.scheduler import CascadeTask, Scheduler, TimerKey
+from wheels.settings import Settings
+
+log = structlog.get_logger("timerwheel.writer")
+
+FiredListener = Callable[[set[str]], None]
+SWEEP_INTERVAL_MS = 1_000
+# Re-check the clock at least this often when idle, so a wall-clock step cannot strand
+# the writer in a long sleep computed from the old time.
+MAX_IDLE_SLEEP_S = 0.25
+
+
+class Writer:
+    def __init__(
+        self, settings: Settings, clock: Clock, store: TimerStore, scheduler: Scheduler
+    ) -> None:
+        self._settings = settings
+        self._clock = clock
+        self._store = store
+        self._scheduler = scheduler
+        self._ctx = WriterContext(store, scheduler, settings.retention_ms)
+        self._cond = threading.Condition()
+        self._queue: deque[Op] = deque()
+        self._queued_weight = 0
+        self._listeners: list[FiredListener] = []
+        self._sweep_from = b""
+        self._next_sweep_ms = 0
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+
+    # == control ========================================================================
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="timerwheel-writer", daemon=True)
+        self._thread.start()
+
+    @property
+    def background(self) -> bool:
+        return self._thread is not None
+
+    def add_listener(self, listener: FiredListener) -> None:
+        self._listeners.append(listener)
+
+    @property
+    def queued_weight(self) -> int:
+        return self._queued_weight
+
+    def stop(self) -> None:
+        """Refuse new operations, finish the queued ones, stop the thread."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+        else:
+            while self._queue:
+                self.iterate()
+
+    # == operations =====================================================================
+    def submit(self, op: Op) -> Future:
+        with self._cond:
+            if self._stopping:
+                raise ShuttingDown("the timer engine is shutting down")
+            limit = self._settings.max_queued_ops
+            if self._queued_weight + op.weight > limit and self._queue:
+                raise Overloaded(
+                    f"writer queue holds {self._queued_weight} operations (limit {limit}); "
+                    "retry later"
+                )
+            self._queue.append(op)
+            self._queued_weight += op.weight
+            self._cond.notify()
+        return op.future
+
+    def wait(self, future: Future):
+        """The future's result; without a thread, run iterations until it is done."""
+        if self._thread is None:
+            while not future.done():
+                self.iterate()
+        return future.result()
+
+    def _take_ops(self) -> list[Op]:
+        ops: list[Op] = []
+        weight = 0
+        limit = self._settings.max_group_ops
+        with self._cond:
+            while self._queue and (not ops or weight + self._queue[0].weight <= limit):
+                op = self._queue.popleft()
+                weight += op.weight
+                ops.append(op)
+            self._queued_weight -= weight
+        return ops
+
+    # == the loop =======================================================================
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._cond:
+                    if self._stopping and not self._queue:
+                        return
+                if not self._iterate_logged():
+                    self._sleep_until_due()
+        except BaseException as exc:  # the writer must never die silently
+            log.exception("writer_crashed")
+            self._fail_queued(ShuttingDown(f"the timer writer stopped: {exc}"))
+            raise
+
+    def _iterate_logged(self) -> bool:
+        try:
+            return self.iterate()
+        except Exception:
+            log.exception("writer_iteration_failed")
+            with self._cond:  # back off before retrying a failing store
+                self._cond.wait(0.1)
+            return True
+
+    def _sleep_until_due(self) -> None:
+        fire_from, _ = self._scheduler.fire_range()
+        next_key = self._store.first_key("second", keys.encode_timer_key(fire_from))
+        next_due_ms = keys.key_time_ms(next_key) if next_key is not None else None
+        wake_ms = min(self._scheduler.next_wakeup_ms(next_due_ms), self._next_sweep_ms)
+        with self._cond:
+            if self._queue or self._stopping:
+                return
+            delay_s = min((wake_ms - self._clock.now_ms()) / 1000, MAX_IDLE_SLEEP_S)
+            if delay_s > 0:
+                self._cond.wait(delay_s)
+
+    def _fail_queued(self, error: Exception) -> None:
+        with self._cond:
+            self._stopping = True
+            ops = list(self._queue)
+            self._queue.clear()
+            self._queued_weight = 0
+        for op in ops:
+            op.future.set_exception(error)
+
+    def iterate(self) -> bool:
+        """One group commit. True when more work is already waiting."""
+        ops = self._take_ops()
+        saved = self._scheduler.state
+        batch = StagedBatch()
+        now_ms = self._scheduler.observe(self._clock.now_ms())
+        try:
+            more = self._tick(batch, now_ms)
+            outcomes = [_apply(op, self._ctx, batch, now_ms) for op in ops]
+            if batch.operations or ops or self._scheduler.state != saved:
+                self._store.stage_state(batch, self._scheduler.state)
+                self._store.commit(batch)
+        except BaseException as exc:
+            self._scheduler.restore(saved)  # nothing of this batch is on disk
+            for op in ops:
+                op.future.set_exception(exc)
+            raise
+        for op, (ok, value) in zip(ops, outcomes, strict=True):
+            if ok:
+                op.future.set_result(value)
+            else:
+                op.future.set_exception(value)
+        if batch.fired_topics:
+            self._notify(batch.fired_topics)
+        return more or self._scheduler.busy() or bool(self._queue)
+
+    # == the tick =======================================================================
+    def _tick(self, batch: StagedBatch, now_ms: int) -> bool:
+        more = False
+        for task in self._scheduler.cascade_tasks():
+            more |= self._cascade_chunk(batch, task, now_ms)
+        more |= self._fire_chunk(batch, now_ms)
+        if now_ms >= self._next_sweep_ms:
+            limit = self._settings.sweep_chunk
+            resume = self._store.stage_sweep(batch, self._sweep_from, now_ms, limit)
+            self._sweep_from = resume or b""
+            if resume is None:
+                self._next_sweep_ms = now_ms + SWEEP_INTERVAL_MS
+            more |= resume is not None
+        return more
+
+    def _cascade_chunk(self, batch: StagedBatch, task: CascadeTask, now_ms: int) -> bool:
+        """Move one chunk of the task's range down; timers already due fire instead."""
+        limit = self._settings.cascade_chunk
+        lo, hi = keys.encode_timer_key(task.from_key), keys.time_bound(task.to_ms)
+        entries = self._store.scan(task.upper.name, lo, hi, limit)
+        due_count = _count_due(entries, now_ms)
+        if due_count:
+            first_seq = self._scheduler.take_fire_seqs(due_count)
+            self._store.stage_fire(batch, task.upper.name, entries[:due_count], first_seq, now_ms)
+        self._store.stage_move(batch, task.upper.name, task.lower.name, entries[due_count:])
+        next_from = _key_after(entries[-1][0]) if len(entries) == limit else None
+        self._scheduler.cascade_progress(task, next_from)
+        return next_from is not None
+
+    def _fire_chunk(self, batch: StagedBatch, now_ms: int) -> bool:
+        limit = self._settings.fire_chunk
+        fire_from, through_ms = self._scheduler.fire_range()
+        lo, hi = keys.encode_timer_key(fire_from), keys.time_bound(through_ms + 1)
+        entries = self._store.scan("second", lo, hi, limit)
+        if entries:
+            first_seq = self._scheduler.take_fire_seqs(len(entries))
+            self._store.stage_fire(batch, "second", entries, first_seq, now_ms)
+        next_from = _key_after(entries[-1][0]) if len(entries) == limit else None
+        self._scheduler.fire_progress(through_ms, next_from)
+        return next_from is not None
+
+    def _notify(self, topics: set[str]) -> None:
+        for listener in self._listeners:
+            try:
+                listener(topics)
+            except Exception:
+                log.exception("fired_listener_failed")
+
+
+def _apply(op: Op, ctx: WriterContext, batch: StagedBatch, now_ms: int) -> tuple[bool, object]:
+    """Run one operation; a refusal is its outcome, not the batch's failure."""
+    try:
+        return True, op.apply(ctx, batch, now_ms)
+    except TimerwheelError as exc:
+        return False, exc
+
+
+def _count_due(entries: list[tuple[bytes, bytes]], now_ms: int) -> int:
+    """Entries are in time order, so the due ones are a prefix."""
+    for index, (key, _) in enumerate(entries):
+        if keys.key_time_ms(key) > now_ms:
+            return index
+    return len(entries)
+
+
+def _key_after(raw_key: bytes) -> TimerKey:
+    """The immediate successor of a wheel key (ids never contain 0x00)."""
+    return keys.decode_timer_key(raw_key + b"\x00")
