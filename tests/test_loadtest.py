@@ -1,0 +1,122 @@
+"""`timerwheel loadtest` end to end: real worker processes, real servers, real accounting.
+
+* `smoke` against a spawned `timerwheel serve`: nothing lost, nothing early, every message
+  acked, and no process left behind;
+* `cancel` against a running (in-process) server via --target: cancelled timers are never
+  delivered and sent = acked + cancelled;
+* the harness catches a server that fires early (its clock runs ahead) and one that never
+  fires (its clock runs behind): exit status 1, with the problem named.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import psutil
+import pytest
+
+from server.app import TimerServer
+from server.cli import main
+from server.system_clock import SystemClock
+from wheels.settings import Settings
+
+pytestmark = pytest.mark.timeout(120)
+
+QUIET = ("--no-progress",)
+
+
+def run_loadtest(tmp_path: Path, *args: str) -> tuple[int, dict, str]:
+    out = tmp_path / "figures.json"
+    code = main(["loadtest", *args, *QUIET, "--json", str(out)])
+    return code, json.loads(out.read_text()), out.read_text()
+
+
+class SkewedClock(SystemClock):
+    """The wall clock shifted by `skew_ms`: a server that believes it is later (or earlier)."""
+
+    def __init__(self, skew_ms: int) -> None:
+        self.skew_ms = skew_ms
+
+    def now_ms(self) -> int:
+        return super().now_ms() + self.skew_ms
+
+
+def leftover_processes() -> list[str]:
+    """Children of this test process, but multiprocessing's own resource tracker (it lives
+    as long as the process that started it)."""
+    children = psutil.Process().children(recursive=True)
+    commands = [" ".join(child.cmdline()) for child in children]
+    return [command for command in commands if "resource_tracker" not in command]
+
+
+def start_server(tmp_path: Path, clock=None) -> TimerServer:
+    settings = Settings(data_dir=str(tmp_path / "data"), port=0, sync_writes=False)
+    return TimerServer(settings, clock).start()
+
+
+def test_smoke_scenario_spawned_server_accounts_for_every_message(tmp_path, capsys):
+    code, fig, _ = run_loadtest(tmp_path, "--scenario", "smoke")
+    table = capsys.readouterr().out
+    acc = fig["accounting"]
+    assert code == 0, acc["problems"]
+    planned = fig["send"]["planned"]
+    assert planned == 6_000 and acc["sent"] == planned and acc["acked"] == planned
+    assert acc["delivered"] == planned and acc["balanced"] and acc["problems"] == []
+    assert acc["lost"] == 0 and acc["early"] == 0 and acc["unexpected"] == 0
+    assert fig["delay_error_ms"]["count"] == planned  # every message timed once
+    assert fig["early_ms"]["count"] == 0
+    assert fig["send"]["latency_us"]["count"] == planned // 50  # one per SendBatch of 50
+    assert fig["send"]["rate_achieved"] > 1_000  # paced to 2,000/s over 3 s
+    assert fig["server"]["peak_rss_bytes"] > 10 * 2**20 and fig["server"]["stats_samples"] >= 2
+    assert "| timerwheel (" in table and "- result: OK" in table
+    assert leftover_processes() == []  # the server and the workers are all gone
+
+
+def test_cancel_scenario_against_a_running_server(tmp_path):
+    server = start_server(tmp_path)
+    try:
+        code, fig, _ = run_loadtest(
+            tmp_path, "--scenario", "cancel", "--target", server.target, "--rate", "1000",
+            "--duration", "2", "--delay-min-ms", "1500", "--delay-max-ms", "3000",
+            "--grace-ms", "1000", "--producers", "1",
+        )  # fmt: skip
+    finally:
+        server.stop(grace_s=1.0)
+    acc = fig["accounting"]
+    assert code == 0, acc["problems"]
+    assert acc["sent"] == 2_000 and 450 <= acc["cancelled"] <= 750  # 30% of 2,000
+    assert acc["cancelled_delivered"] == 0 and acc["lost"] == 0
+    assert acc["acked"] + acc["cancelled"] == acc["sent"] and acc["delivered"] == acc["acked"]
+    assert fig["target"] == server.target
+
+
+def test_a_server_that_fires_early_fails_the_run(tmp_path, capsys):
+    server = start_server(tmp_path, SkewedClock(+5_000))  # believes it is 5 s later
+    try:
+        code, fig, _ = run_loadtest(
+            tmp_path, "--scenario", "smoke", "--target", server.target, "--duration", "1",
+        )  # fmt: skip
+    finally:
+        server.stop(grace_s=1.0)
+    acc = fig["accounting"]
+    assert code == 1 and acc["early"] == acc["sent"] == 2_000
+    assert "early=2000" in acc["problems"] and not fig["ok"]
+    # Due 0.2..1.5 s after the send, fired at once: early by about the delay itself.
+    assert 200 <= fig["early_ms"]["p50"] <= 1_500 and fig["early_ms"]["max"] <= 1_600
+    assert "- result: FAILED: early=2000" in capsys.readouterr().out
+
+
+def test_a_server_that_never_fires_is_lost_within_the_bounded_wait(tmp_path):
+    server = start_server(tmp_path, SkewedClock(-3_600_000))  # believes it is 1 h earlier
+    try:
+        code, fig, _ = run_loadtest(
+            tmp_path, "--scenario", "smoke", "--target", server.target, "--duration", "1",
+            "--drain-timeout-ms", "1500",
+        )  # fmt: skip
+    finally:
+        server.stop(grace_s=1.0)
+    acc = fig["accounting"]
+    assert code == 1 and acc["lost"] == acc["sent"] == 2_000 and acc["acked"] == 0
+    assert "lost=2000" in acc["problems"]
+    assert any(p.startswith("sent=2000 != acked=0") for p in acc["problems"])

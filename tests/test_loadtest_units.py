@@ -1,0 +1,239 @@
+"""The load-test harness's pieces in isolation: pacing, deliver times, the body codec,
+consumer tallies, the accounting table, histogram summaries, scenarios and the report."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from types import SimpleNamespace
+
+import pytest
+
+from loadtest import report
+from loadtest.accounting import (
+    CANCEL_UNKNOWN,
+    CANCELLED,
+    SENT,
+    UNKNOWN,
+    UNSENT,
+    Accounting,
+    Tally,
+    account,
+    histogram_of,
+    merge_counts,
+    merge_histograms,
+    summary,
+)
+from loadtest.pacing import (
+    MIN_BODY_BYTES,
+    DeliverTimes,
+    Pacer,
+    decode_body,
+    encode_body,
+    padding_for,
+    split_messages,
+)
+from loadtest.producer import wants_cancel
+from loadtest.scenarios import SCENARIOS, ScenarioError, scenario
+from server.commands.loadtest import is_loopback
+
+
+# == pacing =================================================================================
+def test_pacer_interleaves_producers_into_one_even_stream():
+    rate, batch, producers, start = 1_000, 10, 4, 5_000_000_000
+    pacers = [Pacer(start, rate, batch, producers, index) for index in range(producers)]
+    due = sorted(pacer.due_ns(k) for pacer in pacers for k in range(25))
+    gaps = {b - a for a, b in itertools.pairwise(due)}
+    assert gaps == {10_000_000}  # 10 messages every 10 ms = 1,000 msg/s, no bunching
+    assert due[0] == start and due[-1] == start + 99 * 10_000_000
+
+
+def test_pacer_schedule_is_fixed_in_advance_not_by_answers():
+    pacer = Pacer(0, rate=14_000, batch=100, producers=1, index=0)
+    # Request k is due at k * 100 / 14,000 s whatever happened to earlier requests.
+    assert pacer.due_ns(140) == 1_000_000_000
+    assert pacer.due_ns(1_400) == 10_000_000_000
+
+
+def test_split_messages_gives_every_message_to_exactly_one_producer():
+    for total, producers in ((10, 3), (1, 4), (1_000_001, 16)):
+        shares = [split_messages(total, producers, i) for i in range(producers)]
+        assert sum(shares) == total and max(shares) - min(shares) <= 1
+
+
+def test_deliver_times_uniform_and_burst_stay_in_their_ranges():
+    rng = random.Random(7)
+    uniform = DeliverTimes(30_000, 600_000)
+    samples = [uniform.sample(rng, 1_000_000) for _ in range(5_000)]
+    assert min(samples) >= 1_030_000 and max(samples) <= 1_600_000
+    assert max(samples) - min(samples) > 500_000  # spread over the range, not a constant
+    burst = DeliverTimes(0, 0, burst_at_ms=9_000_000, burst_window_ms=1_000)
+    due = [burst.sample(rng, 1_000_000) for _ in range(5_000)]
+    assert min(due) >= 9_000_000 and max(due) < 9_001_000 and len(set(due)) > 900
+
+
+def test_body_codec_round_trips_and_pads_to_the_size():
+    body = encode_body(513, 2**40 + 5, padding_for(64))
+    assert len(body) == 64 and decode_body(body) == (513, 2**40 + 5)
+    assert decode_body(b"short") is None and MIN_BODY_BYTES == 10
+
+
+def test_wants_cancel_picks_about_the_share_deterministically():
+    picked = [seq for seq in range(100_000) if wants_cancel(seq, 0.3)]
+    assert 29_000 < len(picked) < 31_000
+    assert picked == [seq for seq in range(100_000) if wants_cancel(seq, 0.3)]
+    assert not any(wants_cancel(seq, 0.0) for seq in range(1_000))
+    assert all(wants_cancel(seq, 1.0) for seq in range(1_000))
+
+
+# == consumer tallies =======================================================================
+def delivery(producer: int, seq: int, deliver_at_ms: int, fired_at_ms: int, attempt: int = 1):
+    body = encode_body(producer, seq, padding_for(16))
+    return SimpleNamespace(
+        body=body, deliver_at_ms=deliver_at_ms, fired_at_ms=fired_at_ms, attempt=attempt
+    )
+
+
+def test_tally_counts_receipts_delay_errors_early_and_redeliveries():
+    tally = Tally()
+    tally.add([delivery(0, 0, 1_000, 1_001), delivery(0, 5, 1_000, 1_002)], received_ms=1_010)
+    tally.add([delivery(1, 2, 2_000, 2_000)], received_ms=1_990)  # 10 ms early
+    tally.add([delivery(0, 5, 1_000, 1_002, attempt=2)], received_ms=40_000)  # redelivered
+    tally.add([SimpleNamespace(body=b"?", deliver_at_ms=0, fired_at_ms=0, attempt=1)], 5)
+    assert tally.received == 5 and tally.first_receipts == 3
+    assert tally.redelivered == 1 and tally.foreign == 1 and tally.early == 1
+    assert tally.delay_ms == {10: 2}  # first attempts received on time only
+    assert tally.fire_ms == {1: 1, 2: 1} and tally.early_ms == {10: 1}
+    assert bytes(tally.seen[0][:6]) == bytes([1, 0, 0, 0, 0, 2])
+    assert tally.last_received_ms == 40_000
+
+
+def test_merge_counts_sums_per_sequence_and_caps():
+    assert merge_counts([bytes([1, 0, 2]), bytes([0, 1, 254, 1])]) == bytes([1, 1, 255, 1])
+    assert merge_counts([]) == b""
+
+
+# == the accounting table ===================================================================
+def test_account_classifies_every_state_and_receipt_count():
+    states = {0: bytes([SENT, SENT, SENT, CANCELLED, UNSENT, UNKNOWN, CANCEL_UNKNOWN, SENT])}
+    seen = {0: bytes([1, 0, 3, 1, 1, 1, 0])}  # seq 7 never received; shorter than states
+    result = account(states, seen, acked=3, early=0, expect_delivery=True)
+    assert result.sent == 6  # SENT x4, CANCELLED, CANCEL_UNKNOWN
+    assert result.delivered == 3 and result.lost == 2  # seq 1 and seq 7
+    assert result.duplicates == 2 and result.duplicated_messages == 1
+    assert result.cancelled == 2  # CANCELLED + the CANCEL_UNKNOWN that never came
+    assert result.cancelled_delivered == 1 and result.unexpected == 1
+    problems = result.problems()
+    assert "lost=2" in problems and "cancelled_delivered=1" in problems
+    assert "unexpected=1" in problems
+
+
+def test_account_clean_run_balances_and_has_no_problems():
+    states = {0: bytes([SENT] * 5 + [CANCELLED] * 2), 1: bytes([SENT] * 3)}
+    seen = {0: bytes([1] * 5), 1: bytes([1, 2, 1])}
+    result = account(states, seen, acked=8, early=0, expect_delivery=True)
+    assert (result.sent, result.cancelled, result.lost, result.duplicates) == (10, 2, 0, 1)
+    assert result.balanced and result.problems() == []
+
+
+def test_account_flags_early_imbalance_and_receipts_from_unknown_producers():
+    states = {0: bytes([SENT, SENT])}
+    result = account(states, {0: bytes([1, 1]), 9: bytes([1])}, acked=1, early=1,
+                     expect_delivery=True)  # fmt: skip
+    problems = result.problems()
+    assert "early=1" in problems and "unexpected=1" in problems
+    assert any(p.startswith("sent=2 != acked=1") for p in problems)
+
+
+def test_account_backlog_counts_pending_not_lost():
+    result = account({0: bytes([SENT] * 4)}, {}, acked=0, early=0, expect_delivery=False)
+    assert result.pending == 4 and result.lost == 0 and result.problems() == []
+    assert "sent=0: nothing was stored" in Accounting(True).problems()
+
+
+# == histograms =============================================================================
+def test_histograms_summarise_and_merge_across_processes():
+    first = histogram_of({value: 1 for value in range(1, 501)})
+    second = histogram_of({value: 1 for value in range(501, 1001)})
+    merged = summary(merge_histograms([first.encode(), second.encode()]))
+    assert merged["count"] == 1_000 and merged["max"] == 1_000
+    assert merged["p50"] == 500 and merged["p90"] == 900 and merged["p99"] == 990
+    assert merged["p999"] == 999 and abs(merged["mean"] - 500.5) < 1
+    assert summary(merge_histograms([]))["count"] == 0
+
+
+# == scenarios and the command line ==========================================================
+def test_scenarios_presets_and_overrides():
+    assert set(SCENARIOS) == {"smoke", "tdmq", "burst", "cancel", "backlog"}
+    tdmq = scenario("tdmq")
+    assert (tdmq.rate, tdmq.scaled_delay_ms) == (14_000, (30_000, 600_000))
+    assert tdmq.with_overrides(delay_scale=0.1).scaled_delay_ms == (3_000, 60_000)
+    burst = scenario("burst").with_overrides(count=300_000, rate=60_000)
+    assert burst.messages == 300_000 and burst.duration_s == 5.0
+    assert scenario("smoke").with_overrides(rate=None).rate == scenario("smoke").rate
+
+
+@pytest.mark.parametrize(
+    ("changes", "named"),
+    [
+        ({"rate": 0}, "rate=0"),
+        ({"body_bytes": 4}, "body_bytes=4"),
+        ({"delay_min_ms": 10, "delay_max_ms": 5}, "delay_min_ms=10"),
+        ({"cancel_share": 1.5}, "cancel_share=1.5"),
+        ({"consumers": 0}, "consumers=0"),
+        ({"bogus": 1}, "bogus"),
+    ],
+)
+def test_scenario_overrides_refuse_bad_values_naming_them(changes, named):
+    with pytest.raises(ScenarioError, match=named):
+        scenario("smoke").with_overrides(**changes)
+    with pytest.raises(ScenarioError, match="nope"):
+        scenario("nope")
+
+
+def test_loopback_targets_only_by_default():
+    assert is_loopback("127.0.0.1:7070") and is_loopback("localhost:1")
+    assert is_loopback("[::1]:7070") and is_loopback("127.3.2.1:80")
+    assert not is_loopback("10.0.0.5:7070") and not is_loopback("example.org:7070")
+
+
+# == the report =============================================================================
+def fake_figures(**accounting_changes) -> dict:
+    accounting = Accounting(True, sent=100, acked=100, delivered=100, **accounting_changes)
+    delay = {"count": 100, "mean": 3, "p50": 2, "p90": 5, "p99": 9, "p999": 12, "max": 15}
+    latency = {"count": 2, "mean": 1_500, "p50": 1_000, "p90": 2_000, "p99": 2_000,
+               "p999": 2_000, "max": 2_000}  # fmt: skip
+    return {
+        "scenario": "tdmq", "description": "d", "date": "2026-11-21 10:00 UTC",
+        "machine": {"cpus": 2, "load_before": (0.5, 0.4, 0.3)},
+        "config": {"producers": 4, "batch": 100, "rate": 14_000, "delay": "3 s..1 min",
+                   "consumers": 1},
+        "send": {"rate_achieved": 13_990, "latency_us": latency, "from_intended_us": latency,
+                 "planned": 100, "cancel_too_late": 0, "errors": {}},
+        "delay_error_ms": delay, "fire_lateness_ms": delay,
+        "delivery": {"span_ms": 61_000},
+        "server": {"cpu_percent_send": 88.5, "cpu_percent_run": 70.0,
+                   "peak_rss_bytes": 200 * 2**20, "data_dir_bytes": 2**20,
+                   "bytes_per_timer": None},
+        "harness_cpu_s": 12.0,
+        "accounting": accounting.as_dict(),
+        "ok": not accounting.problems(),
+    }  # fmt: skip
+
+
+def test_report_puts_tdmq_reference_above_our_row():
+    text = report.markdown(fake_figures())
+    rows = [line for line in text.splitlines() if line.startswith("| ")]
+    assert rows[1].startswith("| TDMQ RocketMQ (8-core broker) | 16 threads | 14,000")
+    assert "979 ms" in rows[1]
+    ours = rows[2].split(" | ")
+    assert "13,990 (target 14,000)" in ours and "1.5 ms" in ours and "2.0 ms" in ours
+    assert ours[7:12] == ["2 ms", "5 ms", "9 ms", "12 ms", "15 ms"]
+    assert "88.5% of 1 core (44% of 2)" in ours and "200 MiB" in ours
+    assert "- result: OK" in text and "0.50 0.40 0.30" in text
+
+
+def test_report_says_failed_and_why():
+    text = report.markdown(fake_figures(lost=3))
+    assert "- result: FAILED: lost=3" in text and "| 3 / 0 / 0 |" in text
+    assert '"lost": 3' in report.to_json(fake_figures(lost=3))
