@@ -37,7 +37,7 @@ from wheels.domain import (
     State,
     Timer,
 )
-from wheels.scheduler import Scheduler
+from wheels.scheduler import Scheduler, TimerKey
 from wheels.settings import Settings
 from wheels.validation import validate_message_id, validate_send, validate_topic
 
@@ -237,9 +237,13 @@ class Engine:
 
     # == helpers ========================================================================
     def _wheel_floors(self) -> dict[str, bytes]:
-        """Below these keys a wheel holds only tombstones, so list scans may start there."""
+        """Below these keys a wheel holds only tombstones (fired or cascaded away), so list
+        scans start there instead of wading through them."""
         state = self._scheduler.state
         floors = {"second": keys.encode_timer_key(state.fire_from)}
+        for cascade, upper in zip(state.cascades, ("minute", "hour"), strict=True):
+            done = cascade.pending_from or TimerKey.start_of(cascade.horizon_ms)
+            floors[upper] = keys.encode_timer_key(done)
         return floors
 
     def _with_wheel(self, timer: Timer) -> Timer:

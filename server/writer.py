@@ -206,7 +206,9 @@ class Writer:
         if now_ms >= self._next_sweep_ms:
             limit = self._settings.sweep_chunk
             resume = self._store.stage_sweep(batch, self._sweep_from, now_ms, limit)
-            self._sweep_from = resume or b""
+            # Expiry keys are always written at now + retention, so once everything up to
+            # now is swept the next sweep can start there and skip the swept tombstones.
+            self._sweep_from = resume or keys.time_bound(now_ms + 1)
             if resume is None:
                 self._next_sweep_ms = now_ms + SWEEP_INTERVAL_MS
             more |= resume is not None
