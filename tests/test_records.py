@@ -42,5 +42,9 @@ def test_transition_rewrites_only_state_and_given_timestamps(timer, fired_at_ms,
     )
     assert fired.state is State.FIRED
     assert (fired.fired_at_ms, fired.ready_seq) == (fired_at_ms, seq)
-    assert (fired.body, fired.topic, fired.properties) == (timer.body, timer.topic, timer.properties)
+    assert (fired.body, fired.topic, fired.properties) == (
+        timer.body,
+        timer.topic,
+        timer.properties,
+    )
     assert (fired.acked_at_ms, fired.cancelled_at_ms) == (timer.acked_at_ms, timer.cancelled_at_ms)
