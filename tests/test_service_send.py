@@ -81,7 +81,9 @@ def test_cancel_after_firing_is_failed_precondition(client):
 
 
 def test_get_reports_every_state(client, collectors):
-    second = client.send("orders", b"s", delay_ms=30_000)
+    # 8 s is inside the second wheel at any point of a minute (its cascade lead is 10 s);
+    # 90 s is always past it and 3 h always past the minute wheel.
+    second = client.send("orders", b"s", delay_ms=8_000)
     minute = client.send("orders", b"m", delay_ms=90_000)
     hour = client.send("orders", b"h", delay_ms=3 * HOUR_MS)
     for result, wheel in ((second, "second"), (minute, "minute"), (hour, "hour")):
