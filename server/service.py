@@ -70,18 +70,17 @@ def timer_message(timer: Timer, include_body: bool = True) -> pb.TimerMessage:
 
 def delivery_batch(batch: list[Delivered]) -> pb.DeliveryBatch:
     out = pb.DeliveryBatch()
+    add = out.deliveries.add  # built in place: append() would copy each message
     for item in batch:
         timer = item.fired.timer
-        out.deliveries.append(
-            pb.Delivery(
-                message_id=timer.message_id,
-                topic=timer.topic,
-                body=timer.body,
-                properties=timer.properties,
-                deliver_at_ms=timer.deliver_at_ms,
-                fired_at_ms=timer.fired_at_ms,
-                attempt=item.attempt,
-            )
+        add(
+            message_id=timer.message_id,
+            topic=timer.topic,
+            body=timer.body,
+            properties=timer.properties,
+            deliver_at_ms=timer.deliver_at_ms,
+            fired_at_ms=timer.fired_at_ms,
+            attempt=item.attempt,
         )
     return out
 
