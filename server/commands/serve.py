@@ -21,7 +21,7 @@ import threading
 import structlog
 
 from server.config import load_settings, parse_assignment
-from server.logging import FORMATS, LEVELS, configure_logging
+from server.log_config import FORMATS, LEVELS, configure_logging
 from wheels.settings import SettingsError
 
 log = structlog.get_logger("timerwheel.serve")
