@@ -43,7 +43,8 @@ def spec_from_proto(request: pb.SendRequest, prefix: str = "") -> SendSpec:
         topic=request.topic,
         body=request.body,
         when=When(_WHEN_KINDS[kind], getattr(request, kind)),
-        properties=dict(request.properties),
+        # len() first: dict() of even an empty proto map walks it through the Mapping ABC.
+        properties=dict(request.properties) if len(request.properties) else {},
         message_id=request.message_id,
     )
 
@@ -73,15 +74,16 @@ def delivery_batch(batch: list[Delivered]) -> pb.DeliveryBatch:
     add = out.deliveries.add  # built in place: append() would copy each message
     for item in batch:
         timer = item.fired.timer
-        add(
+        delivery = add(
             message_id=timer.message_id,
             topic=timer.topic,
             body=timer.body,
-            properties=timer.properties,
             deliver_at_ms=timer.deliver_at_ms,
             fired_at_ms=timer.fired_at_ms,
             attempt=item.attempt,
         )
+        if timer.properties:  # properties={} in add() costs ~3 us a message, even empty
+            delivery.properties.update(timer.properties)
     return out
 
 
