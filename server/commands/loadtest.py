@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"timerwheel loadtest: {exc}", file=sys.stderr)
         return 2
     from loadtest import harness, report  # heavy imports after the cheap checks
-    from server.logging import configure_logging
+    from server.log_config import configure_logging
 
     configure_logging("warning", "console", sys.stderr)  # stdout carries the report only
 
