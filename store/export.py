@@ -34,12 +34,14 @@ from __future__ import annotations
 import bisect
 import gc
 import heapq
+import operator
 import os
 import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from itertools import chain, repeat
 
 from rocksdict import AccessType, Checkpoint, Options, Rdict
 
@@ -131,7 +133,8 @@ def export_database(
         cut_at_ms = time.time_ns() // 1_000_000
         with _Checkpoint(checkpoint_dir) as cut:
             writer = _SliceWriter(staging, max_rows, progress)
-            boundaries = writer.write_wheels(cut.items(family) for family in WHEEL_FAMILIES)
+            boundaries = writer.write_wheels(cut)
+            writer.start_phase()
             writer.write_messages(cut.items(keys.CF_MESSAGES), boundaries)
             meta = cut.meta_summary()
         shutil.rmtree(checkpoint_dir)
@@ -176,45 +179,70 @@ class _SliceWriter:
         self.directory = directory
         self.max_rows = max_rows
         self.progress = progress
-        self.rows = 0
+        self.rows = 0  # rows in finished files
+        self._phase_base = 0  # rows written before the current phase (wheels, messages)
         self.slice_count = 0
         self.files: list[dict] = []  # manifest entries of the finished files, in order
 
-    def write_wheels(self, streams: Iterator[Iterator[tuple[bytes, bytes]]]) -> list[bytes]:
+    def write_wheels(self, cut: _Checkpoint) -> list[bytes]:
         """Merge the wheels by key; returns the first wheel key of every slice after the 0th."""
-        tagged = [
-            _tag(family, stream) for family, stream in zip(WHEEL_FAMILIES, streams, strict=True)
+        # (key, value, family) rows, tagged in C (map) rather than by a Python generator.
+        streams = [
+            map(operator.add, cut.items(family), repeat((family,))) for family in WHEEL_FAMILIES
         ]
+        streams = [chain([first], stream) for stream in streams if (first := next(stream, None))]
+        # Mostly one wheel holds nearly everything: no merge needed then.
+        merged = heapq.merge(*streams) if len(streams) > 1 else chain(*streams)
         boundaries: list[bytes] = []
         sinks = self._new_slice()
-        in_slice = 0
-        for key, family, value in heapq.merge(*tagged):
+        in_slice = done = 0
+        for key, value, family in merged:
             if in_slice == self.max_rows:
                 self._finish(*sinks.values())
                 boundaries.append(key)
                 sinks = self._new_slice()
                 in_slice = 0
-            sinks[family].put(key, value, keys.key_time_ms(key))
+            sinks[family].put(key, value)
             in_slice += 1
-            self._count()
+            done += 1
+            if not done % PROGRESS_EVERY_ROWS:
+                self._progress(done)
         self._finish(*sinks.values())
+        self._progress(done)
         return boundaries
 
     def write_messages(self, items: Iterator[tuple[bytes, bytes]], boundaries: list[bytes]) -> None:
         """Each record goes to the slice of its wheel key (deliver_at_ms + id)."""
         sinks = [self._message_sink(index, 0) for index in range(self.slice_count)]
+        deliver_at = records.record_deliver_at_ms
+        time_bound = keys.U64.pack  # keys.time_bound, without a Python call per row
+        bisect_right = bisect.bisect_right
+        max_rows = self.max_rows
+        done = 0
         for message_id, raw in items:
-            deliver_at_ms = records.record_deliver_at_ms(raw)
-            index = bisect.bisect_right(boundaries, keys.time_bound(deliver_at_ms) + message_id)
-            sink = sinks[index]
-            if sink.rows >= self.max_rows or sink.size() >= MAX_FILE_BYTES:
+            deliver_at_ms = deliver_at(raw)
+            sink = sinks[bisect_right(boundaries, time_bound(deliver_at_ms) + message_id)]
+            rows = sink.rows
+            if rows == max_rows or (not rows % 1024 and sink.size() >= MAX_FILE_BYTES):
                 self._finish(sink)
-                sink = sinks[index] = self._message_sink(index, sink.part + 1)
-            sink.put(message_id, raw, deliver_at_ms)
-            self._count()
+                sink = self._message_sink(sink.slice_index, sink.part + 1)
+                sinks[sink.slice_index] = sink
+                rows = 0
+            if not rows:
+                sink.min_time_ms = sink.max_time_ms = deliver_at_ms
+            elif deliver_at_ms < sink.min_time_ms:
+                sink.min_time_ms = deliver_at_ms
+            elif deliver_at_ms > sink.max_time_ms:
+                sink.max_time_ms = deliver_at_ms
+            sink.put(message_id, raw)
+            done += 1
+            if not done % PROGRESS_EVERY_ROWS:
+                self._progress(done)
         self._finish(*sinks)
-        if self.progress is not None:
-            self.progress(self.rows)
+        self._progress(done)
+
+    def start_phase(self) -> None:
+        self._phase_base = self.rows
 
     def _new_slice(self) -> dict[str, SstSink]:
         index = self.slice_count
@@ -230,20 +258,18 @@ class _SliceWriter:
 
     def _finish(self, *sinks: SstSink) -> None:
         for sink in sinks:
+            if sink.family != keys.CF_MESSAGES:  # wheel keys come in time order
+                sink.min_time_ms = keys.key_time_ms(sink.first_key) if sink.rows else 0
+                sink.max_time_ms = keys.key_time_ms(sink.last_key) if sink.rows else 0
             entry = sink.finish()
             if entry is not None:
+                self.rows += entry["rows"]
                 self.files.append(entry)
 
-    def _count(self) -> None:
-        self.rows += 1
-        if self.progress is not None and self.rows % PROGRESS_EVERY_ROWS == 0:
-            self.progress(self.rows)
-
-
-def _tag(family: str, stream: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple]:
-    """(key, family, value): merged by key, the family says which wheel a row came from."""
-    for key, value in stream:
-        yield key, family, value
+    def _progress(self, rows_in_phase: int) -> None:
+        """Report rows written so far: finished files plus the phase's rows in open ones."""
+        if self.progress is not None:
+            self.progress(self._phase_base + rows_in_phase)
 
 
 class _Checkpoint:
