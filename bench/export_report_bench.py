@@ -19,8 +19,8 @@ import shutil
 import sys
 import time
 
-from capacity.job import ReportOptions
 from capacity.report import ReportRequest, run_report
+from capacity.tables import ReportOptions
 from server.engine import Engine
 from store.export import export_data_dir
 from wheels.clock import VirtualClock

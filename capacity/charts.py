@@ -2,7 +2,7 @@
 
 Each chart answers one question at a glance (its title says which), with time on the x
 axis in UTC and the drain rate drawn where it matters. Every function takes the Arrow
-tables of capacity.job and writes one file; none needs a display.
+tables of capacity.tables and writes one file; none needs a display.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ temp dir of the worker).
 from __future__ import annotations
 
 import os
+import struct
 import tempfile
 from collections import defaultdict
 from collections.abc import Iterator
@@ -116,21 +117,18 @@ def plan_partitions(export_dir: str, manifest: dict) -> list[SlicePartition]:
 
 def read_partition(partition: SlicePartition, scratch_dir: str) -> Iterator[pa.RecordBatch]:
     """Decode one messages file into Arrow batches of `ARROW_SCHEMA`."""
-    from capacity.rows import RowDecoder  # imported on the worker
+    from capacity.rows import decode_messages  # imported on the worker
 
-    wheel_of: dict[bytes, str] = {}
+    wheel_keys: list[bytes] = []
+    wheel_names: list[str] = []
     for path, wheel in partition.wheel_files:
-        for wheel_key, _ in read_sst(path, scratch_dir):
-            wheel_of[wheel_key] = wheel
-    decoder = RowDecoder(wheel_of)
-    for message_id, raw in read_sst(partition.messages_path, scratch_dir):
-        try:
-            decoder.add(message_id, raw)
-        except (ValueError, UnicodeError) as exc:
-            raise ExportFormatError(
-                f"{partition.messages_path}: corrupt record {message_id!r} ({exc})"
-            ) from exc
-        if decoder.rows == BATCH_ROWS:
-            yield decoder.take_batch()
-    if decoder.rows:
-        yield decoder.take_batch()
+        before = len(wheel_keys)
+        wheel_keys.extend(key for key, _ in read_sst(path, scratch_dir))
+        wheel_names.extend([wheel] * (len(wheel_keys) - before))
+    try:
+        table = decode_messages(
+            read_sst(partition.messages_path, scratch_dir), wheel_keys, wheel_names
+        )
+    except (ValueError, UnicodeError, struct.error, pa.ArrowInvalid) as exc:
+        raise ExportFormatError(f"{partition.messages_path}: corrupt record ({exc})") from exc
+    yield from table.cast(ARROW_SCHEMA).to_batches(max_chunksize=BATCH_ROWS)

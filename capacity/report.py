@@ -6,7 +6,7 @@ writes into `out_dir`::
 
     index.html        key figures, charts and the head of every table
     charts/*.png      one chart per question (capacity.charts)
-    tables/*.parquet  every table in full (capacity.job), and the same as CSV
+    tables/*.parquet  every table in full (capacity.tables), and the same as CSV
     summary.json      the key figures, machine-readable
 
 The export is checked first (manifest, sizes, CRC-32s), so a damaged file is named
@@ -26,7 +26,8 @@ import pyarrow.parquet as pq
 import structlog
 
 from capacity import charts, html
-from capacity.job import ReportOptions, ReportTables, compute
+from capacity.job import aggregate
+from capacity.tables import ReportOptions, ReportTables, build_tables
 from store.export_files import load_manifest, verify_files
 
 log = structlog.get_logger("timerwheel.capacity")
@@ -69,10 +70,11 @@ def run_report(request: ReportRequest, *, spark=None, say: Say | None = None) ->
         spark = build_session(request.master)
     try:
         say(f"reading {manifest['totals']['rows']:,} rows in {manifest['totals']['files']} files")
-        result = compute(spark, os.path.abspath(request.input_dir), manifest, request.options)
+        grouped = aggregate(spark, os.path.abspath(request.input_dir))
     finally:
         if own_session:
             spark.stop()
+    result = build_tables(grouped, manifest, request.options)
     result.summary.update(
         cut_at_ms=manifest["cut_at_ms"],
         service_now_ms=manifest.get("service_now_ms"),

@@ -1,65 +1,79 @@
-"""Decoding exported ``messages`` records into report rows (columns of an Arrow batch).
+"""Decoding exported ``messages`` records into report rows (an Arrow table per file).
 
-The record codec is store.records; this only picks the report's columns out of it and
-looks up which wheel holds a scheduled timer.
+The record codec is store.records (`record_summary` reads just the fields the report
+needs). The per-row Python work is kept to that one call and a few appends; everything
+that can be done per column is done by Arrow in C++: the UTF-8 check of the ids, the
+state names, and finding which wheel holds each scheduled timer (one hash lookup of
+all the file's wheel keys in its slice's wheel keys).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from store import keys, records
 from wheels.domain import State
 
-_SCHEDULED = State.SCHEDULED.value
-_STATE_NAMES = {state.value: state.name for state in State}
+
+def _state_names() -> pa.Array:
+    """State name by state value (record byte -> 'SCHEDULED', ...)."""
+    names: list[str | None] = [None] * (max(State) + 1)
+    for state in State:
+        names[state] = state.name
+    return pa.array(names, pa.string())
 
 
-class RowDecoder:
-    """Accumulates decoded rows column by column; `take_batch` empties it."""
+_STATE_NAMES = _state_names()
+_SCHEDULED = int(State.SCHEDULED)
 
-    def __init__(self, wheel_of: dict[bytes, str]) -> None:
-        self._wheel_of = wheel_of  # wheel key -> "hour" / "minute" / "second"
-        self._clear()
 
-    def _clear(self) -> None:
-        self.rows = 0
-        self._ids: list[str] = []
-        self._topics: list[str] = []
-        self._deliver: list[int] = []
-        self._created: list[int] = []
-        self._body: list[int] = []
-        self._state: list[str] = []
-        self._wheel: list[str | None] = []
+def decode_messages(
+    items: Iterable[tuple[bytes, bytes]], wheel_keys: list[bytes], wheel_names: list[str]
+) -> pa.Table:
+    """Rows of one messages file; `wheel_keys[i]` is held by wheel `wheel_names[i]`."""
+    ids: list[bytes] = []
+    topics: list[str] = []
+    deliver: list[int] = []
+    created: list[int] = []
+    body: list[int] = []
+    states: list[int] = []
+    timer_keys: list[bytes] = []
+    summary = records.record_summary
+    time_bound = keys.U64.pack  # keys.time_bound, without a Python call per row
+    for message_id, raw in items:
+        state, deliver_at_ms, created_at_ms, topic, body_bytes = summary(raw)
+        ids.append(message_id)
+        topics.append(topic)
+        deliver.append(deliver_at_ms)
+        created.append(created_at_ms)
+        body.append(body_bytes)
+        states.append(state)
+        timer_keys.append(time_bound(deliver_at_ms) + message_id)
+    state_codes = pa.array(states, pa.int8())
+    return pa.table(
+        {
+            "message_id": pa.array(ids, pa.binary()).cast(pa.string()),
+            "topic": pa.array(topics, pa.string()),
+            "deliver_at_ms": pa.array(deliver, pa.int64()),
+            "created_at_ms": pa.array(created, pa.int64()),
+            "body_bytes": pa.array(body, pa.int64()),
+            "state": _STATE_NAMES.take(state_codes),
+            "wheel": _wheels(timer_keys, state_codes, wheel_keys, wheel_names),
+        }
+    )
 
-    def add(self, message_id: bytes, raw: bytes) -> None:
-        state, deliver_at_ms, created_at_ms, topic, body_bytes = records.record_summary(raw)
-        wheel = None
-        if state == _SCHEDULED:
-            wheel = self._wheel_of.get(keys.time_bound(deliver_at_ms) + message_id)
-        self._ids.append(message_id.decode())
-        self._topics.append(topic)
-        self._deliver.append(deliver_at_ms)
-        self._created.append(created_at_ms)
-        self._body.append(body_bytes)
-        self._state.append(_STATE_NAMES[state])
-        self._wheel.append(wheel)
-        self.rows += 1
 
-    def take_batch(self) -> pa.RecordBatch:
-        from capacity.datasource import ARROW_SCHEMA
-
-        batch = pa.RecordBatch.from_arrays(
-            [
-                pa.array(self._ids, pa.string()),
-                pa.array(self._topics, pa.string()),
-                pa.array(self._deliver, pa.int64()),
-                pa.array(self._created, pa.int64()),
-                pa.array(self._body, pa.int64()),
-                pa.array(self._state, pa.string()),
-                pa.array(self._wheel, pa.string()),
-            ],
-            schema=ARROW_SCHEMA,
-        )
-        self._clear()
-        return batch
+def _wheels(
+    timer_keys: list[bytes], states: pa.Array, wheel_keys: list[bytes], wheel_names: list[str]
+) -> pa.Array:
+    """The wheel holding each scheduled timer's key; null for other states (and misses)."""
+    if not timer_keys:
+        return pa.array([], pa.string())
+    found = pc.index_in(
+        pa.array(timer_keys, pa.binary()), value_set=pa.array(wheel_keys, pa.binary())
+    )
+    wheel = pa.array(wheel_names, pa.string()).take(found)
+    return pc.if_else(pc.equal(states, _SCHEDULED), wheel, pa.scalar(None, pa.string()))

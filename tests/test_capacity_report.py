@@ -6,6 +6,7 @@ Spark shares it.
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 from collections import Counter
@@ -15,8 +16,9 @@ import pyarrow.parquet as pq
 import pytest
 from capacity_data import HOT_A_MS, HOT_B_MS, SENT_AT_MS, T0_MS, build_store
 
-from capacity.job import DELAY_BUCKETS, ReportOptions
+from capacity.job import DELAY_BUCKETS
 from capacity.report import ReportError, ReportRequest, run_report
+from capacity.tables import ReportOptions
 from store.export import export_data_dir
 from store.export_files import ExportFormatError, load_manifest
 
@@ -119,8 +121,11 @@ def test_delays_wheels_states_and_storage(report):
     projection = _table(result, "storage_projection").to_pylist()
     assert projection[0]["days_ahead"] == 1
     assert projection[0]["new_timers"] == round(rate * 86_400)
-    delays_ms = [r.deliver_at_ms - r.created_at_ms for r in truth.pending()]
-    assert summary["delay_max_ms"] == max(delays_ms)
+    delays_ms = sorted(r.deliver_at_ms - r.created_at_ms for r in truth.pending())
+    assert (summary["delay_min_ms"], summary["delay_max_ms"]) == (delays_ms[0], delays_ms[-1])
+    for q in (50, 90, 99):  # percentiles from 2 %-wide bins: never below, at most 2 % above
+        exact = delays_ms[math.ceil(q / 100 * len(delays_ms)) - 1]
+        assert exact <= summary[f"delay_p{q}_ms"] <= exact * 1.02 + 1, q
 
 
 def test_outputs_html_charts_csv(report):

@@ -33,8 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from capacity.job import ReportOptions
     from capacity.report import ReportError, ReportRequest, run_report
+    from capacity.tables import ReportOptions
     from store.export_files import ExportFormatError
 
     try:

@@ -1,0 +1,241 @@
+"""The report's tables, derived on the driver from the one grouped pass (capacity.job).
+
+Everything about *when* load arrives is over the pending (SCHEDULED) timers: they are
+the future work. Per-topic and per-state tables also count the records kept for
+retention (FIRED, ACKED, CANCELLED), because those hold storage too. Times are epoch
+milliseconds; the `*_utc` columns are for people.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from capacity.job import (
+    DAY_MS,
+    DELAY_BUCKETS,
+    HOUR_MS,
+    MINUTE_MS,
+    SECOND_MS,
+    delay_bin_upper_ms,
+)
+from store import keys
+
+DELAY_QUANTILES = (0.5, 0.9, 0.99)
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    drain_rate: int = 10_000  # timers the service can fire per second
+    top_seconds: int = 20
+    projection_days: tuple[int, ...] = (1, 7, 30, 90)
+
+    def __post_init__(self) -> None:
+        if self.drain_rate <= 0:
+            raise ValueError(f"drain_rate={self.drain_rate}: must be a positive timers/second")
+        if self.top_seconds <= 0:
+            raise ValueError(f"top_seconds={self.top_seconds}: must be positive")
+
+
+@dataclass
+class ReportTables:
+    tables: dict[str, pa.Table] = field(default_factory=dict)
+    summary: dict = field(default_factory=dict)
+
+
+def build_tables(grouped: pa.Table, manifest: dict, options: ReportOptions) -> ReportTables:
+    pending = grouped.filter(pc.equal(grouped["state"], "SCHEDULED"))
+    per_second = _kind(pending, "second").select(["second_start_ms", "timers", "body_bytes"])
+    out = ReportTables()
+    out.tables["due_per_minute"] = _due_per(per_second, MINUTE_MS, "minute", "%Y-%m-%d %H:%M")
+    out.tables["due_per_hour"] = _due_per(per_second, HOUR_MS, "hour", "%Y-%m-%d %H:00")
+    out.tables["peak_seconds"] = _peak_seconds(per_second, options)
+    out.tables["topics"] = _topics(_kind(grouped, "topic"))
+    out.tables["delay_distribution"] = _delay_buckets(_kind(pending, "delay_bucket"))
+    out.tables["wheel_occupancy"] = _wheels(_kind(pending, "wheel"))
+    states = _kind(grouped, "state")
+    out.tables["states"] = (
+        states.select(["state", "timers", "body_bytes"])
+        .rename_columns(["state", "records", "body_bytes"])
+        .sort_by("state")
+    )
+    out.tables["storage_projection"], storage = _projection(states, manifest, options)
+    late = per_second.filter(pc.greater(per_second["timers"], options.drain_rate))
+    out.summary = {
+        "drain_rate": options.drain_rate,
+        "seconds_over_drain_rate": late.num_rows,
+        "timers_in_late_seconds": _sum(late, "timers"),
+        **_pending_summary(out.tables),
+        **_delay_stats(_kind(pending, "state"), _kind(pending, "delay_bin")),
+        **storage,
+    }
+    return out
+
+
+def _kind(table: pa.Table, kind: str) -> pa.Table:
+    return table.filter(pc.equal(table["kind"], kind))
+
+
+def _sum(table: pa.Table, column: str) -> int:
+    return pc.sum(table[column]).as_py() or 0
+
+
+def _utc(millis: pa.ChunkedArray, pattern: str) -> pa.Array:
+    return pc.strftime(millis.cast(pa.timestamp("ms", tz="UTC")), format=pattern)
+
+
+def _due_per(per_second: pa.Table, unit_ms: int, unit: str, pattern: str) -> pa.Table:
+    start = f"{unit}_start_ms"
+    seconds = per_second["second_start_ms"]
+    floored = pc.multiply(pc.divide(seconds, unit_ms), unit_ms)  # integer division: floor
+    rolled = (
+        per_second.append_column(start, floored)
+        .group_by(start)
+        .aggregate([("timers", "sum"), ("body_bytes", "sum"), ("timers", "max")])
+        .rename_columns([start, "timers", "body_bytes", "peak_second_timers"])
+        .sort_by(start)
+    )
+    return rolled.append_column(f"{unit}_utc", _utc(rolled[start], pattern))
+
+
+def _peak_seconds(per_second: pa.Table, options: ReportOptions) -> pa.Table:
+    """The busiest seconds; one whose timers exceed the drain rate fires partly late."""
+    rate = options.drain_rate
+    top = per_second.sort_by([("timers", "descending"), ("second_start_ms", "ascending")])
+    top = top.slice(0, options.top_seconds)
+    timers = top["timers"].to_pylist()
+    drain_ms = [-(-count * SECOND_MS // rate) for count in timers]  # ceiling division
+    return (
+        top.append_column("second_utc", _utc(top["second_start_ms"], "%Y-%m-%d %H:%M:%S"))
+        .append_column("drain_ms", pa.array(drain_ms, pa.int64()))
+        .append_column("late", pa.array([count > rate for count in timers], pa.bool_()))
+        # The last timer of the second fires this long after the second ends.
+        .append_column("max_late_ms", pa.array([max(0, d - SECOND_MS) for d in drain_ms]))
+    )
+
+
+def _topics(by_topic: pa.Table) -> pa.Table:
+    pending = pc.equal(by_topic["state"], "SCHEDULED")
+    none = pa.scalar(None, pa.int64())
+    table = pa.table(
+        {
+            "topic": by_topic["topic"],
+            "timers": pc.if_else(pending, by_topic["timers"], 0),
+            "body_bytes": pc.if_else(pending, by_topic["body_bytes"], 0),
+            "records": by_topic["timers"],
+            "record_body_bytes": by_topic["body_bytes"],
+            "first_deliver_ms": pc.if_else(pending, by_topic["min_deliver_ms"], none),
+            "last_deliver_ms": pc.if_else(pending, by_topic["max_deliver_ms"], none),
+        }
+    )
+    summed = ["timers", "body_bytes", "records", "record_body_bytes"]
+    return (
+        table.group_by("topic")
+        .aggregate([(c, "sum") for c in summed]
+                   + [("first_deliver_ms", "min"), ("last_deliver_ms", "max")])
+        .rename_columns(["topic", *summed, "first_deliver_ms", "last_deliver_ms"])
+        .sort_by([("timers", "descending"), ("records", "descending"), ("topic", "ascending")])
+    )  # fmt: skip
+
+
+def _delay_buckets(by_bucket: pa.Table) -> pa.Table:
+    counts = {
+        row["delay_bucket"]: (row["timers"], row["body_bytes"]) for row in by_bucket.to_pylist()
+    }
+    uppers = [lower for _, lower in DELAY_BUCKETS[1:]] + [None]
+    return pa.table(
+        {
+            "bucket": [label for label, _ in DELAY_BUCKETS],
+            "lower_ms": [lower for _, lower in DELAY_BUCKETS],
+            "upper_ms": pa.array(uppers, pa.int64()),
+            "timers": [counts.get(i, (0, 0))[0] for i in range(len(DELAY_BUCKETS))],
+            "body_bytes": [counts.get(i, (0, 0))[1] for i in range(len(DELAY_BUCKETS))],
+        }
+    )
+
+
+def _delay_stats(pending_total: pa.Table, by_bin: pa.Table) -> dict:
+    """Exact min/max/mean delay; percentiles from the fine bins (within 2 %)."""
+    if pending_total.num_rows == 0:
+        return {"delay_min_ms": None, "delay_max_ms": None, "delay_avg_ms": None,
+                **{f"delay_p{round(q * 100)}_ms": None for q in DELAY_QUANTILES}}  # fmt: skip
+    total = pending_total.to_pylist()[0]
+    bins = by_bin.sort_by("delay_bin").to_pylist()
+    stats = {
+        "delay_min_ms": total["min_delay_ms"],
+        "delay_max_ms": total["max_delay_ms"],
+        "delay_avg_ms": round(total["sum_delay_ms"] / total["timers"]),
+    }
+    for q in DELAY_QUANTILES:
+        seen, wanted = 0, q * total["timers"]
+        for row in bins:
+            seen += row["timers"]
+            if seen >= wanted:
+                estimate = min(delay_bin_upper_ms(row["delay_bin"]), total["max_delay_ms"])
+                stats[f"delay_p{round(q * 100)}_ms"] = estimate
+                break
+    return stats
+
+
+def _wheels(by_wheel: pa.Table) -> pa.Table:
+    """Scheduled timers per wheel; '(none)' would mean a timer no wheel holds (a bug)."""
+    return pa.table(
+        {
+            "wheel": pc.fill_null(by_wheel["wheel"], "(none)"),
+            "timers": by_wheel["timers"],
+            "body_bytes": by_wheel["body_bytes"],
+            "first_deliver_ms": by_wheel["min_deliver_ms"],
+            "last_deliver_ms": by_wheel["max_deliver_ms"],
+        }
+    ).sort_by("first_deliver_ms")
+
+
+def _projection(states: pa.Table, manifest: dict, options: ReportOptions):
+    """Storage per timer from the SST bytes, and gross growth at the observed send rate.
+
+    Gross: it assumes nothing fires or is retired, so it is an upper bound; the storage
+    that the retained records hold is in the `states` table.
+    """
+    records = _sum(states, "timers")
+    first_created = pc.min(states["min_created_ms"]).as_py()
+    last_created = pc.max(states["max_created_ms"]).as_py()
+    sst_bytes = manifest["totals"]["bytes"]
+    bytes_per_timer = sst_bytes / records if records else 0.0
+    span_ms = (last_created or 0) - (first_created or 0)
+    rate = records * SECOND_MS / span_ms if span_ms > 0 else 0.0
+    days = list(options.projection_days)
+    new_timers = [round(rate * d * DAY_MS / SECOND_MS) for d in days]
+    table = pa.table(
+        {
+            "days_ahead": days,
+            "new_timers": new_timers,
+            "new_bytes": [round(n * bytes_per_timer) for n in new_timers],
+            "total_bytes": [sst_bytes + round(n * bytes_per_timer) for n in new_timers],
+        }
+    )
+    storage = {
+        "records": records,
+        "sst_bytes": sst_bytes,
+        "messages_sst_bytes": manifest["totals"]["families"][keys.CF_MESSAGES]["bytes"],
+        "bytes_per_timer": round(bytes_per_timer, 1),
+        "first_created_ms": first_created,
+        "last_created_ms": last_created,
+        "send_rate_per_second": round(rate, 3),
+    }
+    return table, storage
+
+
+def _pending_summary(tables: dict[str, pa.Table]) -> dict:
+    hours = tables["due_per_hour"]
+    peaks = tables["peak_seconds"].to_pylist()
+    starts = hours["hour_start_ms"].to_pylist()
+    return {
+        "pending_timers": _sum(hours, "timers"),
+        "pending_body_bytes": _sum(hours, "body_bytes"),
+        "first_due_hour_ms": starts[0] if starts else None,
+        "last_due_hour_ms": starts[-1] if starts else None,
+        "peak_second_ms": peaks[0]["second_start_ms"] if peaks else None,
+        "peak_second_timers": peaks[0]["timers"] if peaks else 0,
+    }
