@@ -47,7 +47,7 @@ def fill(data_dir: str, timers: int) -> float:
             for i in range(first, min(first + CHUNK, timers)):
                 topic = TOPICS[min(i % 97, i % 19)]  # skewed: low topics are busier
                 if i % 50 == 0:  # 2%: a few hot seconds
-                    deliver_at_ms = HOT_SECONDS_MS[i % 5] + i % 1_000
+                    deliver_at_ms = HOT_SECONDS_MS[(i // 50) % 5] + i % 1_000
                 else:
                     deliver_at_ms = T0_MS + HOUR_MS + (i * 104_729) % (7 * DAY_MS)
                 when = When(WhenKind.DELIVER_AT, deliver_at_ms)

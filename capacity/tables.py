@@ -83,7 +83,9 @@ def _sum(table: pa.Table, column: str) -> int:
 
 
 def _utc(millis: pa.ChunkedArray, pattern: str) -> pa.Array:
-    return pc.strftime(millis.cast(pa.timestamp("ms", tz="UTC")), format=pattern)
+    """Whole-second UTC text (a millisecond timestamp would print '%S' as '20.000')."""
+    seconds = pc.divide(millis, SECOND_MS).cast(pa.timestamp("s", tz="UTC"))
+    return pc.strftime(seconds, format=pattern)
 
 
 def _due_per(per_second: pa.Table, unit_ms: int, unit: str, pattern: str) -> pa.Table:
