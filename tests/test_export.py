@@ -316,3 +316,19 @@ def test_export_cli_from_a_stopped_data_dir(store_dir, tmp_path, capsys):
     assert load_manifest(out_dir)["totals"]["families"]["messages"]["rows"] == len(truth.rows)
     assert main(["export", "--data-dir", data_dir, "--out", out_dir]) == 1
     assert "is not empty" in capsys.readouterr().err
+
+
+def test_export_cli_from_a_live_server(server, tmp_path, capsys):
+    """--target: the running server (TimerAdmin.Export) writes the cut."""
+    from server.cli import main
+    from server.client import TimerClient
+
+    with TimerClient(server.target, timeout_s=30) as client:
+        for i in range(3):
+            client.send("cli", b"body", delay_ms=3_600_000 + i)
+    out_dir = str(tmp_path / "export")
+    assert main(["export", "--target", server.target, "--out", out_dir]) == 0
+    assert f"to {out_dir} in" in capsys.readouterr().out
+    assert load_manifest(out_dir)["totals"]["families"]["messages"]["rows"] == 3
+    assert main(["export", "--target", server.target, "--out", out_dir]) == 1
+    assert "is not empty" in capsys.readouterr().err

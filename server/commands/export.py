@@ -9,6 +9,7 @@ With --target the *server* writes DIR, so DIR is a path on the server's machine.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -66,11 +67,18 @@ def _export_stopped(args: argparse.Namespace) -> int:
 def _export_live(args: argparse.Namespace) -> int:
     from server.client import TimerClient  # the gRPC client (TimerAdmin.Export)
 
-    started = time.monotonic()
-    with TimerClient(args.target) as client:
-        result = client.export(args.out, args.max_rows_per_file)
-    print(f"server {args.target} exported to {args.out} in {time.monotonic() - started:.1f} s")
-    print(result)
+    # The server writes the files; an absolute path means the same on both ends when they
+    # share a machine (for a remote server, give a path on that machine).
+    out_dir = os.path.abspath(args.out)
+    print(f"asking {args.target} to export to {out_dir} ...", file=sys.stderr, flush=True)
+    with TimerClient(args.target, timeout_s=None) as client:
+        result = client.export(out_dir, args.max_rows_per_file)
+    rate = result.rows / 2 / result.seconds if result.seconds else 0.0
+    print(
+        f"server {args.target} exported {result.rows:,} rows ({result.files} files) to "
+        f"{result.out_dir} in {result.seconds:.1f} s (~{rate:,.0f} timers/s); "
+        f"cut at {result.cut_at_ms} ms"
+    )
     return 0
 
 
