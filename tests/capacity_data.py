@@ -5,7 +5,7 @@ size is chosen here, so the truth is known without reading the store back; which
 holds each scheduled timer is read from the wheel column families directly.
 
     T0            T0+5 s: audit.log fired (some acked), then everything else is sent
-    |-- near: 30 timers over T0+10..40 s (second / minute wheel)
+    |-- near: 30 timers over T0+10..40 s (second / minute wheel), with properties
     |-- hot second HOT_A: 700 'orders' timers;  hot second HOT_B: 300 'payments' timers
     |-- spread: 2000 timers over 3 days, 4 topics (20 of them cancelled)
     |-- far: 50 'emails' timers 300 days away (hour wheel)
@@ -69,8 +69,9 @@ class Truth:
         return Counter(row.state for row in self.rows.values())
 
 
-def _spec(topic: str, body_bytes: int, deliver_at_ms: int) -> SendSpec:
-    return SendSpec(topic, b"x" * body_bytes, When(WhenKind.DELIVER_AT, deliver_at_ms))
+def _spec(topic: str, body_bytes: int, deliver_at_ms: int, properties=None) -> SendSpec:
+    when = When(WhenKind.DELIVER_AT, deliver_at_ms)
+    return SendSpec(topic, b"x" * body_bytes, when, properties or {})
 
 
 def build_store(data_dir: str) -> Truth:
@@ -97,7 +98,9 @@ def build_store(data_dir: str) -> Truth:
     for message_id in engine.ack("audit.log", fired[:5]):
         states[message_id] = "ACKED"
 
-    send([_spec(TOPICS[i % 4], 32, T0_MS + 10_000 + i * 1_000) for i in range(30)])
+    # Properties are not body: the report's body_bytes must skip them.
+    props = [{"trace": "t" * i, "n": str(i)} for i in range(30)]
+    send([_spec(TOPICS[i % 4], 32, T0_MS + 10_000 + i * 1_000, props[i]) for i in range(30)])
     send([_spec("orders", 100, HOT_A_MS + (i * 997) % 1_000) for i in range(700)])
     send([_spec("payments", 1_000, HOT_B_MS + (i * 331) % 1_000) for i in range(300)])
     spread = send(
