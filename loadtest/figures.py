@@ -10,6 +10,8 @@ Units are in the names: `_ms` integer milliseconds, `_us` microseconds, `_bytes`
   `fired_at_ms`); `early_ms`: how early, for receipts before the deliver time.
 * `server.cpu_percent_*`: from TimerAdmin.Stats cpu_seconds (100 = one core busy);
   `peak_rss_bytes` the larger of the sampled RSS and the kernel's VmHWM (spawned server).
+* `server.peak_unacked`: the most fired, not yet acked messages the server held at a
+  sample: far above the consumers' in-flight window means delivery is behind firing.
 * `server.bytes_per_timer`: data dir bytes (SST + WAL + manifest) / timers pending at
   the end (backlog).
 """
@@ -127,6 +129,7 @@ def _server(outcome: dict, accounting) -> dict:
         "final_rss_bytes": last.rss_bytes if last else 0,
         "data_dir_bytes": data_dir_bytes,
         "keys": last.keys if last else {},
+        "peak_unacked": max((s.unacked for s in sampler.samples), default=0),
         "bytes_per_timer": round(data_dir_bytes / pending, 1) if pending else None,
         "stats_samples": len(sampler.samples),
         "stats_errors": sampler.errors,

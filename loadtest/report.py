@@ -113,6 +113,7 @@ def details(fig: dict) -> str:
         ("fire lateness (server) P50 / P99 / P999 / max",
          f"{fire['p50']} / {fire['p99']} / {fire['p999']} / {fire['max']} ms"),
         ("first deliver time -> last receipt", f"{delivery['span_ms']:,} ms"),
+        ("server's peak fired-but-unacked backlog", f"{server.get('peak_unacked', 0):,}"),
         ("server CPU over the whole run", f"{server['cpu_percent_run']:g}% of 1 core"),
         ("server data dir", f"{_mib(server['data_dir_bytes'])}"
          + (f", {server['bytes_per_timer']:,} bytes per pending timer"
