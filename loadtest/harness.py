@@ -28,6 +28,7 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 
+import grpc
 import structlog
 from tqdm import tqdm
 
@@ -42,6 +43,7 @@ from server.client import TimerClient
 
 log = structlog.get_logger("timerwheel.loadtest")
 
+CONNECT_TIMEOUT_S = 15.0
 READY_TIMEOUT_S = 90.0
 START_LEAD_NS = 500_000_000  # the common start lies this far ahead of the release
 TICK_S = 0.25  # progress refresh; every wait below is bounded by a deadline
@@ -73,11 +75,20 @@ def run(
     with _server(target, serve_flags, keep_data) as (address, spawned):
         client = TimerClient(address, timeout_s=scenario.rpc_timeout_s)
         try:
-            client.wait_ready(timeout_s=30)
+            _connect(client, address)
             outcome = Run(scenario, address, progress).execute(client, spawned)
         finally:
             client.close()
     return figures(scenario, outcome, load_before, os.getloadavg(), target or "spawned")
+
+
+def _connect(client: TimerClient, address: str) -> None:
+    try:
+        client.wait_ready(timeout_s=CONNECT_TIMEOUT_S)
+    except grpc.FutureTimeoutError:
+        raise ConnectionError(
+            f"no timerwheel server answers at {address} within {CONNECT_TIMEOUT_S:g} s"
+        ) from None
 
 
 @contextlib.contextmanager

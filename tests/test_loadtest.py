@@ -11,6 +11,8 @@
 from __future__ import annotations
 
 import json
+import socket
+import time
 from pathlib import Path
 
 import psutil
@@ -120,3 +122,20 @@ def test_a_server_that_never_fires_is_lost_within_the_bounded_wait(tmp_path):
     assert code == 1 and acc["lost"] == acc["sent"] == 2_000 and acc["acked"] == 0
     assert "lost=2000" in acc["problems"]
     assert any(p.startswith("sent=2000 != acked=0") for p in acc["problems"])
+
+
+def test_no_server_at_the_target_fails_within_a_bound(tmp_path, capsys):
+    with socket.socket() as probe:  # a loopback port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    started = time.monotonic()
+    code = main(["loadtest", "--scenario", "smoke", "--target", f"127.0.0.1:{port}", *QUIET])
+    assert code == 1 and time.monotonic() - started < 40
+    assert f"no timerwheel server answers at 127.0.0.1:{port}" in capsys.readouterr().err
+
+
+def test_usage_errors_exit_2_before_anything_runs(capsys):
+    assert main(["loadtest", "--scenario", "smoke", "--target", "10.1.2.3:7070"]) == 2
+    assert "not a loopback address" in capsys.readouterr().err
+    assert main(["loadtest", "--scenario", "smoke", "--body-bytes", "3"]) == 2
+    assert "body_bytes=3" in capsys.readouterr().err

@@ -94,10 +94,14 @@ def run(args: argparse.Namespace) -> int:
 
     configure_logging("warning", "console", sys.stderr)  # stdout carries the report only
 
-    fig = harness.run(
-        chosen, target=args.target, serve_flags=args.serve_flag, keep_data=args.keep_data,
-        progress=not args.no_progress,
-    )  # fmt: skip
+    try:
+        fig = harness.run(
+            chosen, target=args.target, serve_flags=args.serve_flag, keep_data=args.keep_data,
+            progress=not args.no_progress,
+        )  # fmt: skip
+    except (RuntimeError, TimeoutError, OSError) as exc:  # the harness itself could not run
+        print(f"timerwheel loadtest: {exc}", file=sys.stderr)
+        return 1
     print(report.markdown(fig))
     if args.json:
         with open(args.json, "w") as out:
