@@ -66,8 +66,7 @@ class SendOp(Op):
     def apply(self, ctx: WriterContext, batch: StagedBatch, now_ms: int) -> list[SendResult]:
         if not any(send.client_chose_id for send in self.sends):
             # Server-made ids are unique: nothing to check, nothing can be refused.
-            for send in self.sends:
-                _stage_new(ctx, batch, send, now_ms)
+            _stage_all_new(ctx, batch, self.sends, now_ms)
             return [SendResult(send.message_id, send.deliver_at_ms) for send in self.sends]
         # Check every send before staging any, so a refused batch stages nothing.
         first_in_op: dict[str, PreparedSend] = {}
@@ -114,6 +113,25 @@ def _existing_result(
             f"state={timer.state.name})"
         )
     return SendResult(timer.message_id, timer.deliver_at_ms)
+
+
+def _stage_all_new(
+    ctx: WriterContext, batch: StagedBatch, sends: list[PreparedSend], now_ms: int
+) -> None:
+    """Stage a batch of new timers at once (the SendBatch hot path)."""
+    wheels = ctx.scheduler.wheel_names([send.deliver_at_ms for send in sends])
+    if None in wheels:  # some are already due: those take the one-by-one path
+        for send in sends:
+            _stage_new(ctx, batch, send, now_ms)
+        return
+    ctx.store.stage_schedule_many(
+        batch,
+        [send.message_id.encode() for send in sends],
+        [send.record for send in sends],
+        [send.deliver_at_ms for send in sends],
+        [send.spec.topic.encode() for send in sends],
+        wheels,
+    )
 
 
 def _stage_new(ctx: WriterContext, batch: StagedBatch, send: PreparedSend, now_ms: int) -> None:

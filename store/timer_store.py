@@ -246,6 +246,21 @@ class TimerStore:
         put(keys.U64.pack(deliver_at_ms) + message_id, topic, self._h_wheels[wheel])
         batch.operations += 1
 
+    def stage_schedule_many(
+        self, batch: StagedBatch, message_ids: list[bytes], records_: list[bytes],
+        deliver_times_ms: list[int], topics: list[bytes], wheels: list[str],
+    ) -> None:  # fmt: skip
+        """`stage_schedule` for a batch of sends: the hot path of SendBatch."""
+        put, overlay, pack_time = batch.write_batch.put, batch.records, keys.U64.pack
+        h_messages, h_wheels = self._h_messages, self._h_wheels
+        for message_id, record, deliver_at_ms, topic, wheel in zip(
+            message_ids, records_, deliver_times_ms, topics, wheels, strict=True
+        ):
+            overlay[message_id] = record
+            put(message_id, record, h_messages)
+            put(pack_time(deliver_at_ms) + message_id, topic, h_wheels[wheel])
+        batch.operations += len(message_ids)
+
     def stage_fire_new(
         self, batch: StagedBatch, message_id: bytes, record: bytes, topic: str, seq: int
     ) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import NamedTuple
 
 
 class State(IntEnum):
@@ -70,8 +71,9 @@ class Timer:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class SendResult:
+class SendResult(NamedTuple):
+    """The answer to a send. A NamedTuple: one is made per message on the hot path."""
+
     message_id: str
     deliver_at_ms: int
 

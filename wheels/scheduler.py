@@ -47,10 +47,13 @@ a restart), so a clock stepping back can never strand a key below `fire_from`.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from wheels.wheel import LEVELS, Wheel
+
+_LEVEL_NAMES = tuple(level.name for level in LEVELS)
 
 
 class TimerKey(NamedTuple):
@@ -151,10 +154,16 @@ class Scheduler:
         return LEVELS[self._level_index(deliver_at_ms)]
 
     def _level_index(self, deliver_at_ms: int) -> int:
-        for index, horizon_ms in enumerate(self._horizons):
-            if deliver_at_ms < horizon_ms:
-                return index
-        return len(LEVELS) - 1
+        # Horizons ascend level by level, so the level is the number of horizons <= t.
+        return bisect_right(self._horizons, deliver_at_ms)
+
+    def wheel_names(self, deliver_times_ms: list[int]) -> list[str | None]:
+        """`placement` for a whole batch: a wheel name per time, None where it is due now."""
+        now_ms, horizons = self._state.now_ms, self._horizons
+        return [
+            None if t <= now_ms else _LEVEL_NAMES[bisect_right(horizons, t)]
+            for t in deliver_times_ms
+        ]
 
     def wheel_candidates(self, deliver_at_ms: int) -> tuple[Wheel, ...]:
         """Wheels that may hold a scheduled timer due then (two while a cascade moves it)."""

@@ -82,42 +82,52 @@ def validate_properties(props: Mapping[str, str], settings: Settings, field: str
 
 
 def resolve_deliver_at_ms(when: When, now_ms: int, settings: Settings, prefix: str = "") -> int:
-    """The absolute delivery time for `when`, or InvalidArgument naming the field."""
-    if when.kind is WhenKind.DELAY:
-        field = prefix + "delay_ms"
-        if when.value < 0:
-            raise InvalidArgument(field, when.value, "must not be negative")
-        if when.value > settings.max_delay_ms:
-            raise InvalidArgument(
-                field, when.value, f"exceeds the maximum delay of {settings.max_delay_ms} ms"
-            )
-        return now_ms + when.value
-    if when.kind is WhenKind.LEVEL:
-        field = prefix + "delay_level"
+    """The absolute delivery time for `when`, or InvalidArgument naming the field.
+
+    Runs once per message: the common, valid cases return first; errors are worked out
+    only when the fast checks fail.
+    """
+    kind, value = when.kind, when.value
+    if kind is _DELAY:
+        if 0 <= value <= settings.max_delay_ms:
+            return now_ms + value
+    elif kind is _LEVEL:
         levels = settings.delay_levels_ms
-        if not 1 <= when.value <= len(levels):
-            raise InvalidArgument(field, when.value, f"must be 1..{len(levels)}")
-        return now_ms + levels[when.value - 1]
-    field = prefix + "deliver_at_ms"
-    if when.value < now_ms - settings.max_past_ms:
-        raise InvalidArgument(
-            field,
-            when.value,
+        if 1 <= value <= len(levels):
+            return now_ms + levels[value - 1]
+    elif now_ms - settings.max_past_ms <= value <= now_ms + settings.max_delay_ms:
+        return value
+    raise _when_error(kind, value, now_ms, settings, prefix)
+
+
+_DELAY, _LEVEL = WhenKind.DELAY, WhenKind.LEVEL
+
+
+def _when_error(
+    kind: WhenKind, value: int, now_ms: int, settings: Settings, prefix: str
+) -> InvalidArgument:
+    if kind is _DELAY:
+        if value < 0:
+            return InvalidArgument(prefix + "delay_ms", value, "must not be negative")
+        reason = f"exceeds the maximum delay of {settings.max_delay_ms} ms"
+        return InvalidArgument(prefix + "delay_ms", value, reason)
+    if kind is _LEVEL:
+        reason = f"must be 1..{len(settings.delay_levels_ms)}"
+        return InvalidArgument(prefix + "delay_level", value, reason)
+    if value < now_ms:
+        reason = (
             f"is more than {settings.max_past_ms} ms in the past (now is {now_ms}); "
-            "past times within that window fire at once",
+            "past times within that window fire at once"
         )
-    if when.value > now_ms + settings.max_delay_ms:
-        raise InvalidArgument(
-            field,
-            when.value,
-            f"is beyond the maximum delay of {settings.max_delay_ms} ms from now ({now_ms})",
-        )
-    return when.value
+    else:
+        reason = f"is beyond the maximum delay of {settings.max_delay_ms} ms from now ({now_ms})"
+    return InvalidArgument(prefix + "deliver_at_ms", value, reason)
 
 
 def validate_send(spec: SendSpec, now_ms: int, settings: Settings, prefix: str = "") -> int:
     """Check every field of `spec`; return its deliver_at_ms."""
-    validate_topic(spec.topic, settings, prefix + "topic")
+    if _topic_problem(spec.topic, settings.max_topic_len):
+        validate_topic(spec.topic, settings, prefix + "topic")
     if len(spec.body) > settings.max_body_bytes:
         raise InvalidArgument(
             prefix + "body",
