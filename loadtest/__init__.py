@@ -13,5 +13,8 @@ Pieces, each a small module:
 * `consumer`  - one consumer process (Subscribe streams, pipelined acks, delay tallies);
 * `accounting`- merging what the processes saw into sent / acked / lost / dup / early;
 * `server_proc` - a spawned `timerwheel serve` and the Stats sampler;
-* `harness`   - the run itself; `report` - the Markdown table and the JSON.
+* `harness`   - the run itself; `figures` - what a run measured, as one JSON-ready dict;
+* `report`    - the Markdown table laid out like TDMQ's, and the JSON.
+
+docs/benchmarks.md has the figures measured on the project's machine.
 """
