@@ -26,8 +26,9 @@ _U32 = struct.Struct(">I")
 HEADER_BYTES = _HEADER.size
 _I64 = struct.Struct(">q")
 _FIRED_AT_OFFSET = 3 + 8 * 3  # after version, state, when_kind, when_value, deliver, created
+_ACKED_AT_OFFSET = 3 + 8 * 4
 _READY_SEQ_OFFSET = 3 + 8 * 6
-_SCHEDULED, _FIRED = int(State.SCHEDULED), int(State.FIRED)
+_SCHEDULED, _FIRED, _ACKED = int(State.SCHEDULED), int(State.FIRED), int(State.ACKED)
 
 
 def encode_timer(timer: Timer) -> bytes:
@@ -109,6 +110,18 @@ def record_state(raw: bytes) -> State:
 def is_scheduled(raw: bytes) -> bool:
     """The firing path's check: a byte compare, no enum construction."""
     return raw[1] == _SCHEDULED
+
+
+def is_fired(raw: bytes) -> bool:
+    return raw[1] == _FIRED
+
+
+def as_acked(raw: bytes, acked_at_ms: int) -> bytes:
+    """`with_transition(raw, ACKED, acked_at_ms=...)` for the hot ack path."""
+    patched = bytearray(raw)
+    patched[1] = _ACKED
+    _I64.pack_into(patched, _ACKED_AT_OFFSET, acked_at_ms)
+    return bytes(patched)
 
 
 def as_fired(raw: bytes, fired_at_ms: int, ready_seq: int) -> bytes:

@@ -287,7 +287,7 @@ class TimerStore:
     ) -> int:
         """Fire wheel entries: key out, `ready` entry in, record FIRED. Returns seqs used."""
         ids = [key[keys.TIME_BYTES :] for key, _ in entries]
-        raws = self._lookup_many(batch, ids)
+        raws = self.lookup_many(batch, ids)
         put, delete = batch.write_batch.put, batch.write_batch.delete
         h_wheel, h_messages, h_ready = self._h_wheels[wheel], self._h_messages, self._h_ready
         overlay, pack_seq, separator = batch.records, keys.U64.pack, keys.TOPIC_SEPARATOR
@@ -308,7 +308,8 @@ class TimerStore:
         batch.operations += len(entries)
         return seq - first_seq
 
-    def _lookup_many(self, batch: StagedBatch, ids: list[bytes]) -> list[bytes | None]:
+    def lookup_many(self, batch: StagedBatch, ids: list[bytes]) -> list[bytes | None]:
+        """`lookup` for many ids: one multi-get, then this batch's overlay on top."""
         if not ids:
             return []
         raws = self._messages.get(ids)
@@ -344,15 +345,9 @@ class TimerStore:
         self, batch: StagedBatch, message_id: str, raw: bytes, now_ms: int, expire_at_ms: int
     ) -> None:
         """Retire a FIRED timer: ready entry out, record ACKED, expiry scheduled."""
-        topic = records.record_topic(raw)
-        batch.write_batch.delete(
-            keys.ready_key(topic, records.record_ready_seq(raw)), self._h_ready
-        )
-        self._put_record(
-            batch,
-            message_id.encode(),
-            records.with_transition(raw, State.ACKED, acked_at_ms=now_ms),
-        )
+        ready = keys.ready_key(records.record_topic(raw), records.record_ready_seq(raw))
+        batch.write_batch.delete(ready, self._h_ready)
+        self._put_record(batch, message_id.encode(), records.as_acked(raw, now_ms))
         batch.write_batch.put(keys.wheel_key(expire_at_ms, message_id), b"", self._h_expiry)
         batch.operations += 1
 
@@ -364,7 +359,7 @@ class TimerStore:
         entries = list(islice(self._range(self._expiry, lo, keys.time_bound(now_ms + 1)), limit))
         ids = [key[keys.TIME_BYTES :] for key, _ in entries]
         for (key, _), message_id, raw in zip(
-            entries, ids, self._lookup_many(batch, ids), strict=True
+            entries, ids, self.lookup_many(batch, ids), strict=True
         ):
             batch.write_batch.delete(key, self._h_expiry)
             if raw is not None and records.record_state(raw) in _FINAL_STATES:

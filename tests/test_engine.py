@@ -134,6 +134,8 @@ def test_ack_retires_only_fired_messages_of_that_topic(make_engine, clock):
     later = engine.send(delay(HOUR_MS)).message_id
     assert engine.ack("orders", [a, b, later, "unknown"]) == [a]
     assert engine.ack("orders", [a]) == []
+    again = engine.send(delay(0)).message_id
+    assert engine.ack("orders", [again, again]) == [again], "a repeated id is acked once"
     assert engine.get(a).state is State.ACKED and engine.get(a).acked_at_ms == T0
     assert [f.timer.message_id for f in engine.fetch_fired("other", 0, 10)] == [b]
 

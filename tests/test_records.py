@@ -1,5 +1,7 @@
 """The messages record codec."""
 
+from dataclasses import replace
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -48,3 +50,16 @@ def test_transition_rewrites_only_state_and_given_timestamps(timer, fired_at_ms,
         timer.properties,
     )
     assert (fired.acked_at_ms, fired.cancelled_at_ms) == (timer.acked_at_ms, timer.cancelled_at_ms)
+
+
+@given(timers, st.integers(1, 2**62))
+def test_ack_patch_sets_state_and_time_only(timer, acked_at_ms):
+    raw = records.encode_timer(timer)
+    acked = records.decode_timer(timer.message_id, records.as_acked(raw, acked_at_ms))
+    assert acked.state is State.ACKED and acked.acked_at_ms == acked_at_ms
+    assert records.is_fired(records.encode_timer(replace(timer, state=State.FIRED)))
+    assert (acked.fired_at_ms, acked.ready_seq, acked.body) == (
+        timer.fired_at_ms,
+        timer.ready_seq,
+        timer.body,
+    )
