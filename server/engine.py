@@ -21,6 +21,7 @@ from dataclasses import replace
 
 import structlog
 
+from server.fired_cache import FiredCache
 from server.ops import AckOp, CancelOp, PreparedSend, SendOp
 from server.writer import FiredListener, Writer
 from store import keys
@@ -44,6 +45,7 @@ from wheels.validation import validate_message_id, validate_send, validate_topic
 log = structlog.get_logger("timerwheel.engine")
 
 MAX_LIST_LIMIT = 1_000
+FIRED_CACHE_ENTRIES = 200_000  # fired records kept in memory for delivery (~60 MB at most)
 LIST_SCAN_BUDGET = 200_000
 
 
@@ -74,7 +76,8 @@ class Engine:
         else:
             self._scheduler = Scheduler(state, leads)
         self._ids = MessageIds()
-        self._writer = Writer(settings, clock, self._store, self._scheduler)
+        self._fired_cache = FiredCache(self._scheduler.state.fire_seq, FIRED_CACHE_ENTRIES)
+        self._writer = Writer(settings, clock, self._store, self._scheduler, self._fired_cache.add)
         self._closed = False
         log.info(
             "engine_opened", data_dir=settings.data_dir, recovered=state is not None,
@@ -164,8 +167,13 @@ class Engine:
         return timers, token
 
     def fetch_fired(self, topic: str, after_seq: int, limit: int) -> list[FiredTimer]:
-        """Fired, un-acked messages of `topic` after fire sequence `after_seq`, in fire order."""
-        return self._store.read_ready(topic, after_seq, limit)
+        """Fired, un-acked messages of `topic` after fire sequence `after_seq`, in fire order.
+
+        Served from memory when the fired records are still cached (the usual case for a
+        consumer that keeps up), else from the `ready` column family.
+        """
+        cached = self._fired_cache.read(topic, after_seq, limit)
+        return cached if cached is not None else self._store.read_ready(topic, after_seq, limit)
 
     def ready_topics(self) -> list[str]:
         return self._store.ready_topics()

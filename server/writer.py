@@ -49,12 +49,18 @@ MAX_IDLE_SLEEP_S = 0.25
 
 class Writer:
     def __init__(
-        self, settings: Settings, clock: Clock, store: TimerStore, scheduler: Scheduler
+        self,
+        settings: Settings,
+        clock: Clock,
+        store: TimerStore,
+        scheduler: Scheduler,
+        on_commit_fired: Callable[[dict[str, list[tuple[int, bytes, bytes]]]], None],
     ) -> None:
         self._settings = settings
         self._clock = clock
         self._store = store
         self._scheduler = scheduler
+        self._on_commit_fired = on_commit_fired  # before listeners: they read what it keeps
         self._ctx = WriterContext(store, scheduler, settings.retention_ms)
         self._cond = threading.Condition()
         self._queue: deque[Op] = deque()
@@ -194,6 +200,7 @@ class Writer:
             else:
                 op.future.set_exception(value)
         if batch.fired_topics:
+            self._on_commit_fired(batch.fired_entries)
             self._notify(batch.fired_topics)
         return more or self._scheduler.busy() or bool(self._queue)
 

@@ -33,6 +33,7 @@ class StagedBatch:
     write_batch: WriteBatch = field(default_factory=lambda: WriteBatch(raw_mode=True))
     records: dict[bytes, bytes | None] = field(default_factory=dict)
     fired_topics: set[str] = field(default_factory=set)
+    fired_entries: dict[str, list[tuple[int, bytes, bytes]]] = field(default_factory=dict)
     fired: int = 0
     operations: int = 0
 
@@ -268,6 +269,7 @@ class TimerStore:
         self._put_record(batch, message_id, record)
         batch.write_batch.put(keys.ready_key(topic, seq), message_id, self._h_ready)
         batch.fired_topics.add(topic)
+        batch.fired_entries.setdefault(topic, []).append((seq, message_id, record))
         batch.fired += 1
         batch.operations += 1
 
@@ -291,7 +293,7 @@ class TimerStore:
         put, delete = batch.write_batch.put, batch.write_batch.delete
         h_wheel, h_messages, h_ready = self._h_wheels[wheel], self._h_messages, self._h_ready
         overlay, pack_seq, separator = batch.records, keys.U64.pack, keys.TOPIC_SEPARATOR
-        topics = set()
+        per_topic: dict[bytes, list[tuple[int, bytes, bytes]]] = {}
         seq = first_seq
         for (key, topic), message_id, raw in zip(entries, ids, raws, strict=True):
             delete(key, h_wheel)
@@ -301,9 +303,15 @@ class TimerStore:
             overlay[message_id] = fired
             put(message_id, fired, h_messages)
             put(topic + separator + pack_seq(seq), message_id, h_ready)
-            topics.add(topic)
+            fired_of_topic = per_topic.get(topic)
+            if fired_of_topic is None:
+                fired_of_topic = per_topic[topic] = []
+            fired_of_topic.append((seq, message_id, fired))
             seq += 1
-        batch.fired_topics.update(topic.decode() for topic in topics)
+        for topic, fired_of_topic in per_topic.items():
+            name = topic.decode()
+            batch.fired_topics.add(name)
+            batch.fired_entries.setdefault(name, []).extend(fired_of_topic)
         batch.fired += seq - first_seq
         batch.operations += len(entries)
         return seq - first_seq

@@ -1,0 +1,73 @@
+"""Recently fired records, kept in memory so delivery need not read them back from RocksDB.
+
+The writer adds each committed batch's fired records here; `Engine.fetch_fired` serves a
+topic from this cache when the cache is known to be complete above the reader's cursor,
+and falls back to the `ready` column family otherwise (after a restart, or once entries
+were evicted). RocksDB stays the truth: the cache only saves the read-back.
+
+Completeness per topic: `floor` is the highest fire sequence *not* guaranteed to be in
+the cache (at start, the sequence the engine opened with; later, the last evicted one).
+A read after `after_seq >= floor` sees every fired entry of the topic above `after_seq`.
+
+Bounds: a reader's fetch after `after_seq` means it holds everything up to there, so
+those entries are dropped (and the floor rises to `after_seq`, so a later read from an
+earlier cursor goes to RocksDB); and when the cache as a whole exceeds `max_entries` (a topic
+nobody reads), the largest topic is dropped and falls back to reads from RocksDB.
+
+Entries are the records as fired; an entry acked before anyone fetched it (possible only
+for a client that acks an id it learned elsewhere) may still be handed out once more,
+which at-least-once delivery allows and a repeated ack ignores.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+
+from store import records
+from wheels.domain import FiredTimer
+
+FiredEntry = tuple[int, bytes, bytes]  # (fire seq, message id, record as committed)
+
+
+class FiredCache:
+    def __init__(self, start_seq: int, max_entries: int) -> None:
+        self._start_seq = start_seq
+        self._max_entries = max_entries
+        self._topics: dict[str, deque[FiredEntry]] = {}
+        self._floors: dict[str, int] = {}
+        self._size = 0
+        self._lock = threading.Lock()
+
+    def add(self, fired: dict[str, list[FiredEntry]]) -> None:
+        """Entries of one committed batch, per topic, in fire order."""
+        with self._lock:
+            for topic, entries in fired.items():
+                self._topics.setdefault(topic, deque()).extend(entries)
+                self._size += len(entries)
+            while self._size > self._max_entries:
+                self._drop_largest()
+
+    def read(self, topic: str, after_seq: int, limit: int) -> list[FiredTimer] | None:
+        """Fired entries above `after_seq`, or None when the cache cannot answer."""
+        with self._lock:
+            if after_seq < self._floors.get(topic, self._start_seq):
+                return None
+            entries = self._topics.get(topic)
+            if not entries:
+                return []
+            while entries and entries[0][0] <= after_seq:  # the reader holds these
+                entries.popleft()
+                self._size -= 1
+            # What was dropped is no longer here: an earlier cursor must go to RocksDB.
+            self._floors[topic] = max(after_seq, self._floors.get(topic, self._start_seq))
+            picked = [entries[i] for i in range(min(limit, len(entries)))]
+        return [
+            FiredTimer(seq, records.decode_timer(mid.decode(), raw)) for seq, mid, raw in picked
+        ]
+
+    def _drop_largest(self) -> None:
+        topic = max(self._topics, key=lambda name: len(self._topics[name]))
+        entries = self._topics.pop(topic)
+        self._floors[topic] = entries[-1][0]
+        self._size -= len(entries)

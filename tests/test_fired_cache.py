@@ -1,0 +1,52 @@
+"""The fired-record cache: answers only when it is complete above the reader's cursor."""
+
+from server.fired_cache import FiredCache
+from store import records
+from wheels.domain import State, Timer, When, WhenKind
+
+
+def entry(seq: int, topic: str = "t") -> tuple[int, bytes, bytes]:
+    timer = Timer(
+        message_id=f"m{seq}", topic=topic, body=b"b", properties={}, deliver_at_ms=seq,
+        created_at_ms=0, state=State.FIRED, when=When(WhenKind.DELAY, 0), ready_seq=seq,
+    )  # fmt: skip
+    return seq, f"m{seq}".encode(), records.encode_timer(timer)
+
+
+def seqs(fired) -> list[int]:
+    return [f.seq for f in fired]
+
+
+def test_serves_what_was_fired_since_start_in_order():
+    cache = FiredCache(start_seq=10, max_entries=100)
+    cache.add({"t": [entry(11), entry(13)], "u": [entry(12, "u")]})
+    assert seqs(cache.read("t", 10, 10)) == [11, 13]
+    assert [f.timer.message_id for f in cache.read("u", 10, 10)] == ["m12"]
+    assert cache.read("t", 11, 1)[0].timer.topic == "t"
+
+
+def test_cursors_before_the_start_go_to_the_store():
+    cache = FiredCache(start_seq=10, max_entries=100)
+    cache.add({"t": [entry(11)]})
+    assert cache.read("t", 9, 10) is None
+    assert cache.read("never-fired", 3, 10) is None
+    assert cache.read("never-fired", 10, 10) == []
+
+
+def test_a_read_drops_what_the_reader_holds_and_earlier_cursors_fall_back():
+    cache = FiredCache(start_seq=0, max_entries=100)
+    cache.add({"t": [entry(1), entry(2), entry(3)]})
+    assert seqs(cache.read("t", 2, 10)) == [3]
+    assert cache.read("t", 0, 10) is None  # 1 and 2 were dropped: not complete from 0
+    assert seqs(cache.read("t", 2, 10)) == [3]
+
+
+def test_over_the_bound_the_largest_topic_is_dropped_to_the_store():
+    cache = FiredCache(start_seq=0, max_entries=3)
+    cache.add(
+        {"big": [entry(1, "big"), entry(2, "big"), entry(3, "big")], "small": [entry(4, "small")]}
+    )
+    assert cache.read("big", 0, 10) is None
+    assert seqs(cache.read("small", 0, 10)) == [4]
+    cache.add({"big": [entry(5, "big")]})
+    assert seqs(cache.read("big", 3, 10)) == [5]
