@@ -52,12 +52,19 @@ class Op:
     def apply(self, ctx: WriterContext, batch: StagedBatch, now_ms: int) -> object:
         raise NotImplementedError
 
+    def reads(self) -> list[bytes]:
+        """Ids whose stored records `apply` will read (prefetched for the whole group)."""
+        return []
+
 
 @dataclass
 class SendOp(Op):
     """One or more sends, atomic together: all are stored or none."""
 
     sends: list[PreparedSend] = field(default_factory=list)
+
+    def reads(self) -> list[bytes]:
+        return [s.message_id.encode() for s in self.sends if s.client_chose_id]
 
     @property
     def weight(self) -> int:
@@ -152,6 +159,9 @@ def _stage_new(ctx: WriterContext, batch: StagedBatch, send: PreparedSend, now_m
 class CancelOp(Op):
     message_id: str = ""
 
+    def reads(self) -> list[bytes]:
+        return [self.message_id.encode()]
+
     def apply(self, ctx: WriterContext, batch: StagedBatch, now_ms: int) -> State:
         raw = ctx.store.lookup(batch, self.message_id.encode())
         if raw is None:
@@ -181,6 +191,9 @@ class AckOp(Op):
     @property
     def weight(self) -> int:
         return len(self.message_ids)
+
+    def reads(self) -> list[bytes]:
+        return [message_id.encode() for message_id in self.message_ids]
 
     def apply(self, ctx: WriterContext, batch: StagedBatch, now_ms: int) -> list[str]:
         """Ack what is FIRED on this topic; unknown, repeated or already acked ids are skipped.

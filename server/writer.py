@@ -184,6 +184,7 @@ class Writer:
         batch = StagedBatch()
         now_ms = self._scheduler.observe(self._clock.now_ms())
         try:
+            self._store.prefetch(batch, [i for op in ops for i in op.reads()])
             more = self._tick(batch, now_ms)
             outcomes = [_apply(op, self._ctx, batch, now_ms) for op in ops]
             if batch.operations or ops or self._scheduler.state != saved:

@@ -58,7 +58,7 @@ class Settings:
     hour_cascade_lead_ms: int = 5 * MINUTE_MS
 
     # Work per writer iteration, so one huge slot never blocks sends or firing.
-    cascade_chunk: int = 10_000
+    cascade_chunk: int = 2_000  # small: a cascade chunk delays the fires sharing its batch
     fire_chunk: int = 10_000
     sweep_chunk: int = 10_000
     max_group_ops: int = 20_000  # operations in one group commit
