@@ -27,7 +27,7 @@ def configure_logging(
         raise ValueError(f"log level={level!r}: must be one of {', '.join(LEVELS)}")
     if log_format not in FORMATS:
         raise ValueError(f"log format={log_format!r}: must be one of {', '.join(FORMATS)}")
-    stream = stream or sys.stdout
+    stream = _standard_stream(stream)
     as_json = log_format == "json" or (log_format == "auto" and not _is_terminal(stream))
     shared = [
         structlog.contextvars.merge_contextvars,
@@ -57,6 +57,34 @@ class _NamedPrintLoggerFactory:
         logger = structlog.PrintLogger(self._stream)
         logger.name = str(args[0]) if args else "timerwheel"
         return logger
+
+
+class _StdStream:
+    """Writes to `sys.stdout` / `sys.stderr` as they are *at write time*.
+
+    Binding the stream object at configure time broke logging once that object was
+    replaced and closed (pytest's capture does exactly that between tests).
+    """
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def write(self, text: str) -> int:
+        return getattr(sys, self._name).write(text)
+
+    def flush(self) -> None:
+        getattr(sys, self._name).flush()
+
+    def isatty(self) -> bool:
+        return _is_terminal(getattr(sys, self._name))
+
+
+def _standard_stream(stream: TextIO | None) -> TextIO | _StdStream:
+    if stream is None or stream is sys.stdout:
+        return _StdStream("stdout")
+    if stream is sys.stderr:
+        return _StdStream("stderr")
+    return stream
 
 
 def _add_logger_name(logger: object, method: str, event: dict) -> dict:

@@ -44,12 +44,27 @@ class SkewedClock(SystemClock):
         return super().now_ms() + self.skew_ms
 
 
-def leftover_processes() -> list[str]:
-    """Children of this test process, but multiprocessing's own resource tracker (it lives
-    as long as the process that started it)."""
-    children = psutil.Process().children(recursive=True)
-    commands = [" ".join(child.cmdline()) for child in children]
-    return [command for command in commands if "resource_tracker" not in command]
+def child_pids() -> set[int]:
+    return {child.pid for child in psutil.Process().children(recursive=True)}
+
+
+def leftover_processes(before: set[int]) -> list[str]:
+    """Children started since `before` that still exist (running, or exited but never
+    reaped), but multiprocessing's own resource tracker (it lives as long as the process
+    that started it). Earlier tests' children are not this test's business."""
+    leftovers = []
+    for child in psutil.Process().children(recursive=True):
+        if child.pid in before:
+            continue
+        try:
+            command = " ".join(child.cmdline())
+        except psutil.ZombieProcess:
+            command = f"<zombie pid {child.pid}: exited, never reaped>"
+        except psutil.NoSuchProcess:
+            continue  # exited and reaped while we looked
+        if "resource_tracker" not in command:
+            leftovers.append(command)
+    return leftovers
 
 
 def start_server(tmp_path: Path, clock=None) -> TimerServer:
@@ -58,6 +73,7 @@ def start_server(tmp_path: Path, clock=None) -> TimerServer:
 
 
 def test_smoke_scenario_spawned_server_accounts_for_every_message(tmp_path, capsys):
+    before = child_pids()
     code, fig, _ = run_loadtest(tmp_path, "--scenario", "smoke")
     table = capsys.readouterr().out
     acc = fig["accounting"]
@@ -72,7 +88,7 @@ def test_smoke_scenario_spawned_server_accounts_for_every_message(tmp_path, caps
     assert fig["send"]["rate_achieved"] > 1_000  # paced to 2,000/s over 3 s
     assert fig["server"]["peak_rss_bytes"] > 10 * 2**20 and fig["server"]["stats_samples"] >= 2
     assert "| timerwheel (" in table and "- result: OK" in table
-    assert leftover_processes() == []  # the server and the workers are all gone
+    assert leftover_processes(before) == []  # the server and the workers are all gone
 
 
 def test_cancel_scenario_against_a_running_server(tmp_path):
