@@ -140,8 +140,11 @@ def test_sigterm_stops_cleanly_and_the_next_start_resumes(tmp_path, serve_proces
     assert holder.ended.wait(WAIT_S)
     assert isinstance(holder.error, RemoteError)
     assert holder.error.code == grpc.StatusCode.UNAVAILABLE
-    # Sends in progress finished; later ones were refused as UNAVAILABLE, nothing else.
-    assert set(producer.errors) <= {grpc.StatusCode.UNAVAILABLE}
+    # Sends in progress finished; later ones were refused, nothing else. A call that
+    # reached gRPC's queue just as the server stopped ends CANCELLED rather than
+    # UNAVAILABLE (gRPC's choice, seen in CI): either way it was not acknowledged, and
+    # every acknowledged send is checked below to be stored.
+    assert set(producer.errors) <= {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED}
     client.close()
 
     second = serve_process(data, "--config", str(config))
