@@ -19,7 +19,7 @@ from rocksdict import ReadOptions, WriteBatch
 from store import keys, records
 from store.rocks import RocksDatabase
 from wheels.domain import FiredTimer, State, Timer
-from wheels.scheduler import CascadeState, SchedulerState, TimerKey
+from wheels.scheduler import CascadeState, SchedulerState
 from wheels.wheel import LEVELS
 
 WheelEntry = tuple[bytes, bytes]  # (wheel key, topic)
@@ -253,11 +253,7 @@ class TimerStore:
         topic: bytes, wheel: str,
     ) -> None:  # fmt: skip
         """A new SCHEDULED timer: its record and its key in `wheel`, atomically."""
-        batch.records[message_id] = record
-        put = batch.write_batch.put
-        put(message_id, record, self._h_messages)
-        put(keys.U64.pack(deliver_at_ms) + message_id, topic, self._h_wheels[wheel])
-        batch.operations += 1
+        self.stage_schedule_many(batch, [message_id], [record], [deliver_at_ms], [topic], [wheel])
 
     def stage_schedule_many(
         self, batch: StagedBatch, message_ids: list[bytes], records_: list[bytes],
@@ -401,7 +397,3 @@ class TimerStore:
 
     def commit(self, batch: StagedBatch) -> None:
         self.database.write(batch.write_batch)
-
-
-def timer_key_of(raw_key: bytes) -> TimerKey:
-    return keys.decode_timer_key(raw_key)
