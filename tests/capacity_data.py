@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from server.engine import Engine
 from store import keys
+from store.export import export_data_dir
 from store.rocks import RocksDatabase
 from wheels.clock import VirtualClock
 from wheels.domain import SendSpec, When, WhenKind
@@ -150,3 +151,12 @@ def family_contents(data_dir: str) -> dict[str, list[tuple[bytes, bytes]]]:
         return {family: list(database.families[family].items()) for family in EXPORTED_FAMILIES}
     finally:
         database.close()
+
+
+def build_and_export(base, max_rows_per_file: int):
+    """The known store under `base/data`, exported to `base/export` in files of at most
+    `max_rows_per_file` rows (small, so the export has several slices); returns
+    (export dir, ground truth)."""
+    truth = build_store(str(base / "data"))
+    export_data_dir(str(base / "data"), str(base / "export"), max_rows_per_file=max_rows_per_file)
+    return str(base / "export"), truth

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pickle
 
 import pytest
-from capacity_data import build_store
+from capacity_data import build_and_export
 
 from capacity.datasource import (
     ARROW_SCHEMA,
@@ -25,9 +25,7 @@ from store.export_files import ExportFormatError, load_manifest
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     base = tmp_path_factory.mktemp("ds")
-    truth = build_store(str(base / "data"))
-    export_data_dir(str(base / "data"), str(base / "export"), max_rows_per_file=400)
-    return str(base / "export"), truth
+    return build_and_export(base, max_rows_per_file=400)
 
 
 def _read_all(reader: TimerwheelSstReader, scratch: str) -> list[dict]:

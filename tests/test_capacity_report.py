@@ -14,7 +14,7 @@ from collections import Counter
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 import pytest
-from capacity_data import HOT_A_MS, HOT_B_MS, SENT_AT_MS, T0_MS, build_store
+from capacity_data import HOT_A_MS, HOT_B_MS, SENT_AT_MS, T0_MS, build_and_export
 
 from capacity.job import DELAY_BUCKETS
 from capacity.report import ReportError, ReportRequest, run_report
@@ -37,9 +37,7 @@ def spark():
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     base = tmp_path_factory.mktemp("report")
-    truth = build_store(str(base / "data"))
-    export_data_dir(str(base / "data"), str(base / "export"), max_rows_per_file=600)
-    return str(base / "export"), truth
+    return build_and_export(base, max_rows_per_file=600)
 
 
 @pytest.fixture(scope="module")
