@@ -2,9 +2,8 @@
 
 Reads (`get`, `find_wheel`, `list_pending`, `read_ready`, `scan`) run on any thread and
 see committed data. Writes are staged into a `StagedBatch` by the single writer thread
-and committed as one atomic WriteBatch (group commit). The batch keeps an overlay of the
-`messages` records it has written, so an operation later in the same group (a cancel
-after a send of the same id) sees what the earlier one staged.
+and committed as one atomic WriteBatch (group commit); see `StagedBatch` for how a
+batch holds its writes and why it hands them to RocksDB sorted.
 """
 
 from __future__ import annotations
@@ -28,10 +27,26 @@ _FINAL_STATES = (State.ACKED, State.CANCELLED)
 
 @dataclass
 class StagedBatch:
-    """One group commit being built."""
+    """One group commit being built: the final value of every key it writes.
 
-    write_batch: WriteBatch = field(default_factory=lambda: WriteBatch(raw_mode=True))
-    records: dict[bytes, bytes | None] = field(default_factory=dict)
+    Writes are held per column family as ``{key: value}``, where a value of None means
+    delete, and turned into one WriteBatch at commit. Since each key keeps only its last
+    write, the outcome is that of applying the writes in the order they were staged,
+    and two things follow:
+
+    - an operation later in the group reads what an earlier one staged (`records` is
+      the `messages` family's staged writes; a cancel after a send of the same id sees
+      the send);
+    - commit can hand each family's keys to RocksDB in sorted order. The memtable is a
+      skiplist that remembers where it last inserted, so keys in order insert cheaply,
+      while random wheel keys (deliver times spread over weeks) into a large memtable
+      miss the CPU cache at every level: about 2.5 us a timer, against 0.6 sorted
+      (measured here, 20k timers a batch, 32 MB memtables). The sort costs 0.2 us.
+    """
+
+    writes: dict[str, dict[bytes, bytes | None]] = field(
+        default_factory=lambda: {family: {} for family in keys.ALL_COLUMN_FAMILIES}
+    )
     # Committed records read ahead for this batch's operations in one multi-get: every
     # call into RocksDB gives up the GIL and waits to get it back from the gRPC threads,
     # so one read for the whole group beats one per operation.
@@ -40,6 +55,25 @@ class StagedBatch:
     fired_entries: dict[str, list[tuple[int, bytes, bytes]]] = field(default_factory=dict)
     fired: int = 0
     operations: int = 0
+
+    @property
+    def records(self) -> dict[bytes, bytes | None]:
+        """The `messages` records this batch writes (None: deleted)."""
+        return self.writes[keys.CF_MESSAGES]
+
+    def to_write_batch(self, handles: dict) -> WriteBatch:
+        """The staged writes as one WriteBatch, each family's keys in sorted order."""
+        write_batch = WriteBatch(raw_mode=True)
+        put, delete = write_batch.put, write_batch.delete
+        for family, staged in self.writes.items():
+            handle = handles[family]
+            for key in sorted(staged):
+                value = staged[key]
+                if value is None:
+                    delete(key, handle)
+                else:
+                    put(key, value, handle)
+        return write_batch
 
 
 @dataclass(frozen=True)
@@ -57,17 +91,11 @@ class TimerStore:
         self._expiry = cf[keys.CF_EXPIRY]
         self._meta = cf[keys.CF_META]
         self._wheels = {name: cf[family] for name, family in keys.CF_WHEEL.items()}
-        handles = database.handles
-        self._h_messages = handles[keys.CF_MESSAGES]
-        self._h_ready = handles[keys.CF_READY]
-        self._h_expiry = handles[keys.CF_EXPIRY]
-        self._h_meta = handles[keys.CF_META]
-        self._h_wheels = {name: handles[family] for name, family in keys.CF_WHEEL.items()}
 
     def close(self) -> None:
         """Drop every column-family reference, then close the database (releases the LOCK)."""
         for name in [n for n, v in vars(self).items() if n.startswith(("_messages", "_ready",
-                     "_expiry", "_meta", "_wheels", "_h_"))]:  # fmt: skip
+                     "_expiry", "_meta", "_wheels"))]:  # fmt: skip
             delattr(self, name)
         self.database.close()
 
@@ -244,10 +272,6 @@ class TimerStore:
         if wanted:
             batch.prefetched.update(zip(wanted, self._messages.get(wanted), strict=True))
 
-    def _put_record(self, batch: StagedBatch, message_id: bytes, raw: bytes) -> None:
-        batch.records[message_id] = raw
-        batch.write_batch.put(message_id, raw, self._h_messages)
-
     def stage_schedule(
         self, batch: StagedBatch, message_id: bytes, record: bytes, deliver_at_ms: int,
         topic: bytes, wheel: str,
@@ -260,22 +284,21 @@ class TimerStore:
         deliver_times_ms: list[int], topics: list[bytes], wheels: list[str],
     ) -> None:  # fmt: skip
         """`stage_schedule` for a batch of sends: the hot path of SendBatch."""
-        put, overlay, pack_time = batch.write_batch.put, batch.records, keys.U64.pack
-        h_messages, h_wheels = self._h_messages, self._h_wheels
-        for message_id, record, deliver_at_ms, topic, wheel in zip(
-            message_ids, records_, deliver_times_ms, topics, wheels, strict=True
+        writes, pack_time = batch.writes, keys.U64.pack
+        batch.records.update(zip(message_ids, records_, strict=True))
+        wheel_writes = {name: writes[family] for name, family in keys.CF_WHEEL.items()}
+        for message_id, deliver_at_ms, topic, wheel in zip(
+            message_ids, deliver_times_ms, topics, wheels, strict=True
         ):
-            overlay[message_id] = record
-            put(message_id, record, h_messages)
-            put(pack_time(deliver_at_ms) + message_id, topic, h_wheels[wheel])
+            wheel_writes[wheel][pack_time(deliver_at_ms) + message_id] = topic
         batch.operations += len(message_ids)
 
     def stage_fire_new(
         self, batch: StagedBatch, message_id: bytes, record: bytes, topic: str, seq: int
     ) -> None:
         """A new timer that is already due: stored FIRED with its ready entry, no wheel key."""
-        self._put_record(batch, message_id, record)
-        batch.write_batch.put(keys.ready_key(topic, seq), message_id, self._h_ready)
+        batch.records[message_id] = record
+        batch.writes[keys.CF_READY][keys.ready_key(topic, seq)] = message_id
         batch.fired_topics.add(topic)
         batch.fired_entries.setdefault(topic, []).append((seq, message_id, record))
         batch.fired += 1
@@ -285,11 +308,8 @@ class TimerStore:
         self, batch: StagedBatch, upper: str, lower: str, entries: list[WheelEntry]
     ) -> None:
         """Cascade: keys out of `upper`, into `lower`, unchanged."""
-        put, delete = batch.write_batch.put, batch.write_batch.delete
-        h_upper, h_lower = self._h_wheels[upper], self._h_wheels[lower]
-        for key, topic in entries:
-            put(key, topic, h_lower)
-            delete(key, h_upper)
+        batch.writes[keys.CF_WHEEL[lower]].update(entries)
+        batch.writes[keys.CF_WHEEL[upper]].update(dict.fromkeys(key for key, _ in entries))
         batch.operations += len(entries)
 
     def stage_fire(
@@ -298,19 +318,17 @@ class TimerStore:
         """Fire wheel entries: key out, `ready` entry in, record FIRED. Returns seqs used."""
         ids = [key[keys.TIME_BYTES :] for key, _ in entries]
         raws = self.lookup_many(batch, ids)
-        put, delete = batch.write_batch.put, batch.write_batch.delete
-        h_wheel, h_messages, h_ready = self._h_wheels[wheel], self._h_messages, self._h_ready
+        wheel_writes, ready_writes = batch.writes[keys.CF_WHEEL[wheel]], batch.writes[keys.CF_READY]
         overlay, pack_seq, separator = batch.records, keys.U64.pack, keys.TOPIC_SEPARATOR
         per_topic: dict[bytes, list[tuple[int, bytes, bytes]]] = {}
         seq = first_seq
         for (key, topic), message_id, raw in zip(entries, ids, raws, strict=True):
-            delete(key, h_wheel)
+            wheel_writes[key] = None
             if raw is None or not records.is_scheduled(raw):
                 continue  # a stale key; cancel removes keys atomically, so this is defensive
             fired = records.as_fired(raw, now_ms, seq)
             overlay[message_id] = fired
-            put(message_id, fired, h_messages)
-            put(topic + separator + pack_seq(seq), message_id, h_ready)
+            ready_writes[topic + separator + pack_seq(seq)] = message_id
             fired_of_topic = per_topic.get(topic)
             if fired_of_topic is None:
                 fired_of_topic = per_topic[topic] = []
@@ -345,12 +363,10 @@ class TimerStore:
         deliver_at_ms = records.record_deliver_at_ms(raw)
         key = keys.wheel_key(deliver_at_ms, message_id)
         for wheel in wheels:
-            batch.write_batch.delete(key, self._h_wheels[wheel])
-        encoded = message_id.encode()
-        self._put_record(
-            batch, encoded, records.with_transition(raw, State.CANCELLED, cancelled_at_ms=now_ms)
-        )
-        batch.write_batch.put(keys.wheel_key(expire_at_ms, message_id), b"", self._h_expiry)
+            batch.writes[keys.CF_WHEEL[wheel]][key] = None
+        cancelled = records.with_transition(raw, State.CANCELLED, cancelled_at_ms=now_ms)
+        batch.records[message_id.encode()] = cancelled
+        batch.writes[keys.CF_EXPIRY][keys.wheel_key(expire_at_ms, message_id)] = b""
         batch.operations += 1
 
     def stage_ack(
@@ -358,9 +374,9 @@ class TimerStore:
     ) -> None:
         """Retire a FIRED timer: ready entry out, record ACKED, expiry scheduled."""
         ready = keys.ready_key(records.record_topic(raw), records.record_ready_seq(raw))
-        batch.write_batch.delete(ready, self._h_ready)
-        self._put_record(batch, message_id.encode(), records.as_acked(raw, now_ms))
-        batch.write_batch.put(keys.wheel_key(expire_at_ms, message_id), b"", self._h_expiry)
+        batch.writes[keys.CF_READY][ready] = None
+        batch.records[message_id.encode()] = records.as_acked(raw, now_ms)
+        batch.writes[keys.CF_EXPIRY][keys.wheel_key(expire_at_ms, message_id)] = b""
         batch.operations += 1
 
     def stage_sweep(self, batch: StagedBatch, lo: bytes, now_ms: int, limit: int) -> bytes | None:
@@ -370,30 +386,28 @@ class TimerStore:
         """
         entries = list(islice(self._range(self._expiry, lo, keys.time_bound(now_ms + 1)), limit))
         ids = [key[keys.TIME_BYTES :] for key, _ in entries]
+        expiry_writes = batch.writes[keys.CF_EXPIRY]
         for (key, _), message_id, raw in zip(
             entries, ids, self.lookup_many(batch, ids), strict=True
         ):
-            batch.write_batch.delete(key, self._h_expiry)
+            expiry_writes[key] = None
             if raw is not None and records.record_state(raw) in _FINAL_STATES:
                 batch.records[message_id] = None
-                batch.write_batch.delete(message_id, self._h_messages)
         batch.operations += len(entries)
         return entries[-1][0] if len(entries) == limit else None
 
     def stage_state(self, batch: StagedBatch, state: SchedulerState) -> None:
-        put = batch.write_batch.put
-        meta = self._h_meta
-        put(keys.META_SCHEMA_VERSION, keys.encode_u64(keys.SCHEMA_VERSION), meta)
-        put(keys.META_NOW_MS, keys.encode_u64(state.now_ms), meta)
-        put(keys.META_FIRE_FROM, keys.encode_timer_key(state.fire_from), meta)
-        put(keys.META_FIRE_SEQ, keys.encode_u64(state.fire_seq), meta)
+        meta = batch.writes[keys.CF_META]
+        meta[keys.META_SCHEMA_VERSION] = keys.encode_u64(keys.SCHEMA_VERSION)
+        meta[keys.META_NOW_MS] = keys.encode_u64(state.now_ms)
+        meta[keys.META_FIRE_FROM] = keys.encode_timer_key(state.fire_from)
+        meta[keys.META_FIRE_SEQ] = keys.encode_u64(state.fire_seq)
         for lower, cascade in zip(LEVELS, state.cascades, strict=False):
-            put(keys.meta_horizon(lower.name), keys.encode_u64(cascade.horizon_ms), meta)
-            pending_key = keys.meta_pending(lower.name)
-            if cascade.pending_from is None:
-                batch.write_batch.delete(pending_key, meta)
-            else:
-                put(pending_key, keys.encode_timer_key(cascade.pending_from), meta)
+            meta[keys.meta_horizon(lower.name)] = keys.encode_u64(cascade.horizon_ms)
+            pending = cascade.pending_from
+            meta[keys.meta_pending(lower.name)] = (
+                None if pending is None else keys.encode_timer_key(pending)
+            )
 
     def commit(self, batch: StagedBatch) -> None:
-        self.database.write(batch.write_batch)
+        self.database.write(batch.to_write_batch(self.database.handles))
