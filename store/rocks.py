@@ -69,12 +69,24 @@ class RocksDatabase:
         self.handles = {
             name: self.db.get_column_family_handle(name) for name in ALL_COLUMN_FAMILIES
         }
+        # Writes never fsync inside `write`: see `write` for why and how they are synced.
         self._write_options = WriteOptions()
-        self._write_options.sync = self.tuning.sync_writes
+        self._write_options.sync = False
         self._closed = False
 
     def write(self, batch: WriteBatch) -> None:
+        """Apply `batch` atomically; with `sync_writes`, return only once it is on disk.
+
+        The WAL is always on. A synced write is done as a write followed by `flush_wal(True)`
+        (RocksDB's SyncWAL: fsync of every WAL file written so far) rather than
+        `WriteOptions.sync`, because rocksdict holds the GIL for the whole of `write`,
+        fsync included, while `flush_wal` releases it: producer threads then validate and
+        encode the next sends during the fsync instead of waiting on it. The writer is the
+        only thread that writes, so when `flush_wal` returns this batch is durable.
+        """
         self.db.write(batch, write_opt=self._write_options)
+        if self.tuning.sync_writes:
+            self.db.flush_wal(True)
 
     def close(self) -> None:
         """Close and release the LOCK so the same process may reopen the directory.
