@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import base64
 import binascii
-import itertools
 import secrets
+import threading
 from collections.abc import Iterable
 from concurrent.futures import Future
 from dataclasses import replace
@@ -22,10 +22,10 @@ from dataclasses import replace
 import structlog
 
 from server.fired_cache import FiredCache
-from server.ops import AckOp, CancelOp, PreparedSend, SendOp
+from server.ops import AckOp, CancelOp, SendOp
 from server.writer import FiredListener, Writer
 from store import keys
-from store.records import encode_new
+from store.records import encode_new_many
 from store.rocks import RocksDatabase, RocksTuning
 from store.timer_store import TimerStore
 from wheels.clock import Clock
@@ -40,7 +40,7 @@ from wheels.domain import (
 )
 from wheels.scheduler import Scheduler, TimerKey
 from wheels.settings import Settings
-from wheels.validation import validate_message_id, validate_send, validate_topic
+from wheels.validation import validate_message_id, validate_sends, validate_topic
 
 log = structlog.get_logger("timerwheel.engine")
 
@@ -54,10 +54,16 @@ class MessageIds:
 
     def __init__(self) -> None:
         self._prefix = secrets.token_hex(8).upper()
-        self._counter = itertools.count(1)
+        self._next = 1
+        self._lock = threading.Lock()
 
-    def next(self) -> str:
-        return f"{self._prefix}{next(self._counter):016X}"
+    def take(self, count: int) -> list[str]:
+        """`count` new ids (a range of the counter, reserved under a lock)."""
+        with self._lock:
+            first = self._next
+            self._next += count
+        prefix = self._prefix
+        return [f"{prefix}{n:016X}" for n in range(first, first + count)]
 
 
 class Engine:
@@ -99,6 +105,8 @@ class Engine:
         return self._writer.wait(self.send_batch_async(specs))
 
     def send_batch_async(self, specs: Iterable[SendSpec]) -> Future:
+        """Validate, choose ids and encode records here, in the caller's thread; the
+        writer's future completes when the batch is durable."""
         specs = list(specs)
         if len(specs) > self.settings.max_batch_messages:
             raise InvalidArgument(
@@ -106,22 +114,16 @@ class Engine:
                 f"at most {self.settings.max_batch_messages} per batch",
             )  # fmt: skip
         now_ms = self.now_ms()
-        settings, next_id = self.settings, self._ids.next
-        prepared = []
-        for index, spec in enumerate(specs):
-            try:
-                deliver_at_ms = validate_send(spec, now_ms, settings)
-            except InvalidArgument as exc:
-                raise (exc.within(f"messages[{index}].") if len(specs) > 1 else exc) from None
-            record = encode_new(
-                spec.when.kind, spec.when.value, deliver_at_ms, now_ms,
-                spec.topic, spec.properties, spec.body,
-            )  # fmt: skip
-            message_id = spec.message_id or next_id()
-            prepared.append(
-                PreparedSend(spec, message_id, deliver_at_ms, now_ms, bool(spec.message_id), record)
-            )
-        return self._writer.submit(SendOp(sends=prepared))
+        deliver_times_ms = validate_sends(specs, now_ms, self.settings)
+        client_ids = any(spec.message_id for spec in specs)
+        message_ids = self._ids.take(len(specs))
+        if client_ids:
+            message_ids = [s.message_id or made for s, made in zip(specs, message_ids, strict=True)]
+        op = SendOp(
+            specs=specs, message_ids=message_ids, deliver_times_ms=deliver_times_ms,
+            records=encode_new_many(specs, deliver_times_ms, now_ms), client_ids=client_ids,
+        )  # fmt: skip
+        return self._writer.submit(op)
 
     def cancel(self, message_id: str) -> State:
         validate_message_id(message_id)

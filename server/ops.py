@@ -24,14 +24,13 @@ from wheels.scheduler import Scheduler
 
 
 class PreparedSend(NamedTuple):
-    """A validated send: id chosen, deliver time resolved at receipt, record encoded."""
+    """One send of a `SendOp`, as the slow path (client-chosen ids) handles it."""
 
     spec: SendSpec
     message_id: str
     deliver_at_ms: int
-    created_at_ms: int
     client_chose_id: bool
-    record: bytes  # encoded SCHEDULED record, built in the caller's thread
+    record: bytes
 
 
 @dataclass
@@ -59,26 +58,37 @@ class Op:
 
 @dataclass
 class SendOp(Op):
-    """One or more sends, atomic together: all are stored or none."""
+    """One or more sends, atomic together: all are stored or none.
 
-    sends: list[PreparedSend] = field(default_factory=list)
+    Prepared in the caller's thread (validated, ids chosen, records encoded) and held
+    column by column, one list per field, so the writer stages a batch of new timers
+    with a few list operations rather than per-send objects.
+    """
+
+    specs: list[SendSpec] = field(default_factory=list)
+    message_ids: list[str] = field(default_factory=list)
+    deliver_times_ms: list[int] = field(default_factory=list)
+    records: list[bytes] = field(default_factory=list)
+    client_ids: bool = False  # some spec carries a client-chosen id
 
     def reads(self) -> list[bytes]:
-        return [s.message_id.encode() for s in self.sends if s.client_chose_id]
+        if not self.client_ids:
+            return []
+        return [s.message_id.encode() for s in self.specs if s.message_id]
 
     @property
     def weight(self) -> int:
-        return len(self.sends)
+        return len(self.specs)
 
     def apply(self, ctx: WriterContext, batch: StagedBatch, now_ms: int) -> list[SendResult]:
-        if not any(send.client_chose_id for send in self.sends):
+        if not self.client_ids:
             # Server-made ids are unique: nothing to check, nothing can be refused.
-            _stage_all_new(ctx, batch, self.sends, now_ms)
-            return [SendResult(send.message_id, send.deliver_at_ms) for send in self.sends]
+            _stage_all_new(ctx, batch, self, now_ms)
+            return list(map(SendResult, self.message_ids, self.deliver_times_ms))
         # Check every send before staging any, so a refused batch stages nothing.
         first_in_op: dict[str, PreparedSend] = {}
         plan: list[SendResult | PreparedSend] = []
-        for send in self.sends:
+        for send in self.prepared():
             earlier = first_in_op.get(send.message_id) if send.client_chose_id else None
             if earlier is not None:
                 _check_same(send, earlier)
@@ -94,6 +104,14 @@ class SendOp(Op):
                 item = SendResult(item.message_id, item.deliver_at_ms)
             results.append(item)
         return results
+
+    def prepared(self) -> list[PreparedSend]:
+        return [
+            PreparedSend(spec, message_id, deliver_at_ms, bool(spec.message_id), record)
+            for spec, message_id, deliver_at_ms, record in zip(
+                self.specs, self.message_ids, self.deliver_times_ms, self.records, strict=True
+            )
+        ]
 
 
 def _check_same(send: PreparedSend, earlier: PreparedSend) -> None:
@@ -122,21 +140,19 @@ def _existing_result(
     return SendResult(timer.message_id, timer.deliver_at_ms)
 
 
-def _stage_all_new(
-    ctx: WriterContext, batch: StagedBatch, sends: list[PreparedSend], now_ms: int
-) -> None:
+def _stage_all_new(ctx: WriterContext, batch: StagedBatch, op: SendOp, now_ms: int) -> None:
     """Stage a batch of new timers at once (the SendBatch hot path)."""
-    wheels = ctx.scheduler.wheel_names([send.deliver_at_ms for send in sends])
+    wheels = ctx.scheduler.wheel_names(op.deliver_times_ms)
     if None in wheels:  # some are already due: those take the one-by-one path
-        for send in sends:
+        for send in op.prepared():
             _stage_new(ctx, batch, send, now_ms)
         return
     ctx.store.stage_schedule_many(
         batch,
-        [send.message_id.encode() for send in sends],
-        [send.record for send in sends],
-        [send.deliver_at_ms for send in sends],
-        [send.spec.topic.encode() for send in sends],
+        [message_id.encode() for message_id in op.message_ids],
+        op.records,
+        op.deliver_times_ms,
+        [spec.topic.encode() for spec in op.specs],
         wheels,
     )
 
