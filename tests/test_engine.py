@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from server.engine import Engine
+from server.engine import Engine, MessageIds
 from server.system_clock import SystemClock
 from store import keys
 from wheels.clock import VirtualClock
@@ -53,6 +53,25 @@ def make_engine(tmp_path, clock):
 
 def wheel_count(engine: Engine, wheel: str) -> int:
     return len(engine.store.scan(wheel, b"", keys.time_bound(2**63 - 1), 10**7))
+
+
+def test_server_made_ids_are_unique_across_threads():
+    ids = MessageIds()
+    taken: list[list[str]] = [[] for _ in range(4)]
+
+    def take(slot: list[str]) -> None:
+        for size in range(1, 200):
+            slot.extend(ids.take(size))
+
+    threads = [threading.Thread(target=take, args=(slot,)) for slot in taken]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    every = [message_id for slot in taken for message_id in slot]
+    assert len(every) == 4 * sum(range(1, 200))
+    assert len(set(every)) == len(every)
+    assert all(len(i) == 32 and i == i.upper() and int(i, 16) >= 0 for i in every)
 
 
 def test_timers_are_placed_by_delay_and_stay_in_the_hour_wheel_beyond_a_day(make_engine):

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from store import records
-from wheels.domain import State, Timer, When, WhenKind
+from wheels.domain import SendSpec, State, Timer, When, WhenKind
 
 timers = st.builds(
     Timer,
@@ -63,3 +63,16 @@ def test_ack_patch_sets_state_and_time_only(timer, acked_at_ms):
         timer.ready_seq,
         timer.body,
     )
+
+
+@given(timers)
+def test_new_records_are_the_scheduled_timer_encoded(timer):
+    """The send path packs only the fields a new timer sets; the rest must read as zero."""
+    new = replace(
+        timer, state=State.SCHEDULED, fired_at_ms=0, acked_at_ms=0, cancelled_at_ms=0,
+        ready_seq=0,
+    )  # fmt: skip
+    spec = SendSpec(new.topic, new.body, new.when, new.properties)
+    [raw] = records.encode_new_many([spec], [new.deliver_at_ms], new.created_at_ms)
+    assert raw == records.encode_timer(new)
+    assert records.decode_timer(new.message_id, raw) == new

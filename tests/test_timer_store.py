@@ -6,9 +6,12 @@ through the store's own read API (and reopens where durability is the point).
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from store import keys, records
 from store.rocks import RocksDatabase, RocksTuning
@@ -189,6 +192,55 @@ def test_overlay_shows_what_the_batch_staged(open_store):
     assert store.get_record("o") is None  # not committed yet
     store.commit(batch)
     assert store.get_record("o") is not None
+
+
+def test_a_send_then_cancel_in_one_batch_leaves_the_cancel(open_store):
+    store = open_store()
+    batch = StagedBatch()
+    schedule(store, batch, timer("c", T0 + 90_000), "minute")
+    raw = store.lookup(batch, b"c")
+    store.stage_cancel(batch, "c", raw, ["minute"], T0, T0 + 1_000)
+    store.commit(batch)
+    assert store.get("c").state is State.CANCELLED
+    assert wheel_ids(store, "minute") == []
+
+
+_writes = st.lists(
+    st.tuples(
+        st.sampled_from([keys.CF_WHEEL["hour"], keys.CF_META]),
+        st.binary(min_size=1, max_size=3),
+        st.one_of(st.none(), st.binary(max_size=4)),  # None: delete
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(committed=_writes, staged=_writes)
+def test_a_batch_commits_as_if_its_writes_were_applied_in_order(committed, staged):
+    """A batch keeps each key's last write and commits each family sorted: the outcome
+    must equal applying every put and delete in the order staged, over what was there."""
+    model: dict[tuple[str, bytes], bytes] = {}
+    with tempfile.TemporaryDirectory() as data_dir:
+        store = TimerStore(RocksDatabase(data_dir, RocksTuning(sync_writes=False)))
+        try:
+            for writes in (committed, staged):
+                batch = StagedBatch()
+                for family, key, value in writes:
+                    batch.writes[family][key] = value
+                    if value is None:
+                        model.pop((family, key), None)
+                    else:
+                        model[(family, key)] = value
+                store.commit(batch)
+            stored = {
+                (family, key): value
+                for family in (keys.CF_WHEEL["hour"], keys.CF_META)
+                for key, value in store.database.families[family].items()
+            }
+        finally:
+            store.close()
+    assert stored == model
 
 
 def test_list_pending_merges_wheels_by_time_filters_topic_and_pages(open_store):

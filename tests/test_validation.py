@@ -1,10 +1,17 @@
 """Validation of sends, pure: each refusal names the field and the value."""
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from wheels.domain import InvalidArgument, SendSpec, When, WhenKind
 from wheels.settings import DAY_MS, Settings
-from wheels.validation import resolve_deliver_at_ms, validate_message_id, validate_send
+from wheels.validation import (
+    resolve_deliver_at_ms,
+    validate_message_id,
+    validate_send,
+    validate_sends,
+)
 
 NOW = 1_700_000_000_000
 SETTINGS = Settings()
@@ -16,37 +23,70 @@ def spec(**overrides):
     return SendSpec(**fields)
 
 
-@pytest.mark.parametrize(
-    ("bad", "field", "shown"),
-    [
-        (spec(topic=""), "topic", "''"),
-        (spec(topic="a" * 128), "topic", "aaaa"),
-        (spec(topic="or ders"), "topic", "'or ders'"),
-        (spec(topic="ord\x00ers"), "topic", "ord"),
-        (spec(body=b"x" * (4 * 1024 * 1024 + 1)), "body", "4194305 bytes"),
-        (spec(properties={str(i): "v" for i in range(65)}), "properties", "65 entries"),
-        (spec(properties={"k": "v" * 16385}), "properties['k']", "vvvv"),
-        (spec(properties={"": "v"}), "properties['']", "''"),
-        (spec(when=When(WhenKind.DELAY, -1)), "delay_ms", "-1"),
-        (spec(when=When(WhenKind.DELAY, 401 * DAY_MS)), "delay_ms", str(401 * DAY_MS)),
-        (spec(when=When(WhenKind.LEVEL, 0)), "delay_level", "0"),
-        (spec(when=When(WhenKind.LEVEL, 19)), "delay_level", "19"),
-        (
-            spec(when=When(WhenKind.DELIVER_AT, NOW - DAY_MS - 1)),
-            "deliver_at_ms",
-            str(NOW - DAY_MS - 1),
-        ),
-        (spec(when=When(WhenKind.DELIVER_AT, NOW + 401 * DAY_MS)), "deliver_at_ms", "beyond"),
-        (spec(message_id="has space"), "message_id", "'has space'"),
-        (spec(message_id="x" * 129), "message_id", "129 characters"),
-    ],
-)
+BAD_SENDS = [
+    (spec(topic=""), "topic", "''"),
+    (spec(topic="a" * 128), "topic", "aaaa"),
+    (spec(topic="or ders"), "topic", "'or ders'"),
+    (spec(topic="ord\x00ers"), "topic", "ord"),
+    (spec(body=b"x" * (4 * 1024 * 1024 + 1)), "body", "4194305 bytes"),
+    (spec(properties={str(i): "v" for i in range(65)}), "properties", "65 entries"),
+    (spec(properties={"k": "v" * 16385}), "properties['k']", "vvvv"),
+    (spec(properties={"": "v"}), "properties['']", "''"),
+    (spec(when=When(WhenKind.DELAY, -1)), "delay_ms", "-1"),
+    (spec(when=When(WhenKind.DELAY, 401 * DAY_MS)), "delay_ms", str(401 * DAY_MS)),
+    (spec(when=When(WhenKind.LEVEL, 0)), "delay_level", "0"),
+    (spec(when=When(WhenKind.LEVEL, 19)), "delay_level", "19"),
+    (
+        spec(when=When(WhenKind.DELIVER_AT, NOW - DAY_MS - 1)),
+        "deliver_at_ms",
+        str(NOW - DAY_MS - 1),
+    ),
+    (spec(when=When(WhenKind.DELIVER_AT, NOW + 401 * DAY_MS)), "deliver_at_ms", "beyond"),
+    (spec(message_id="has space"), "message_id", "'has space'"),
+    (spec(message_id="x" * 129), "message_id", "129 characters"),
+]
+
+
+@pytest.mark.parametrize(("bad", "field", "shown"), BAD_SENDS)
 def test_bad_sends_name_field_and_value(bad, field, shown):
     with pytest.raises(InvalidArgument) as caught:
         validate_send(bad, NOW, SETTINGS)
     assert caught.value.field == field
     assert str(caught.value).startswith(f"{field}=")
     assert shown in str(caught.value)
+
+
+@pytest.mark.parametrize(("bad", "field", "shown"), BAD_SENDS)
+def test_batch_validation_refuses_the_same_and_names_the_message(bad, field, shown):
+    with pytest.raises(InvalidArgument) as alone:
+        validate_sends([bad], NOW, SETTINGS)
+    assert alone.value.field == field  # a batch of one: no index, as for a single Send
+    with pytest.raises(InvalidArgument) as in_batch:
+        validate_sends([spec(), spec(), bad, spec()], NOW, SETTINGS)
+    assert in_batch.value.field == f"messages[2].{field}"
+    assert shown in str(in_batch.value)
+
+
+whens = st.one_of(
+    st.builds(When, st.just(WhenKind.DELAY), st.integers(0, 400 * DAY_MS)),
+    st.builds(When, st.just(WhenKind.LEVEL), st.integers(1, 18)),
+    st.builds(When, st.just(WhenKind.DELIVER_AT), st.integers(NOW - DAY_MS, NOW + 400 * DAY_MS)),
+)
+good_specs = st.builds(
+    SendSpec,
+    topic=st.sampled_from(["orders", "a.b-c_d", "x" * 127]),
+    body=st.binary(max_size=64),
+    when=whens,
+    properties=st.dictionaries(
+        st.text("abc", min_size=1, max_size=3), st.text(max_size=5), max_size=2
+    ),
+    message_id=st.sampled_from(["", "", "order-1"]),
+)
+
+
+@given(st.lists(good_specs, max_size=20))
+def test_batch_validation_resolves_each_send_as_validate_send_does(specs):
+    assert validate_sends(specs, NOW, SETTINGS) == [validate_send(s, NOW, SETTINGS) for s in specs]
 
 
 def test_batch_fields_carry_the_index_prefix():
