@@ -71,7 +71,10 @@ class Engine:
         self.settings = settings
         self._clock = clock
         tuning = RocksTuning(
-            settings.block_cache_bytes, settings.write_buffer_bytes, settings.sync_writes
+            block_cache_bytes=settings.block_cache_bytes,
+            write_buffer_bytes=settings.write_buffer_bytes,
+            wheel_write_buffer_bytes=settings.wheel_write_buffer_bytes,
+            sync_writes=settings.sync_writes,
         )
         self._database = RocksDatabase(settings.data_dir, tuning)
         self._store = TimerStore(self._database)

@@ -22,6 +22,7 @@ def test_defaults_are_the_documented_ones():
         ({"port": 70000}, "port=70000"),
         ({"retention_ms": 0}, "retention_ms=0"),
         ({"fire_chunk": -5}, "fire_chunk=-5"),
+        ({"wheel_write_buffer_bytes": 0}, "wheel_write_buffer_bytes=0"),
         ({"max_delay_ms": True}, "max_delay_ms=True"),
         ({"data_dir": ""}, "data_dir=''"),
         ({"delay_levels_ms": ()}, "delay_levels_ms=()"),

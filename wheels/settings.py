@@ -81,9 +81,12 @@ class Settings:
     max_request_bytes: int = 64 * 1024 * 1024  # largest request (a SendBatch) accepted
     shutdown_grace_ms: int = 10 * SECOND_MS  # SIGTERM: how long in-flight calls may finish
 
-    # Storage tuning.
+    # Storage tuning. Wheel memtables are kept small: their keys arrive in random order
+    # (deliver times spread over weeks), and a skiplist that fits the CPU cache takes them
+    # several times faster (docs/engine.md); flushing them is background work.
     block_cache_bytes: int = 64 * 1024 * 1024
     write_buffer_bytes: int = 32 * 1024 * 1024
+    wheel_write_buffer_bytes: int = 8 * 1024 * 1024
 
     def __post_init__(self) -> None:
         _check_positive(self, _POSITIVE_FIELDS)
@@ -131,8 +134,9 @@ _POSITIVE_FIELDS = (
     "max_batch_messages", "retention_ms", "minute_cascade_lead_ms", "hour_cascade_lead_ms",
     "cascade_chunk", "fire_chunk", "sweep_chunk", "max_group_ops", "max_queued_ops",
     "max_unacked", "ack_timeout_ms", "max_in_flight_default", "block_cache_bytes",
-    "write_buffer_bytes", "max_in_flight_limit", "delivery_batch_max", "delivery_batch_bytes",
-    "grpc_workers", "max_subscribers", "max_request_bytes", "shutdown_grace_ms",
+    "write_buffer_bytes", "wheel_write_buffer_bytes", "max_in_flight_limit",
+    "delivery_batch_max", "delivery_batch_bytes", "grpc_workers", "max_subscribers",
+    "max_request_bytes", "shutdown_grace_ms",
 )  # fmt: skip
 
 
