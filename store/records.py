@@ -90,14 +90,30 @@ def decode_timer(message_id: str, raw: bytes) -> Timer:
     properties, offset = _decode_properties(raw, offset)
     return Timer(
         message_id=message_id, topic=topic, body=raw[offset:], properties=properties,
-        deliver_at_ms=deliver_at_ms, created_at_ms=created_at_ms, state=State(state),
-        when=When(WhenKind(when_kind), when_value), fired_at_ms=fired_at_ms,
+        deliver_at_ms=deliver_at_ms, created_at_ms=created_at_ms, state=_state(state),
+        when=When(_when_kind(when_kind), when_value), fired_at_ms=fired_at_ms,
         acked_at_ms=acked_at_ms, cancelled_at_ms=cancelled_at_ms, ready_seq=seq,
     )  # fmt: skip
 
 
 def record_state(raw: bytes) -> State:
-    return State(raw[1])
+    return _state(raw[1])
+
+
+# Enum construction by value (`State(2)`) costs ~0.35 us; every delivered message decodes
+# two, so known values are looked up instead. Unknown ones still raise ValueError.
+_STATES = {int(state): state for state in State}
+_WHEN_KINDS = {int(kind): kind for kind in WhenKind}
+
+
+def _state(value: int) -> State:
+    found = _STATES.get(value)
+    return found if found is not None else State(value)
+
+
+def _when_kind(value: int) -> WhenKind:
+    found = _WHEN_KINDS.get(value)
+    return found if found is not None else WhenKind(value)
 
 
 def is_scheduled(raw: bytes) -> bool:

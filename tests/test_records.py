@@ -2,6 +2,7 @@
 
 from dataclasses import replace
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -76,3 +77,14 @@ def test_new_records_are_the_scheduled_timer_encoded(timer):
     [raw] = records.encode_new_many([spec], [new.deliver_at_ms], new.created_at_ms)
     assert raw == records.encode_timer(new)
     assert records.decode_timer(new.message_id, raw) == new
+
+
+def test_an_unknown_state_byte_is_refused_not_guessed():
+    raw = bytearray(records.encode_timer(
+        Timer("x", "t", b"", {}, 1, 1, State.SCHEDULED, When(WhenKind.DELAY, 1))
+    ))  # fmt: skip
+    raw[1] = 9
+    with pytest.raises(ValueError, match="9"):
+        records.record_state(bytes(raw))
+    with pytest.raises(ValueError, match="9"):
+        records.decode_timer("x", bytes(raw))
