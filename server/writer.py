@@ -32,6 +32,7 @@ import structlog
 
 from server.ops import Op, WriterContext
 from store import keys
+from store.rocks import WalSyncFailed
 from store.timer_store import StagedBatch, TimerStore
 from wheels.clock import Clock
 from wheels.domain import Overloaded, ShuttingDown, TimerwheelError
@@ -150,6 +151,8 @@ class Writer:
     def _iterate_logged(self) -> bool:
         try:
             return self.iterate()
+        except WalSyncFailed:
+            raise  # not retried: see iterate
         except Exception:
             log.exception("writer_iteration_failed")
             with self._cond:  # back off before retrying a failing store
@@ -190,6 +193,15 @@ class Writer:
             if batch.operations or ops or self._scheduler.state != saved:
                 self._store.stage_state(batch, self._scheduler.state)
                 self._store.commit(batch)
+        except WalSyncFailed as exc:
+            # The batch is applied but maybe not durable: its scheduler state stays (it is
+            # what readers see), its operations are not acknowledged, and the writer stops.
+            # Carrying on could reuse fire sequence numbers of a batch that is in RocksDB.
+            stopped = ShuttingDown(f"the timer writer stopped: {exc}")
+            for op in ops:
+                op.future.set_exception(stopped)
+            self._fail_queued(stopped)
+            raise
         except BaseException as exc:
             self._scheduler.restore(saved)  # nothing of this batch is on disk
             for op in ops:

@@ -72,6 +72,12 @@ def _options(tuning: RocksTuning, cache: Cache, family: str = "") -> Options:
     return options
 
 
+class WalSyncFailed(RuntimeError):
+    """A batch was applied (readers see it) but syncing the WAL failed, so whether it
+    survives a crash is unknown. RocksDB itself turns read-only after such an error; the
+    writer stops too rather than carry on from a state it cannot vouch for."""
+
+
 class RocksDatabase:
     """The open database: column-family objects for reads, handles for batches."""
 
@@ -103,10 +109,17 @@ class RocksDatabase:
         fsync included, while `flush_wal` releases it: producer threads then validate and
         encode the next sends during the fsync instead of waiting on it. The writer is the
         only thread that writes, so when `flush_wal` returns this batch is durable.
+
+        Unlike a sync write, the batch is visible to readers just before it is durable,
+        and a failed sync leaves it applied: that raises `WalSyncFailed`, not a plain
+        error, because the caller must not assume the batch is absent.
         """
         self.db.write(batch, write_opt=self._write_options)
         if self.tuning.sync_writes:
-            self.db.flush_wal(True)
+            try:
+                self.db.flush_wal(True)
+            except Exception as exc:
+                raise WalSyncFailed(f"syncing the WAL failed after a write: {exc}") from exc
 
     def close(self) -> None:
         """Close and release the LOCK so the same process may reopen the directory.

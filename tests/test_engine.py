@@ -9,6 +9,7 @@ import pytest
 from server.engine import Engine, MessageIds
 from server.system_clock import SystemClock
 from store import keys
+from store.rocks import WalSyncFailed
 from wheels.clock import VirtualClock
 from wheels.domain import (
     AlreadyExists,
@@ -262,6 +263,55 @@ def test_reopen_fires_what_became_overdue_while_down(tmp_path, clock):
         fired = reopened.fetch_fired("orders", 0, 10)
         assert sorted(f.timer.message_id for f in fired) == sorted(ids)
         assert all(f.timer.fired_at_ms == T0 + DAY_MS for f in fired)
+    finally:
+        reopened.close()
+
+
+class _WalSyncFails:
+    """The real Rdict, except that syncing the WAL fails (a disk going away)."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    def flush_wal(self, sync: bool = True) -> None:
+        raise OSError("injected: the disk is gone")
+
+
+def test_a_failed_wal_sync_stops_the_writer_and_keeps_the_applied_state(tmp_path, clock):
+    """After `write`, a failed sync leaves the batch applied: the writer must neither roll
+    its state back (it would reuse fire sequence numbers) nor go on as if durable."""
+    settings = Settings(data_dir=str(tmp_path / "d"), sync_writes=True)
+    engine = Engine(settings, clock, background=False)
+    database = engine.store.database
+    try:
+        first = engine.send(delay(1_000))
+        queued = engine.send_batch_async([delay(5_000)])
+        database.db = _WalSyncFails(database.db)
+        clock.advance(1_000)
+        with pytest.raises(WalSyncFailed, match="the disk is gone"):
+            engine.step()  # fires `first` and applies the queued send, but cannot sync
+        with pytest.raises(ShuttingDown, match="syncing the WAL failed"):
+            queued.result()  # never acknowledged
+        assert engine.scheduler.state.fire_seq == 1  # kept, not rolled back to 0
+        assert engine.get(first.message_id).state is State.FIRED  # what readers see
+        with pytest.raises(ShuttingDown):
+            engine.send(delay(1_000))
+    finally:
+        database.db = getattr(database.db, "inner", database.db)
+        engine.close()
+    reopened = Engine(settings, clock, background=False)
+    try:
+        assert reopened.scheduler.state.fire_seq == 1
+        second = reopened.send(delay(0))
+        reopened.run_until_idle()
+        fired = reopened.fetch_fired("orders", 0, 10)
+        assert [(f.seq, f.timer.message_id) for f in fired] == [
+            (1, first.message_id),
+            (2, second.message_id),
+        ]
     finally:
         reopened.close()
 
