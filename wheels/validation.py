@@ -145,25 +145,22 @@ def validate_sends(specs: list[SendSpec], now_ms: int, settings: Settings) -> li
     """`validate_send` for a batch: the deliver_at_ms of each, or the first error.
 
     In a batch of more than one, errors name the message: ``messages[3].topic``. Sends
-    with nothing optional (no properties, no client id) take a short path, the usual
-    case on the hot path; the rest go through `validate_send`.
+    with nothing optional (no properties, no client id) and a fine topic and body, the
+    usual case on the hot path, only need their time resolved.
     """
     max_topic_len, max_body = settings.max_topic_len, settings.max_body_bytes
     deliver_times_ms = []
     for index, spec in enumerate(specs):
-        if (
-            spec.properties
-            or spec.message_id
-            or len(spec.body) > max_body
-            or _topic_problem(spec.topic, max_topic_len)
-        ):
-            prefix = f"messages[{index}]." if len(specs) > 1 else ""
-            deliver_times_ms.append(validate_send(spec, now_ms, settings, prefix))
-        else:
-            when = spec.when
-            if when.kind is _DELAY and 0 <= when.value <= settings.max_delay_ms:
-                deliver_times_ms.append(now_ms + when.value)
+        try:
+            if (
+                spec.properties
+                or spec.message_id
+                or len(spec.body) > max_body
+                or _topic_problem(spec.topic, max_topic_len)
+            ):
+                deliver_times_ms.append(validate_send(spec, now_ms, settings))
             else:
-                prefix = f"messages[{index}]." if len(specs) > 1 else ""
-                deliver_times_ms.append(resolve_deliver_at_ms(when, now_ms, settings, prefix))
+                deliver_times_ms.append(resolve_deliver_at_ms(spec.when, now_ms, settings))
+        except InvalidArgument as exc:
+            raise (exc.within(f"messages[{index}].") if len(specs) > 1 else exc) from None
     return deliver_times_ms
