@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from store import records
-from store.timer_store import StagedBatch, TimerStore
+from store.batch import StagedBatch
+from store.timer_store import TimerStore
 from wheels.domain import (
     AlreadyExists,
     FailedPrecondition,

@@ -32,8 +32,9 @@ import structlog
 
 from server.ops import Op, WriterContext
 from store import keys
+from store.batch import StagedBatch
 from store.rocks import WalSyncFailed
-from store.timer_store import StagedBatch, TimerStore
+from store.timer_store import TimerStore
 from wheels.clock import Clock
 from wheels.domain import Overloaded, ShuttingDown, TimerwheelError
 from wheels.scheduler import CascadeTask, Scheduler, TimerKey

@@ -2,20 +2,21 @@
 
 Reads (`get`, `find_wheel`, `list_pending`, `read_ready`, `scan`) run on any thread and
 see committed data. Writes are staged into a `StagedBatch` by the single writer thread
-and committed as one atomic WriteBatch (group commit); see `StagedBatch` for how a
+and committed as one atomic WriteBatch (group commit); see `store.batch` for how a
 batch holds its writes and why it hands them to RocksDB sorted.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from heapq import merge
 from itertools import islice
 
-from rocksdict import ReadOptions, WriteBatch
+from rocksdict import ReadOptions
 
 from store import keys, records
+from store.batch import StagedBatch
 from store.rocks import RocksDatabase
 from wheels.domain import FiredTimer, State, Timer
 from wheels.scheduler import CascadeState, SchedulerState
@@ -23,57 +24,6 @@ from wheels.wheel import LEVELS
 
 WheelEntry = tuple[bytes, bytes]  # (wheel key, topic)
 _FINAL_STATES = (State.ACKED, State.CANCELLED)
-
-
-@dataclass
-class StagedBatch:
-    """One group commit being built: the final value of every key it writes.
-
-    Writes are held per column family as ``{key: value}``, where a value of None means
-    delete, and turned into one WriteBatch at commit. Since each key keeps only its last
-    write, the outcome is that of applying the writes in the order they were staged,
-    and two things follow:
-
-    - an operation later in the group reads what an earlier one staged (`records` is
-      the `messages` family's staged writes; a cancel after a send of the same id sees
-      the send);
-    - commit can hand each family's keys to RocksDB in sorted order. The memtable is a
-      skiplist that remembers where it last inserted, so keys in order insert cheaply,
-      while random wheel keys (deliver times spread over weeks) into a large memtable
-      miss the CPU cache at every level: about 2.5 us a timer, against 0.6 sorted
-      (measured here, 20k timers a batch, 32 MB memtables). The sort costs 0.2 us.
-    """
-
-    writes: dict[str, dict[bytes, bytes | None]] = field(
-        default_factory=lambda: {family: {} for family in keys.ALL_COLUMN_FAMILIES}
-    )
-    # Committed records read ahead for this batch's operations in one multi-get: every
-    # call into RocksDB gives up the GIL and waits to get it back from the gRPC threads,
-    # so one read for the whole group beats one per operation.
-    prefetched: dict[bytes, bytes | None] = field(default_factory=dict)
-    fired_topics: set[str] = field(default_factory=set)
-    fired_entries: dict[str, list[tuple[int, bytes, bytes]]] = field(default_factory=dict)
-    fired: int = 0
-    operations: int = 0
-
-    @property
-    def records(self) -> dict[bytes, bytes | None]:
-        """The `messages` records this batch writes (None: deleted)."""
-        return self.writes[keys.CF_MESSAGES]
-
-    def to_write_batch(self, handles: dict) -> WriteBatch:
-        """The staged writes as one WriteBatch, each family's keys in sorted order."""
-        write_batch = WriteBatch(raw_mode=True)
-        put, delete = write_batch.put, write_batch.delete
-        for family, staged in self.writes.items():
-            handle = handles[family]
-            for key in sorted(staged):
-                value = staged[key]
-                if value is None:
-                    delete(key, handle)
-                else:
-                    put(key, value, handle)
-        return write_batch
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from store import keys, records
+from store.batch import StagedBatch
 from store.rocks import RocksDatabase, RocksTuning
-from store.timer_store import StagedBatch, TimerStore
+from store.timer_store import TimerStore
 from wheels.domain import State, Timer, When, WhenKind
 from wheels.scheduler import CascadeState, SchedulerState, TimerKey
 
