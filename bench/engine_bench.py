@@ -22,8 +22,8 @@ import time
 
 import psutil
 
-from server.engine import Engine
-from server.system_clock import SystemClock
+from engine.engine import Engine
+from engine.system_clock import SystemClock
 from wheels.domain import SendSpec, When, WhenKind
 from wheels.settings import DAY_MS, HOUR_MS, Settings
 

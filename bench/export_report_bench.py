@@ -21,7 +21,7 @@ import time
 
 from capacity.report import ReportRequest, run_report
 from capacity.tables import ReportOptions
-from server.engine import Engine
+from engine.engine import Engine
 from store.export import export_data_dir
 from wheels.clock import VirtualClock
 from wheels.domain import SendSpec, When, WhenKind

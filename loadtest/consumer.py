@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import grpc
 
 from loadtest.accounting import Tally, histogram_of, merge_counts
-from server.client import TimerClient
+from timerwheel.client import TimerClient
 
 MAX_PENDING_ACKS = 32  # acks in flight per stream before the stream waits for the oldest
 

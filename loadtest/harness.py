@@ -39,7 +39,7 @@ from loadtest.pacing import split_messages
 from loadtest.producer import ProducerPlan, producer_main
 from loadtest.scenarios import Scenario
 from loadtest.server_proc import SpawnedServer, StatsSampler
-from server.client import TimerClient
+from timerwheel.client import TimerClient
 
 log = structlog.get_logger("timerwheel.loadtest")
 

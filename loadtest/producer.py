@@ -33,7 +33,7 @@ from loadtest.accounting import (
     new_histogram,
 )
 from loadtest.pacing import DeliverTimes, Pacer, encode_body, padding_for
-from server.client import TimerClient
+from timerwheel.client import TimerClient
 from timerwheel.v1 import timerwheel_pb2 as pb
 
 # Codes after which the server certainly stored nothing (a batch is all or none).

@@ -1,6 +1,6 @@
 """The server under test: a spawned `timerwheel serve`, and the Stats sampler.
 
-`SpawnedServer` runs `python -m server.cli serve` on a temporary data dir, on 127.0.0.1
+`SpawnedServer` runs `python -m cli.main serve` on a temporary data dir, on 127.0.0.1
 port 0, and learns the port from its `server_started` JSON log line (read on a thread,
 which then keeps copying the log to `server.log` so the pipe never fills). Leaving the
 `with` block always stops it: SIGTERM, a bounded wait, then SIGKILL; the data dir is
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import structlog
 
-from server.client import TimerClient
+from timerwheel.client import TimerClient
 
 log = structlog.get_logger("timerwheel.loadtest")
 
@@ -49,7 +49,7 @@ class SpawnedServer:
         self.log_path = self.work_dir / "server.log"
         self.keep = keep
         self.args = [
-            sys.executable, "-m", "server.cli", "serve", "--data-dir", str(self.data_dir),
+            sys.executable, "-m", "cli.main", "serve", "--data-dir", str(self.data_dir),
             "--host", "127.0.0.1", "--port", "0", "--log-format", "json", *serve_flags,
         ]  # fmt: skip
         self.proc: subprocess.Popen | None = None

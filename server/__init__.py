@@ -1,1 +1,1 @@
-"""The runtime: engine (writer thread over the store), gRPC service, delivery, CLI."""
+"""The RPC layer: gRPC services (proto <-> domain, errors -> status codes) and delivery."""

@@ -8,8 +8,8 @@ import os
 import grpc
 import psutil
 
+from engine.engine import Engine
 from server.delivery import DeliveryHub
-from server.engine import Engine
 from server.errors import rpc_errors
 from store import keys
 from timerwheel.v1 import timerwheel_pb2 as pb

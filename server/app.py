@@ -26,11 +26,11 @@ import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from engine.engine import Engine
+from engine.system_clock import SystemClock
 from server.admin_service import TimerAdmin
 from server.delivery import DeliveryHub
-from server.engine import Engine
 from server.service import TimerService
-from server.system_clock import SystemClock
 from timerwheel.v1 import timerwheel_pb2 as pb
 from timerwheel.v1 import timerwheel_pb2_grpc as pb_grpc
 from wheels.clock import Clock

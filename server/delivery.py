@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from server.engine import Engine
+from engine.engine import Engine
 from wheels.domain import FiredTimer, InvalidArgument, Overloaded, ShuttingDown
 from wheels.settings import Settings
 from wheels.validation import validate_topic

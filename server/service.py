@@ -16,8 +16,8 @@ from collections.abc import Iterator
 
 import grpc
 
+from engine.engine import Engine
 from server.delivery import Delivered, DeliveryHub
-from server.engine import Engine
 from server.errors import rpc_errors
 from timerwheel.v1 import timerwheel_pb2 as pb
 from timerwheel.v1 import timerwheel_pb2_grpc as pb_grpc

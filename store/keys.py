@@ -25,6 +25,8 @@ prefix and one topic's ready entries are one contiguous range, in fire order.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import struct
 
 from wheels.scheduler import TimerKey
@@ -80,6 +82,29 @@ def encode_timer_key(key: TimerKey) -> bytes:
 
 def decode_timer_key(raw: bytes) -> TimerKey:
     return TimerKey(U64.unpack_from(raw)[0], raw[TIME_BYTES:].decode())
+
+
+def key_after(raw: bytes) -> TimerKey:
+    """The immediate successor of a wheel key: ids never contain 0x00, so appending it
+    gives the smallest key greater than `raw` (where a chunked scan resumes)."""
+    return decode_timer_key(raw + b"\x00")
+
+
+def encode_page_token(raw: bytes) -> str:
+    """A List page token: the wheel key after which the next page starts, opaque to clients."""
+    return base64.urlsafe_b64encode(raw).decode()
+
+
+def decode_page_token(token: str) -> bytes:
+    """The wheel key in a page token; ValueError when it is not one this codec made."""
+    try:
+        raw = base64.urlsafe_b64decode(token.encode())
+        if len(raw) <= TIME_BYTES:
+            raise ValueError("too short for a wheel key")
+        decode_timer_key(raw)
+    except (binascii.Error, UnicodeError) as exc:
+        raise ValueError(str(exc)) from exc
+    return raw
 
 
 def key_time_ms(raw: bytes) -> int:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from server.engine import Engine
+from engine.engine import Engine
 from store import keys
 from store.export import export_data_dir
 from store.rocks import RocksDatabase

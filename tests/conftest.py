@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from server.app import TimerServer
-from server.client import RemoteError, TimerClient
+from timerwheel.client import RemoteError, TimerClient
 from timerwheel.v1 import timerwheel_pb2 as pb
 from wheels.settings import Settings
 

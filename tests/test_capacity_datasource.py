@@ -71,7 +71,7 @@ def test_one_partition_per_messages_file(exported):
 
 
 def test_empty_export_reads_as_no_rows(tmp_path):
-    from server.engine import Engine
+    from engine.engine import Engine
     from wheels.clock import VirtualClock
     from wheels.settings import Settings
 

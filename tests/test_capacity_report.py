@@ -185,7 +185,7 @@ def test_damaged_export_names_the_file(spark, exported, tmp_path):
 
 
 def test_empty_export_gives_an_empty_report(spark, tmp_path):
-    from server.engine import Engine
+    from engine.engine import Engine
     from wheels.clock import VirtualClock
     from wheels.settings import Settings
 
@@ -200,7 +200,7 @@ def test_empty_export_gives_an_empty_report(spark, tmp_path):
 
 
 def test_report_refuses_a_used_output_and_bad_options(exported, tmp_path, capsys):
-    from server.cli import main
+    from cli.main import main
 
     export_dir, _ = exported
     (tmp_path / "used").mkdir()

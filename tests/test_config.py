@@ -1,4 +1,4 @@
-"""server.config: durations, precedence (defaults < TOML < env < flags), clear errors;
+"""cli.config: durations, precedence (defaults < TOML < env < flags), clear errors;
 and `timerwheel serve`'s flags feeding it."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import argparse
 
 import pytest
 
-from server.commands import serve
-from server.config import load_settings, parse_assignment, parse_duration_ms
+from cli.commands import serve
+from cli.config import load_settings, parse_assignment, parse_duration_ms
 from wheels.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings, SettingsError
 
 

@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from server.engine import Engine
+from engine.engine import Engine
 from store import keys
 from wheels.clock import VirtualClock
 from wheels.domain import State

@@ -6,7 +6,7 @@ from __future__ import annotations
 import grpc
 from conftest import WAIT_S, Collector, status_of
 
-from server.client import TimerClient
+from timerwheel.client import TimerClient
 
 
 def _client(server) -> TimerClient:

@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from server.engine import Engine, MessageIds
-from server.system_clock import SystemClock
+from engine.engine import Engine, MessageIds
+from engine.system_clock import SystemClock
 from store import keys
 from store.rocks import WalSyncFailed
 from wheels.clock import VirtualClock

@@ -29,7 +29,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from server.engine import Engine
+from engine.engine import Engine
 from wheels.clock import VirtualClock
 from wheels.domain import FailedPrecondition, NotFound, SendSpec, State, When, WhenKind
 from wheels.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings

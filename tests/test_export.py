@@ -15,7 +15,7 @@ import threading
 import pytest
 from capacity_data import T0_MS, build_store, family_contents
 
-from server.engine import Engine
+from engine.engine import Engine
 from store import export, export_files, keys, records
 from store.export import ExportError, export_data_dir
 from store.export_files import ExportFormatError, load_manifest, read_sst, verify_files
@@ -307,7 +307,7 @@ def test_damaged_exports_name_the_file(store_dir, tmp_path):
 
 
 def test_export_cli_from_a_stopped_data_dir(store_dir, tmp_path, capsys):
-    from server.cli import main
+    from cli.main import main
 
     data_dir, truth = store_dir
     out_dir = str(tmp_path / "export")
@@ -320,8 +320,8 @@ def test_export_cli_from_a_stopped_data_dir(store_dir, tmp_path, capsys):
 
 def test_export_cli_from_a_live_server(server, tmp_path, capsys):
     """--target: the running server (TimerAdmin.Export) writes the cut."""
-    from server.cli import main
-    from server.client import TimerClient
+    from cli.main import main
+    from timerwheel.client import TimerClient
 
     with TimerClient(server.target, timeout_s=30) as client:
         for i in range(3):

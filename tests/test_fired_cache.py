@@ -1,6 +1,6 @@
 """The fired-record cache: answers only when it is complete above the reader's cursor."""
 
-from server.fired_cache import FiredCache
+from engine.fired_cache import FiredCache
 from store import records
 from wheels.domain import State, Timer, When, WhenKind
 

@@ -18,9 +18,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from cli.main import main
+from engine.system_clock import SystemClock
 from server.app import TimerServer
-from server.cli import main
-from server.system_clock import SystemClock
 from wheels.settings import Settings
 
 pytestmark = pytest.mark.timeout(120)

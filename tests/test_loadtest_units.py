@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import grpc
 import pytest
 
+from cli.commands.loadtest import is_loopback
 from loadtest import report
 from loadtest.accounting import (
     CANCEL_UNKNOWN,
@@ -38,7 +39,6 @@ from loadtest.pacing import (
 )
 from loadtest.producer import Producer, ProducerPlan, wants_cancel
 from loadtest.scenarios import SCENARIOS, ScenarioError, scenario
-from server.commands.loadtest import is_loopback
 from timerwheel.v1 import timerwheel_pb2 as pb
 
 

@@ -14,7 +14,7 @@ import threading
 import grpc
 from conftest import WAIT_S, Collector, ServeProcess
 
-from server.client import RemoteError, TimerClient
+from timerwheel.client import RemoteError, TimerClient
 from wheels.domain import State
 from wheels.settings import HOUR_MS
 

@@ -12,7 +12,7 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
     ProtoReflectionDescriptorDatabase,
 )
 
-from server.client import TimerClient
+from timerwheel.client import TimerClient
 
 
 def test_health_answers_serving(client):

@@ -1,4 +1,4 @@
-"""server.client.TimerClient against a live server: the consume loop, futures, errors."""
+"""timerwheel.client.TimerClient against a live server: the consume loop, futures, errors."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import grpc
 import pytest
 from conftest import WAIT_S, status_of
 
-from server.client import RemoteError, TimerClient
+from timerwheel.client import RemoteError, TimerClient
 from wheels.domain import State, TimerwheelError
 
 

@@ -10,9 +10,9 @@ import grpc
 import pytest
 from conftest import status_of, wall_ms
 
-from server.client import TimerClient
 from server.errors import rpc_errors
 from store.export import ExportError
+from timerwheel.client import TimerClient
 from timerwheel.v1 import timerwheel_pb2 as pb
 from wheels.domain import (
     AlreadyExists,

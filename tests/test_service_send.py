@@ -6,7 +6,7 @@ from __future__ import annotations
 import grpc
 from conftest import Collector, status_of, wall_ms
 
-from server.client import TimerClient
+from timerwheel.client import TimerClient
 from wheels.domain import State
 from wheels.settings import HOUR_MS
 

@@ -1,7 +1,7 @@
 """Clocks. The core never reads the wall clock: it is handed a `Clock`.
 
 `VirtualClock` is for tests (time moves only when told to); the real clock lives in
-`server.system_clock`, at the edge.
+`engine.system_clock`, at the edge.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import random
 import sys
 import time
 
-from server.engine import Engine
+from engine.engine import Engine
 from wheels.domain import SendSpec, When, WhenKind
 from wheels.settings import MINUTE_MS, Settings
 

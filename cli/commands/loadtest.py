@@ -89,8 +89,8 @@ def run(args: argparse.Namespace) -> int:
     except ScenarioError as exc:
         print(f"timerwheel loadtest: {exc}", file=sys.stderr)
         return 2
+    from cli.log_config import configure_logging
     from loadtest import harness, report  # heavy imports after the cheap checks
-    from server.log_config import configure_logging
 
     configure_logging("warning", "console", sys.stderr)  # stdout carries the report only
 

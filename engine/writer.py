@@ -30,14 +30,14 @@ from concurrent.futures import Future
 
 import structlog
 
-from server.ops import Op, WriterContext
+from engine.ops import Op, WriterContext
 from store import keys
 from store.batch import StagedBatch
 from store.rocks import WalSyncFailed
 from store.timer_store import TimerStore
 from wheels.clock import Clock
 from wheels.domain import Overloaded, ShuttingDown, TimerwheelError
-from wheels.scheduler import CascadeTask, Scheduler, TimerKey
+from wheels.scheduler import CascadeTask, Scheduler
 from wheels.settings import Settings
 
 log = structlog.get_logger("timerwheel.writer")
@@ -245,7 +245,7 @@ class Writer:
             first_seq = self._scheduler.take_fire_seqs(due_count)
             self._store.stage_fire(batch, task.upper.name, entries[:due_count], first_seq, now_ms)
         self._store.stage_move(batch, task.upper.name, task.lower.name, entries[due_count:])
-        next_from = _key_after(entries[-1][0]) if len(entries) == limit else None
+        next_from = keys.key_after(entries[-1][0]) if len(entries) == limit else None
         self._scheduler.cascade_progress(task, next_from)
         return next_from is not None
 
@@ -257,7 +257,7 @@ class Writer:
         if entries:
             first_seq = self._scheduler.take_fire_seqs(len(entries))
             self._store.stage_fire(batch, "second", entries, first_seq, now_ms)
-        next_from = _key_after(entries[-1][0]) if len(entries) == limit else None
+        next_from = keys.key_after(entries[-1][0]) if len(entries) == limit else None
         self._scheduler.fire_progress(through_ms, next_from)
         return next_from is not None
 
@@ -283,8 +283,3 @@ def _count_due(entries: list[tuple[bytes, bytes]], now_ms: int) -> int:
         if keys.key_time_ms(key) > now_ms:
             return index
     return len(entries)
-
-
-def _key_after(raw_key: bytes) -> TimerKey:
-    """The immediate successor of a wheel key (ids never contain 0x00)."""
-    return keys.decode_timer_key(raw_key + b"\x00")

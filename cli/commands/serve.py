@@ -6,7 +6,7 @@
     timerwheel serve --config timerwheel.toml --ack-timeout 10s --set max_unacked=50000
 
 Settings: defaults < --config TOML < TIMERWHEEL_<SETTING> environment < flags (see
-server.config). SIGTERM or Ctrl-C stops it gracefully: no new calls, calls in progress
+cli.config). SIGTERM or Ctrl-C stops it gracefully: no new calls, calls in progress
 finish, queued writes are committed, RocksDB is closed; the next start resumes.
 """
 
@@ -20,13 +20,13 @@ import threading
 
 import structlog
 
-from server.config import load_settings, parse_assignment
-from server.log_config import FORMATS, LEVELS, configure_logging
+from cli.config import load_settings, parse_assignment
+from cli.log_config import FORMATS, LEVELS, configure_logging
 from wheels.settings import SettingsError
 
 log = structlog.get_logger("timerwheel.serve")
 
-# flag -> (Settings field, help). Values are converted by server.config (durations too).
+# flag -> (Settings field, help). Values are converted by cli.config (durations too).
 SETTING_FLAGS = {
     "--data-dir": ("data_dir", "RocksDB directory (default ./data)"),
     "--host": ("host", "address to listen on (default 127.0.0.1)"),

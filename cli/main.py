@@ -1,4 +1,4 @@
-"""`timerwheel` command line: discovers the sub-commands in `server.commands`."""
+"""`timerwheel` command line: discovers the sub-commands in `cli.commands`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import importlib
 import pkgutil
 import sys
 
-import server.commands
+import cli.commands
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -16,8 +16,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Durable timer-message service: RocksDB time wheels behind a gRPC API.",
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module_info in sorted(pkgutil.iter_modules(server.commands.__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"server.commands.{module_info.name}")
+    for module_info in sorted(pkgutil.iter_modules(cli.commands.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"cli.commands.{module_info.name}")
         module.register(subparsers)
     return parser
 

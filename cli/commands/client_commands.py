@@ -22,7 +22,7 @@ import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from server.config import parse_duration_ms
+from cli.config import parse_duration_ms
 from wheels.domain import State
 
 DEFAULT_TARGET = "127.0.0.1:7070"
@@ -75,7 +75,7 @@ def _parser(subparsers: argparse._SubParsersAction, name: str, text: str, func: 
 
 def _run(name: str, func: Callable, args: argparse.Namespace) -> int:
     """Usage errors -> exit 2, server refusals -> exit 1, each with one clear line."""
-    from server.client import RemoteError, TimerClient  # grpc only when a command runs
+    from timerwheel.client import RemoteError, TimerClient  # grpc only when a command runs
 
     try:
         with TimerClient(args.target, timeout_s=args.timeout) as client:

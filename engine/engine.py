@@ -1,7 +1,7 @@
 """The in-process engine: the public timer API over the store.
 
 Reads (get, list, fetch fired) go straight to the store; every mutation is an operation
-handed to the single writer (`server.writer`), which applies it in a group commit and
+handed to the single writer (`engine.writer`), which applies it in a group commit and
 completes its future once durable. The engine validates input in the caller's thread and
 encodes records there too, so the writer's per-timer work stays small.
 
@@ -11,8 +11,6 @@ thread runs and calls drive the same writer iterations inline (`step`, `run_unti
 
 from __future__ import annotations
 
-import base64
-import binascii
 import secrets
 import threading
 from collections.abc import Iterable
@@ -21,9 +19,9 @@ from dataclasses import replace
 
 import structlog
 
-from server.fired_cache import FiredCache
-from server.ops import AckOp, CancelOp, SendOp
-from server.writer import FiredListener, Writer
+from engine.fired_cache import FiredCache
+from engine.ops import AckOp, CancelOp, SendOp
+from engine.writer import FiredListener, Writer
 from store import keys
 from store.records import encode_new_many
 from store.rocks import RocksDatabase, RocksTuning
@@ -168,7 +166,7 @@ class Engine:
             topic, from_ms, to_ms, limit or 100, after, self._wheel_floors(), LIST_SCAN_BUDGET
         )
         timers = [self._with_wheel(t) for t in page.timers]
-        token = _encode_page_token(page.next_after) if page.next_after else ""
+        token = keys.encode_page_token(page.next_after) if page.next_after else ""
         return timers, token
 
     def fetch_fired(self, topic: str, after_seq: int, limit: int) -> list[FiredTimer]:
@@ -264,18 +262,10 @@ class Engine:
         return replace(timer, wheel=self._store.find_wheel(timer, candidates) or candidates[0])
 
 
-def _encode_page_token(key: bytes) -> str:
-    return base64.urlsafe_b64encode(key).decode()
-
-
 def _decode_page_token(token: str) -> bytes | None:
     if not token:
         return None
     try:
-        raw = base64.urlsafe_b64decode(token.encode())
-        if len(raw) <= keys.TIME_BYTES:
-            raise ValueError("too short for a wheel key")
-        keys.decode_timer_key(raw)
-    except (binascii.Error, ValueError, UnicodeError) as exc:
+        return keys.decode_page_token(token)
+    except ValueError as exc:
         raise InvalidArgument("page_token", token, "is not a token this server issued") from exc
-    return raw

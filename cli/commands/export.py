@@ -65,7 +65,7 @@ def _export_stopped(args: argparse.Namespace) -> int:
 
 
 def _export_live(args: argparse.Namespace) -> int:
-    from server.client import TimerClient  # the gRPC client (TimerAdmin.Export)
+    from timerwheel.client import TimerClient  # the gRPC client (TimerAdmin.Export)
 
     # The server writes the files; an absolute path means the same on both ends when they
     # share a machine (for a remote server, give a path on that machine).

@@ -1,0 +1,1 @@
+"""The `timerwheel` command line: sub-commands, settings loading and log set-up."""

@@ -1,0 +1,1 @@
+"""The engine runtime: the timer API over the store, and the single writer behind it."""
