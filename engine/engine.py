@@ -31,6 +31,7 @@ from wheels.domain import (
     FiredTimer,
     InvalidArgument,
     NotFound,
+    Overloaded,
     SendResult,
     SendSpec,
     State,
@@ -64,6 +65,30 @@ class MessageIds:
         return [f"{prefix}{n:016X}" for n in range(first, first + count)]
 
 
+def prepare_sends(
+    specs: list[SendSpec], now_ms: int, settings: Settings, ids: MessageIds
+) -> SendOp:
+    """Sends made ready to write: validated, ids chosen, records encoded, column by column.
+
+    Pure work of the caller (a gRPC thread, or a worker process), so the writer's per-timer
+    work stays small; raises InvalidArgument naming the message and field.
+    """
+    if len(specs) > settings.max_batch_messages:
+        raise InvalidArgument(
+            "messages", f"<{len(specs)} messages>",
+            f"at most {settings.max_batch_messages} per batch",
+        )  # fmt: skip
+    deliver_times_ms = validate_sends(specs, now_ms, settings)
+    client_ids = any(spec.message_id for spec in specs)
+    message_ids = ids.take(len(specs))
+    if client_ids:
+        message_ids = [s.message_id or made for s, made in zip(specs, message_ids, strict=True)]
+    return SendOp(
+        specs=specs, message_ids=message_ids, deliver_times_ms=deliver_times_ms,
+        records=encode_new_many(specs, deliver_times_ms, now_ms), client_ids=client_ids,
+    )  # fmt: skip
+
+
 class Engine:
     def __init__(self, settings: Settings, clock: Clock, *, background: bool = True) -> None:
         self.settings = settings
@@ -85,6 +110,10 @@ class Engine:
         self._ids = MessageIds()
         self._fired_cache = FiredCache(self._scheduler.state.fire_seq, FIRED_CACHE_ENTRIES)
         self._writer = Writer(settings, clock, self._store, self._scheduler, self._fired_cache.add)
+        self._fire_seq_base = self._scheduler.state.fire_seq
+        self._unacked_base = sum(self._store.count_ready(t) for t in self._store.ready_topics())
+        self._acked = 0
+        self._acked_lock = threading.Lock()
         self._closed = False
         log.info(
             "engine_opened", data_dir=settings.data_dir, recovered=state is not None,
@@ -108,23 +137,32 @@ class Engine:
     def send_batch_async(self, specs: Iterable[SendSpec]) -> Future:
         """Validate, choose ids and encode records here, in the caller's thread; the
         writer's future completes when the batch is durable."""
-        specs = list(specs)
-        if len(specs) > self.settings.max_batch_messages:
-            raise InvalidArgument(
-                "messages", f"<{len(specs)} messages>",
-                f"at most {self.settings.max_batch_messages} per batch",
-            )  # fmt: skip
-        now_ms = self.now_ms()
-        deliver_times_ms = validate_sends(specs, now_ms, self.settings)
-        client_ids = any(spec.message_id for spec in specs)
-        message_ids = self._ids.take(len(specs))
-        if client_ids:
-            message_ids = [s.message_id or made for s, made in zip(specs, message_ids, strict=True)]
-        op = SendOp(
-            specs=specs, message_ids=message_ids, deliver_times_ms=deliver_times_ms,
-            records=encode_new_many(specs, deliver_times_ms, now_ms), client_ids=client_ids,
-        )  # fmt: skip
+        return self.submit_sends(
+            prepare_sends(list(specs), self.now_ms(), self.settings, self._ids)
+        )
+
+    def submit_sends(self, op: SendOp) -> Future:
+        """Queue prepared sends (see `prepare_sends`) for the writer, unless the fired,
+        un-acked backlog is at its limit."""
+        self.check_backlog()
         return self._writer.submit(op)
+
+    def check_backlog(self) -> None:
+        """Refuse sends (Overloaded) while the fired, un-acked backlog is at `max_unacked`."""
+        unacked = self.unacked()
+        if unacked >= self.settings.max_unacked:
+            raise Overloaded(
+                f"unacked={unacked}: the fired, un-acked backlog is at its limit "
+                f"(max_unacked={self.settings.max_unacked}); consumers must ack before "
+                "more sends are accepted"
+            )
+
+    def unacked(self) -> int:
+        """Fired, not yet acked messages, kept without scans: the `ready` entries found at
+        open, plus fire sequences handed out since, minus acks since."""
+        fired = self._scheduler.state.fire_seq - self._fire_seq_base
+        with self._acked_lock:
+            return max(self._unacked_base + fired - self._acked, 0)
 
     def cancel(self, message_id: str) -> State:
         validate_message_id(message_id)
@@ -138,7 +176,10 @@ class Engine:
             validate_message_id(message_id, f"message_ids[{index}]")
         if not ids:
             return []
-        return self._writer.wait(self._writer.submit(AckOp(topic=topic, message_ids=ids)))
+        acked = self._writer.wait(self._writer.submit(AckOp(topic=topic, message_ids=ids)))
+        with self._acked_lock:
+            self._acked += len(acked)
+        return acked
 
     def get(self, message_id: str) -> Timer:
         validate_message_id(message_id)
@@ -192,6 +233,10 @@ class Engine:
     def add_fired_listener(self, listener: FiredListener) -> None:
         """`listener(topics)` is called on the writer thread after each commit that fired."""
         self._writer.add_listener(listener)
+
+    def writer_running(self) -> bool:
+        """False once a background writer has stopped (closed, or failed for good)."""
+        return self._writer.running
 
     def queued_ops(self) -> int:
         return self._writer.queued_weight

@@ -56,6 +56,15 @@ class Op:
         """Ids whose stored records `apply` will read (prefetched for the whole group)."""
         return []
 
+    # An operation crosses from a worker process to the engine's (engine.host) without
+    # its future: the receiving side waits on a fresh one.
+    def __getstate__(self) -> dict:
+        return {name: value for name, value in self.__dict__.items() if name != "future"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.future = Future()
+
 
 @dataclass
 class SendOp(Op):

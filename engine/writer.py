@@ -79,6 +79,10 @@ class Writer:
         self._thread.start()
 
     @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
     def background(self) -> bool:
         return self._thread is not None
 

@@ -27,16 +27,39 @@ def dir_bytes(path: str) -> int:
     return total
 
 
+def server_processes(root_pid: int | None) -> list[psutil.Process]:
+    """The server's processes, so Stats reports the whole server's CPU and RSS: this one
+    when the server runs in one process (`root_pid` None), else the supervisor `root_pid`
+    and all its descendants (engine, delivery and worker processes)."""
+    if root_pid is None:
+        return [psutil.Process()]
+    try:
+        root = psutil.Process(root_pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return [psutil.Process()]
+
+
+def _cpu_and_rss(processes: list[psutil.Process]) -> tuple[float, int]:
+    cpu_s, rss = 0.0, 0
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+            times = process.cpu_times()
+            cpu_s += times.user + times.system
+            rss += process.memory_info().rss
+    return cpu_s, rss
+
+
 class TimerAdmin(pb_grpc.TimerAdminServicer):
-    def __init__(self, engine: Engine, hub: DeliveryHub) -> None:
+    def __init__(self, engine: Engine, hub: DeliveryHub, root_pid: int | None = None) -> None:
         self._engine = engine
         self._hub = hub
-        self._process = psutil.Process()
+        self._root_pid = root_pid
 
     def Stats(self, request: pb.StatsRequest, context: grpc.ServicerContext) -> pb.StatsResponse:
         with rpc_errors(context, "Stats"):
             stats = self._engine.stats()
-            cpu = self._process.cpu_times()
+            cpu_s, rss = _cpu_and_rss(server_processes(self._root_pid))
             return pb.StatsResponse(
                 now_ms=stats["now_ms"],
                 queued_ops=stats["queued_ops"],
@@ -44,8 +67,8 @@ class TimerAdmin(pb_grpc.TimerAdminServicer):
                 column_family_keys={
                     family: stats[f"keys_{family}"] for family in keys.ALL_COLUMN_FAMILIES
                 },
-                rss_bytes=self._process.memory_info().rss,
-                cpu_seconds=cpu.user + cpu.system,
+                rss_bytes=rss,
+                cpu_seconds=cpu_s,
                 data_dir_bytes=dir_bytes(self._engine.settings.data_dir),
             )
 

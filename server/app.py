@@ -45,6 +45,44 @@ def bind_address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
 
 
+def build_grpc_server(
+    settings: Settings, engine: object, hub: object, *, reuse_port: bool = False,
+    stats_root_pid: int | None = None,
+) -> tuple[grpc.Server, health.HealthServicer]:  # fmt: skip
+    """The gRPC server with every service on it, not yet bound: TimerService and TimerAdmin
+    over `engine` and `hub` (in-process objects, or the remote ones of a worker process),
+    health and reflection.
+
+    `reuse_port`: the worker processes of `timerwheel serve --workers N` all listen on one
+    port (SO_REUSEPORT; the kernel spreads connections over them). Off otherwise, so a
+    second server on a busy port fails instead of sharing it.
+    """
+    pool = ThreadPoolExecutor(
+        max_workers=settings.grpc_workers + settings.max_subscribers, thread_name_prefix="grpc"
+    )
+    server = grpc.server(
+        pool,
+        options=[
+            ("grpc.max_receive_message_length", settings.max_request_bytes),
+            ("grpc.max_send_message_length", -1),
+            ("grpc.so_reuseport", 1 if reuse_port else 0),
+        ],
+    )
+    pb_grpc.add_TimerServiceServicer_to_server(TimerService(engine, hub), server)
+    pb_grpc.add_TimerAdminServicer_to_server(TimerAdmin(engine, hub, stats_root_pid), server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+    )
+    return server, health_servicer
+
+
+def set_serving(health_servicer: health.HealthServicer) -> None:
+    for name in ("", *SERVICE_NAMES):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+
+
 class TimerServer:
     """One service instance: engine + delivery hub + gRPC server, bound at construction."""
 
@@ -69,26 +107,7 @@ class TimerServer:
         self._stop_lock = threading.Lock()
 
     def _build_grpc(self) -> grpc.Server:
-        settings = self.settings
-        pool = ThreadPoolExecutor(
-            max_workers=settings.grpc_workers + settings.max_subscribers,
-            thread_name_prefix="grpc",
-        )
-        server = grpc.server(
-            pool,
-            options=[
-                ("grpc.max_receive_message_length", settings.max_request_bytes),
-                ("grpc.max_send_message_length", -1),
-                ("grpc.so_reuseport", 0),  # a second server on a busy port must fail
-            ],
-        )
-        pb_grpc.add_TimerServiceServicer_to_server(TimerService(self.engine, self.hub), server)
-        pb_grpc.add_TimerAdminServicer_to_server(TimerAdmin(self.engine, self.hub), server)
-        self.health = health.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        reflection.enable_server_reflection(
-            (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
-        )
+        server, self.health = build_grpc_server(self.settings, self.engine, self.hub)
         return server
 
     @property
@@ -98,8 +117,7 @@ class TimerServer:
 
     def start(self) -> TimerServer:
         self._grpc.start()
-        for name in ("", *SERVICE_NAMES):
-            self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        set_serving(self.health)
         log.info(
             "server_started", host=self.settings.host, port=self.port,
             data_dir=self.settings.data_dir, workers=self.settings.grpc_workers,

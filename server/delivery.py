@@ -22,10 +22,8 @@ The engine calls the fired-listener on its writer thread after each commit; it o
 the topics on a queue read by this module's own thread, which marks the dispatchers dirty
 and wakes their subscribers, so the writer never waits on a delivery lock.
 
-Backpressure: `check_backlog()` refuses new sends (Overloaded -> RESOURCE_EXHAUSTED) while
-the service-wide number of fired, un-acked messages is at `Settings.max_unacked`. The
-count is kept without scans: the `ready` entries found at start, plus fire sequences
-handed out since, minus acks since.
+Backpressure on the fired, un-acked backlog is the engine's (`Engine.check_backlog`): the
+engine sees every fire and every ack, wherever the hub runs.
 """
 
 from __future__ import annotations
@@ -199,17 +197,13 @@ class DeliveryHub:
         self._subscribers = 0
         self._closed = False
         self._fired: queue.SimpleQueue[set[str] | None] = queue.SimpleQueue()
-        # Backlog accounting (see the module docstring).
         recovered = engine.ready_topics()
-        self._fire_seq_base = engine.scheduler.state.fire_seq
-        self._unacked_base = sum(engine.store.count_ready(topic) for topic in recovered)
-        self._acked = 0
         for topic in recovered:
             self._topic(topic)
         engine.add_fired_listener(self._fired.put)
         self._thread = threading.Thread(target=self._run, name="timerwheel-delivery", daemon=True)
         self._thread.start()
-        log.info("delivery_started", recovered_topics=len(recovered), unacked=self._unacked_base)
+        log.info("delivery_started", recovered_topics=len(recovered), unacked=engine.unacked())
 
     # -- subscribing ----------------------------------------------------------------------
     def subscribe(self, topic: str, max_in_flight: int) -> Subscriber:
@@ -285,12 +279,11 @@ class DeliveryHub:
         if returned:
             log.info("subscriber_left_unacked", topic=subscriber.topic, redelivered=returned)
 
-    # -- acking and backpressure ----------------------------------------------------------
+    # -- acking -----------------------------------------------------------------------------
     def ack(self, topic: str, message_ids: list[str]) -> int:
         """Ack durably (engine), then stop tracking; returns how many were FIRED and now ACKED."""
         acked = self.engine.ack(topic, message_ids)
         with self._lock:
-            self._acked += len(acked)
             dispatcher = self._topics.get(topic)
         if dispatcher is not None:
             with dispatcher.cond:
@@ -300,18 +293,7 @@ class DeliveryHub:
 
     def unacked(self) -> int:
         """Fired, not yet acked messages, service-wide."""
-        fired = self.engine.scheduler.state.fire_seq - self._fire_seq_base
-        with self._lock:
-            return max(self._unacked_base + fired - self._acked, 0)
-
-    def check_backlog(self) -> None:
-        unacked = self.unacked()
-        if unacked >= self.settings.max_unacked:
-            raise Overloaded(
-                f"unacked={unacked}: the fired, un-acked backlog is at its limit "
-                f"(max_unacked={self.settings.max_unacked}); consumers must ack before "
-                "more sends are accepted"
-            )
+        return self.engine.unacked()
 
     def subscriber_count(self) -> int:
         with self._lock:

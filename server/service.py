@@ -95,7 +95,6 @@ class TimerService(pb_grpc.TimerServiceServicer):
     def Send(self, request: pb.SendRequest, context: grpc.ServicerContext) -> pb.SendResponse:
         with rpc_errors(context, "Send"):
             spec = spec_from_proto(request)
-            self._hub.check_backlog()
             [result] = self._engine.send_batch_async([spec]).result()
             return send_response(result)
 
@@ -110,7 +109,6 @@ class TimerService(pb_grpc.TimerServiceServicer):
             ]
             if not specs:
                 return pb.SendBatchResponse()
-            self._hub.check_backlog()
             # The whole batch in one engine call: one group commit, atomic together.
             results = self._engine.send_batch_async(specs).result()
             response = pb.SendBatchResponse()

@@ -34,6 +34,11 @@ class Settings:
     data_dir: str = "./data"
     host: str = "127.0.0.1"
     port: int = 7070
+    # Processes (server.supervisor): gRPC worker processes sharing the port, besides the
+    # engine and delivery processes; 0 means one per core. `single_process` runs the whole
+    # server in one process instead (engine, delivery and gRPC share one GIL).
+    workers: int = 0
+    single_process: bool = False
 
     # Durability: WAL is always on; sync makes every group commit an fsync.
     sync_writes: bool = True
@@ -90,6 +95,8 @@ class Settings:
 
     def __post_init__(self) -> None:
         _check_positive(self, _POSITIVE_FIELDS)
+        if not isinstance(self.workers, int) or not 0 <= self.workers <= 256:
+            raise SettingsError(f"workers={self.workers!r}: must be 0..256 (0: one per core)")
         if not 0 <= self.port <= 65535:
             raise SettingsError(f"port={self.port}: must be 0..65535")
         if not self.data_dir:

@@ -4,10 +4,13 @@
     timerwheel serve --data-dir /var/lib/tw --host 0.0.0.0 --port 7070
     timerwheel serve --port 0 --port-file /tmp/tw.port   # any free port, written there
     timerwheel serve --config timerwheel.toml --ack-timeout 10s --set max_unacked=50000
+    timerwheel serve --workers 4                      # 4 gRPC processes (default: one per core)
 
 Settings: defaults < --config TOML < TIMERWHEEL_<SETTING> environment < flags (see
-cli.config). SIGTERM or Ctrl-C stops it gracefully: no new calls, calls in progress
-finish, queued writes are committed, RocksDB is closed; the next start resumes.
+cli.config). The server runs as processes (server.supervisor): the engine (RocksDB and the
+single writer), delivery, and --workers gRPC workers sharing the port; --single-process
+runs it all in this one. SIGTERM or Ctrl-C stops it gracefully: no new calls, calls in
+progress finish, queued writes are committed, RocksDB is closed; the next start resumes.
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ SETTING_FLAGS = {
     "--max-queued-ops": ("max_queued_ops", "writer queue depth at which sends are refused"),
     "--max-delay": ("max_delay_ms", "furthest delivery time accepted (default 400d)"),
     "--retention": ("retention_ms", "how long ACKED/CANCELLED stay queryable (default 3d)"),
-    "--grpc-workers": ("grpc_workers", "threads for unary calls (default 32)"),
+    "--workers": ("workers", "gRPC worker processes sharing the port (default 0: one per core)"),
+    "--grpc-workers": ("grpc_workers", "threads for unary calls per worker (default 32)"),
     "--max-subscribers": ("max_subscribers", "concurrent Subscribe streams (default 256)"),
 }
 
@@ -60,6 +64,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     sync.add_argument("--sync", dest="sync_writes", action="store_const", const="true")
     parser.add_argument(
+        "--single-process", dest="single_process", action="store_const", const="true",
+        help="run engine, delivery and gRPC in this one process (one core at most)",
+    )  # fmt: skip
+    parser.add_argument(
         "--set", dest="assignments", action="append", default=[], metavar="NAME=VALUE",
         help="any other setting by its Settings name, e.g. --set delivery_batch_max=1000",
     )  # fmt: skip
@@ -80,8 +88,9 @@ def settings_from_args(args: argparse.Namespace):
     for name, _ in SETTING_FLAGS.values():
         if getattr(args, name) is not None:
             overrides[name] = getattr(args, name)
-    if args.sync_writes is not None:
-        overrides["sync_writes"] = args.sync_writes
+    for name in ("sync_writes", "single_process"):
+        if getattr(args, name) is not None:
+            overrides[name] = getattr(args, name)
     return load_settings(args.config, overrides=overrides)
 
 
@@ -101,26 +110,59 @@ def run(args: argparse.Namespace) -> int:
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        from server.app import TimerServer  # heavy imports after the cheap checks
-
-        try:
-            server = TimerServer(settings)
-        except Exception as exc:
-            log.error("server_start_failed", error=str(exc), data_dir=settings.data_dir)
-            return 1
-        server.start()
-        try:
-            if args.port_file:
-                _write_port_file(args.port_file, server.port)
-            while not stop.wait(1.0):
-                pass
-            log.info("signal_received", signal=received[0] if received else "?")
-        finally:
-            server.stop()
+        if settings.single_process:
+            return _serve_in_process(settings, args, stop, received)
+        return _serve_processes(settings, args, stop, received)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _serve_in_process(settings, args, stop: threading.Event, received: list[str]) -> int:
+    from server.app import TimerServer  # heavy imports after the cheap checks
+
+    try:
+        server = TimerServer(settings)
+    except Exception as exc:
+        log.error("server_start_failed", error=str(exc), data_dir=settings.data_dir)
+        return 1
+    server.start()
+    try:
+        if args.port_file:
+            _write_port_file(args.port_file, server.port)
+        while not stop.wait(1.0):
+            pass
+        log.info("signal_received", signal=received[0] if received else "?")
+    finally:
+        server.stop()
     return 0
+
+
+def _serve_processes(settings, args, stop: threading.Event, received: list[str]) -> int:
+    from server.supervisor import StartFailed, Supervisor
+
+    workers = settings.workers or os.cpu_count() or 1
+    log_args = (args.log_level, "json" if _log_is_json(args.log_format) else "console")
+    try:
+        supervisor = Supervisor(settings, workers, log_args).start()
+    except StartFailed as exc:
+        log.error("server_start_failed", error=str(exc), data_dir=settings.data_dir)
+        return 1
+    code = 0
+    try:
+        if args.port_file:
+            _write_port_file(args.port_file, supervisor.port)
+        code = supervisor.run(stop)
+        if stop.is_set():
+            log.info("signal_received", signal=received[0] if received else "?")
+    finally:
+        supervisor.stop()
+    return code
+
+
+def _log_is_json(log_format: str) -> bool:
+    """Children write to the same stdout: they must use the format this process chose."""
+    return log_format == "json" or (log_format == "auto" and not sys.stdout.isatty())
 
 
 def _write_port_file(path: str, port: int) -> None:

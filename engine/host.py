@@ -1,0 +1,108 @@
+"""The engine process of `timerwheel serve --workers N`: the engine, and nothing else.
+
+It owns RocksDB and the single writer (the loop that cascades and fires). Worker and
+delivery processes call it over `engine.ipc`, one thread per connection, with work that is
+already done elsewhere: `submit_sends` takes sends a worker validated and encoded (a
+`SendOp`), so here they are only unpickled and queued for the writer; cancels, acks,
+reads and fired-message fetches are single engine calls. No gRPC server, protobuf or
+delivery bookkeeping runs in this process, so the writer shares its GIL only with these
+short calls (docs/architecture.md has the measured costs).
+
+`wait_fired` is a long poll for the topics that fired since the last call: the delivery
+process's replacement for the in-process fired-listener. It has one consumer (the
+delivery process); a restarted consumer starts with every topic dirty anyway.
+"""
+
+from __future__ import annotations
+
+import threading
+from multiprocessing.connection import Connection
+
+import structlog
+
+from engine.engine import Engine
+from engine.ipc import CallContext, CallServer
+from engine.ops import SendOp
+from engine.proc import become_child, wait_for_stop
+from engine.system_clock import SystemClock
+from wheels.settings import Settings
+
+log = structlog.get_logger("timerwheel.engine_host")
+
+# Engine methods a worker must not call: lifecycle and manual-mode stepping, and the
+# send entry points that would validate and encode here (workers send `submit_sends`).
+NOT_REMOTE = frozenset(
+    {"close", "step", "run_until_idle", "add_fired_listener", "send", "send_batch",
+     "send_batch_async"}
+)  # fmt: skip
+
+
+class EngineHost:
+    """Answers calls from other processes with the engine's methods."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._cond = threading.Condition()
+        self._fired: set[str] = set()
+        self._closed = False
+        engine.add_fired_listener(self._on_fired)
+
+    def _on_fired(self, topics: set[str]) -> None:
+        with self._cond:
+            self._fired |= topics
+            self._cond.notify_all()
+
+    def handle(self, method: str, args: tuple, context: CallContext) -> object:
+        if method == "submit_sends":
+            (op,) = args
+            if not isinstance(op, SendOp):
+                raise TypeError(f"submit_sends takes a SendOp, not {type(op).__name__}")
+            return self._engine.submit_sends(op).result()
+        if method == "wait_fired":
+            return self._wait_fired(*args)
+        if method.startswith("_") or method in NOT_REMOTE:
+            raise AttributeError(f"engine method {method!r} is not callable remotely")
+        function = getattr(self._engine, method)
+        if not callable(function):
+            raise AttributeError(f"engine attribute {method!r} is not a method")
+        return function(*args)
+
+    def _wait_fired(self, timeout_s: float) -> set[str]:
+        with self._cond:
+            self._cond.wait_for(lambda: self._fired or self._closed, timeout_s)
+            topics, self._fired = self._fired, set()
+        return topics
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+
+def run_engine_process(
+    settings: Settings, socket_path: str, authkey: bytes, parent_pid: int,
+    log_args: tuple[str, str], ready: Connection,
+) -> None:  # fmt: skip
+    """Entry point of the engine process (multiprocessing, spawn)."""
+    from cli.log_config import configure_logging
+
+    stop = become_child(parent_pid)
+    configure_logging(*log_args)
+    try:
+        engine = Engine(settings, SystemClock())
+    except Exception as exc:
+        ready.send(("failed", f"{type(exc).__name__}: {exc}"))
+        raise SystemExit(1) from exc
+    host = EngineHost(engine)
+    server = CallServer(socket_path, authkey, host.handle, "engine")
+    ready.send(("ready", {}))
+    log.info("engine_process_ready", socket=socket_path)
+    try:
+        stopped = wait_for_stop(stop, parent_pid, engine.writer_running)
+    finally:
+        server.close()
+        host.close()
+        engine.close()
+    if not stopped:
+        log.error("engine_process_exiting", reason="the writer stopped or the supervisor is gone")
+        raise SystemExit(1)

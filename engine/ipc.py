@@ -1,0 +1,196 @@
+"""Calls between the service's processes: pickled requests over unix sockets.
+
+Built on `multiprocessing.connection` (stdlib): length-framed messages, an HMAC handshake
+with a per-start random key (only the processes `timerwheel serve` started can connect),
+and pickling in C. Measured per-call costs are in docs/architecture.md.
+
+* `CallServer` answers calls on a unix socket with one thread per connection: the thread
+  blocks in `recv` (the GIL released), runs the call and sends the answer. Threads of a
+  host process do little per call (unpickle, hand the work to the writer or a read), so
+  they hold the GIL briefly and never for a whole request's protobuf work.
+* `CallClient` keeps one connection per calling thread (`threading.local`), made on first
+  use and again after a failure, so concurrent callers never share a socket and need no
+  multiplexing. A call is `(method, args)`; the answer is `(True, value)` or
+  `(False, error)`.
+* Errors cross as values: a `TimerwheelError` raised by the callee is raised again, same
+  type, same message, in the caller (`_pack_error`); anything else becomes a `RemoteFailure`.
+  A peer that is gone (restarting, killed) raises `PeerUnavailable`, a `ShuttingDown`, so
+  a client of the service sees UNAVAILABLE and retries.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+from collections.abc import Callable
+from multiprocessing.connection import Client, Connection, Listener
+
+import structlog
+
+from wheels.domain import ShuttingDown, TimerwheelError
+
+log = structlog.get_logger("timerwheel.ipc")
+
+Handler = Callable[[str, tuple, "CallContext"], object]
+
+
+class PeerUnavailable(ShuttingDown):
+    """The process on the other end is not there (starting, restarting or gone)."""
+
+
+class RemoteFailure(Exception):
+    """The callee failed with an error that is not a domain error: a bug, reported as one."""
+
+
+class CallContext:
+    """What a handler knows about the connection a call came on; `on_close` callbacks run
+    when that connection ends (the caller's thread or process is gone)."""
+
+    def __init__(self) -> None:
+        self._on_close: list[Callable[[], None]] = []
+
+    def on_close(self, callback: Callable[[], None]) -> None:
+        self._on_close.append(callback)
+
+    def closed(self) -> None:
+        for callback in self._on_close:
+            try:
+                callback()
+            except Exception:
+                log.exception("ipc_close_callback_failed")
+
+
+class CallServer:
+    """Serves `handler(method, args, context)` on the unix socket `path`."""
+
+    def __init__(self, path: str, authkey: bytes, handler: Handler, name: str) -> None:
+        self._listener = Listener(path, family="AF_UNIX", authkey=authkey, backlog=128)
+        os.chmod(path, 0o600)
+        self._handler = handler
+        self._name = name
+        self._closed = False
+        self._connections: set[Connection] = set()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._accept, name=f"{name}-accept", daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                connection = self._listener.accept()
+            except (OSError, EOFError):  # closed, or a peer that failed the handshake
+                if self._closed:
+                    return
+                continue
+            with self._lock:
+                self._connections.add(connection)
+            threading.Thread(
+                target=self._serve, args=(connection,), name=f"{self._name}-conn", daemon=True
+            ).start()
+
+    def _serve(self, connection: Connection) -> None:
+        context = CallContext()
+        try:
+            while True:
+                try:
+                    method, args = connection.recv()
+                except (EOFError, OSError):
+                    return
+                try:
+                    answer = (True, self._handler(method, args, context))
+                except TimerwheelError as exc:
+                    answer = (False, _pack_error(exc))
+                except Exception as exc:
+                    log.exception("ipc_call_failed", method=method)
+                    answer = (False, _pack_error(RemoteFailure(f"{method}: {exc!r}")))
+                try:
+                    connection.send(answer)
+                except (OSError, ValueError):
+                    return
+        finally:
+            with self._lock:
+                self._connections.discard(connection)
+            connection.close()
+            context.closed()
+
+    def close(self) -> None:
+        self._closed = True
+        self._listener.close()
+        with self._lock:
+            connections = list(self._connections)
+        for connection in connections:
+            # shutdown wakes a thread blocked in recv; close alone would not.
+            with contextlib.suppress(OSError):
+                socket.socket(fileno=os.dup(connection.fileno())).shutdown(socket.SHUT_RDWR)
+
+
+class CallClient:
+    """Calls a `CallServer` from any number of threads (one connection per thread)."""
+
+    def __init__(self, path: str, authkey: bytes, peer: str) -> None:
+        self._path = path
+        self._authkey = authkey
+        self._peer = peer
+        self._local = threading.local()
+        self._all: list[Connection] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def call(self, method: str, *args: object) -> object:
+        connection = self._connection()
+        try:
+            connection.send((method, args))
+            ok, value = connection.recv()
+        except (EOFError, OSError) as exc:
+            self._drop(connection)
+            raise PeerUnavailable(f"the {self._peer} process is not available ({exc!r})") from exc
+        if ok:
+            return value
+        raise _unpack_error(value)
+
+    def _connection(self) -> Connection:
+        connection = getattr(self._local, "connection", None)
+        if connection is not None:
+            return connection
+        if self._closed:
+            raise PeerUnavailable(f"the {self._peer} connection is closed")
+        try:
+            connection = Client(self._path, family="AF_UNIX", authkey=self._authkey)
+        except (OSError, EOFError) as exc:
+            raise PeerUnavailable(f"the {self._peer} process is not available ({exc!r})") from exc
+        self._local.connection = connection
+        with self._lock:
+            self._all.append(connection)
+        return connection
+
+    def _drop(self, connection: Connection) -> None:
+        self._local.connection = None
+        with self._lock:
+            if connection in self._all:
+                self._all.remove(connection)
+        connection.close()
+
+    def close(self) -> None:
+        """Close every thread's connection (a thread blocked in a call sees the peer gone)."""
+        self._closed = True
+        with self._lock:
+            connections, self._all = self._all, []
+        for connection in connections:
+            with contextlib.suppress(OSError):
+                socket.socket(fileno=os.dup(connection.fileno())).shutdown(socket.SHUT_RDWR)
+
+
+def _pack_error(exc: Exception) -> tuple[type, tuple, dict]:
+    """An exception as (type, args, attributes): domain errors have constructors of their
+    own (InvalidArgument takes field, value, reason), so they are rebuilt without them."""
+    return type(exc), exc.args, dict(getattr(exc, "__dict__", {}))
+
+
+def _unpack_error(packed: tuple[type, tuple, dict]) -> Exception:
+    error_type, args, attributes = packed
+    error = error_type.__new__(error_type)
+    Exception.__init__(error, *args)
+    error.__dict__.update(attributes)
+    return error

@@ -1,0 +1,44 @@
+"""Plumbing shared by the child processes of `timerwheel serve --workers N`.
+
+Each child dies with the supervisor (Linux `PR_SET_PDEATHSIG`, so a SIGKILLed supervisor
+leaves no orphans), ignores Ctrl-C (the terminal sends SIGINT to the whole process group;
+only the supervisor decides the order of shutdown) and stops on SIGTERM, which the
+supervisor sends in order: workers, delivery, engine last.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+
+PR_SET_PDEATHSIG = 1
+
+
+def become_child(parent_pid: int) -> threading.Event:
+    """Set up this process as a child of `parent_pid`; returns the event SIGTERM sets."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: the supervisor's own checks remain
+        pass
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        sys.exit(1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    return stop
+
+
+def wait_for_stop(
+    stop: threading.Event, parent_pid: int, alive: Callable[[], bool] = lambda: True
+) -> bool:
+    """Block until SIGTERM (True), or until the parent is gone or `alive()` turns False
+    (False: the caller exits non-zero so the supervisor restarts it)."""
+    while not stop.wait(0.5):
+        if os.getppid() != parent_pid or not alive():
+            return False
+    return True

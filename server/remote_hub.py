@@ -1,0 +1,74 @@
+"""The delivery hub's API in a gRPC worker process: calls to the delivery process.
+
+`TimerService` and `TimerAdmin` use it exactly as they use an in-process `DeliveryHub`.
+`close()` (the worker is stopping) ends every Subscribe stream of this worker with
+ShuttingDown (UNAVAILABLE): their un-acked messages stay with the hub and go to the
+streams that remain, or come again after a restart. Streams and unary calls (Ack, Stats)
+use separate connections, so acks in progress still complete while the worker drains;
+`disconnect()` closes those last.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from engine.ipc import CallClient, PeerUnavailable
+from server.delivery import IDLE_WAKE_S, Delivered
+from wheels.domain import ShuttingDown
+
+
+class RemoteSubscriber:
+    """A Subscribe stream's handle; `close()` may be called from any thread."""
+
+    def __init__(self, number: int, calls: CallClient) -> None:
+        self.number = number
+        self._calls = calls
+
+    def close(self) -> None:
+        with contextlib.suppress(PeerUnavailable):  # gone: the stream ends anyway
+            self._calls.call("close_subscriber", self.number)
+
+
+class RemoteHub:
+    def __init__(self, socket_path: str, authkey: bytes) -> None:
+        self._streams = CallClient(socket_path, authkey, "delivery")
+        self._unary = CallClient(socket_path, authkey, "delivery")
+        self._closed = False
+
+    def subscribe(self, topic: str, max_in_flight: int) -> RemoteSubscriber:
+        self._check_open()
+        number = self._streams.call("subscribe", topic, max_in_flight)
+        return RemoteSubscriber(number, self._unary)
+
+    def next_batch(
+        self, subscriber: RemoteSubscriber, timeout_s: float = IDLE_WAKE_S
+    ) -> list[Delivered] | None:
+        self._check_open()
+        return self._streams.call("next_batch", subscriber.number, timeout_s)
+
+    def release(self, subscriber: RemoteSubscriber) -> None:
+        with contextlib.suppress(PeerUnavailable):  # gone, and its subscribers with it
+            self._unary.call("release", subscriber.number)
+
+    def ack(self, topic: str, message_ids: list[str]) -> int:
+        return self._unary.call("ack", topic, message_ids)
+
+    def unacked(self) -> int:
+        return self._unary.call("unacked")
+
+    def subscriber_count(self) -> int:
+        return self._unary.call("subscriber_count")
+
+    def close(self) -> None:
+        """End this worker's streams: a stream blocked in next_batch sees ShuttingDown.
+        Its subscribers are released by the delivery process as their connections end."""
+        self._closed = True
+        self._streams.close()
+
+    def disconnect(self) -> None:
+        """After the last call: close the unary connections too."""
+        self._unary.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ShuttingDown("the server is shutting down")

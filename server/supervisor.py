@@ -1,0 +1,215 @@
+"""`timerwheel serve --workers N`: start the server's processes, watch them, stop them in order.
+
+    supervisor ──spawns──> engine process     RocksDB + the single writer (engine.host)
+               ├─────────> delivery process   the DeliveryHub (server.delivery_host)
+               └─────────> N worker processes gRPC on the shared port (server.worker)
+
+The supervisor serves nothing itself. It checks the port is free (a plain bind, so a
+second server on a busy port fails here with a clear message), starts the engine first
+(it takes RocksDB's lock: a second server on the same data dir fails here too), then the
+delivery process, then the workers, each reporting ready or failed on a pipe. It logs
+`server_started` when every worker listens.
+
+A child that exits unexpectedly is started again (`child_restarted`); each kind has its
+own restart budget, and a child that keeps failing stops the server with exit code 1.
+Children die with the supervisor (engine.proc), so a SIGKILLed supervisor leaves no
+orphans; nothing acknowledged is lost, because the engine answers only durable writes.
+
+Shutdown (SIGTERM, SIGINT): workers first (their calls in progress finish against the
+running engine), then the delivery process, then the engine, which drains its queue and
+closes RocksDB.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import secrets
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+
+import structlog
+
+from engine.host import run_engine_process
+from server.delivery_host import run_delivery_process
+from server.worker import run_worker_process
+from wheels.settings import Settings
+
+log = structlog.get_logger("timerwheel.supervisor")
+
+START_TIMEOUT_S = 60.0  # a child that is not ready by then failed to start
+RESTARTS_ALLOWED = 5  # per kind of child, within RESTART_WINDOW_S
+RESTART_WINDOW_S = 60.0
+ENGINE_STOP_S = 120.0  # draining the writer queue and closing RocksDB
+CHILD_STOP_S = 15.0  # delivery; workers get the shutdown grace on top
+
+
+class StartFailed(Exception):
+    """The server could not start: the message says why, for a person."""
+
+
+@dataclass
+class Child:
+    kind: str  # "engine", "delivery" or "worker"
+    index: int
+    target: Callable[..., None]
+    args: tuple
+    process: multiprocessing.process.BaseProcess | None = None
+    restarts: deque[float] = field(default_factory=deque)
+
+    @property
+    def name(self) -> str:
+        return self.kind if self.kind != "worker" else f"worker-{self.index}"
+
+
+def check_port(host: str, port: int) -> int:
+    """The port to serve on (a free one for 0), checked free with a plain bind."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((host.strip("[]"), port))
+        except OSError as exc:
+            raise StartFailed(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+        return probe.getsockname()[1]
+
+
+class Supervisor:
+    def __init__(self, settings: Settings, workers: int, log_args: tuple[str, str]) -> None:
+        self._context = multiprocessing.get_context("spawn")
+        self._runtime_dir = tempfile.mkdtemp(prefix="timerwheel-")
+        engine_path = os.path.join(self._runtime_dir, "engine.sock")
+        delivery_path = os.path.join(self._runtime_dir, "delivery.sock")
+        authkey = secrets.token_bytes(32)
+        pid = os.getpid()
+        self.port = check_port(settings.host, settings.port)
+        settings = settings.replace(port=self.port)
+        self.settings = settings
+        self._children = [
+            Child("engine", 0, run_engine_process,
+                  (settings, engine_path, authkey, pid, log_args)),
+            Child("delivery", 0, run_delivery_process,
+                  (settings, engine_path, delivery_path, authkey, pid, log_args)),
+            *(Child("worker", index, run_worker_process,
+                    (settings, index, engine_path, delivery_path, authkey, pid, log_args))
+              for index in range(workers)),
+        ]  # fmt: skip
+        self._stopping = threading.Event()
+
+    # == starting ============================================================================
+    def start(self) -> Supervisor:
+        """Start every child in order; StartFailed (with everything stopped) if one fails."""
+        try:
+            for child in self._children:
+                self._start(child)
+        except BaseException:
+            self._stop_all()
+            raise
+        log.info(
+            "server_started", host=self.settings.host, port=self.port,
+            data_dir=self.settings.data_dir, workers=self.worker_count,
+            pids={child.name: child.process.pid for child in self._children},
+        )  # fmt: skip
+        return self
+
+    @property
+    def worker_count(self) -> int:
+        return sum(child.kind == "worker" for child in self._children)
+
+    def pids(self) -> dict[str, int]:
+        return {c.name: c.process.pid for c in self._children if c.process is not None}
+
+    def _start(self, child: Child) -> None:
+        receiver, sender = self._context.Pipe(duplex=False)
+        process = self._context.Process(
+            target=child.target, args=(*child.args, sender), name=f"timerwheel-{child.name}"
+        )
+        process.start()
+        sender.close()
+        child.process = process
+        status, detail = self._wait_ready(child, receiver)
+        receiver.close()
+        if status != "ready":
+            process.join(timeout=5)
+            raise StartFailed(f"{child.name} process failed to start: {detail}")
+
+    def _wait_ready(self, child: Child, receiver: Connection) -> tuple[str, object]:
+        ready = wait([receiver, child.process.sentinel], timeout=START_TIMEOUT_S)
+        if receiver in ready:
+            try:
+                return receiver.recv()
+            except EOFError:
+                pass
+        if not ready:
+            child.process.kill()
+            return "failed", f"not ready after {START_TIMEOUT_S:.0f} s"
+        child.process.join(timeout=5)
+        return "failed", f"exited with code {child.process.exitcode}"
+
+    # == watching ============================================================================
+    def run(self, stop: threading.Event) -> int:
+        """Watch the children until `stop` is set; restart those that exit. The exit code."""
+        while not stop.is_set():
+            sentinels = {child.process.sentinel: child for child in self._children}
+            for sentinel in wait(list(sentinels), timeout=0.5):
+                child = sentinels[sentinel]
+                if stop.is_set():
+                    break
+                if not self._restart(child):
+                    return 1
+        return 0
+
+    def _restart(self, child: Child) -> bool:
+        code = child.process.exitcode
+        now = time.monotonic()
+        while child.restarts and now - child.restarts[0] > RESTART_WINDOW_S:
+            child.restarts.popleft()
+        if len(child.restarts) >= RESTARTS_ALLOWED:
+            log.error("child_failing", child=child.name, exit_code=code, restarts=RESTARTS_ALLOWED)
+            return False
+        child.restarts.append(now)
+        log.warning("child_exited", child=child.name, pid=child.process.pid, exit_code=code)
+        try:
+            self._start(child)
+        except StartFailed as exc:
+            log.error("child_restart_failed", child=child.name, error=str(exc))
+            return self._restart(child)
+        log.info("child_restarted", child=child.name, pid=child.process.pid)
+        return True
+
+    # == stopping ============================================================================
+    def stop(self) -> None:
+        log.info("server_stopping", grace_s=self.settings.shutdown_grace_ms / 1000)
+        started = time.monotonic()
+        self._stop_all()
+        log.info("server_stopped", seconds=round(time.monotonic() - started, 3))
+
+    def _stop_all(self) -> None:
+        """SIGTERM in order (workers, delivery, engine), each kind waited for; stragglers are
+        SIGKILLed so nothing outlives the supervisor. Idempotent."""
+        if self._stopping.is_set():
+            return
+        self._stopping.set()
+        grace_s = self.settings.shutdown_grace_ms / 1000
+        for kind, timeout_s in (
+            ("worker", grace_s + CHILD_STOP_S), ("delivery", CHILD_STOP_S),
+            ("engine", ENGINE_STOP_S),
+        ):  # fmt: skip
+            group = [c for c in self._children if c.kind == kind and c.process is not None]
+            for child in group:
+                if child.process.is_alive():
+                    child.process.terminate()
+            deadline = time.monotonic() + timeout_s
+            for child in group:
+                child.process.join(timeout=max(deadline - time.monotonic(), 0))
+                if child.process.is_alive():
+                    log.error("child_killed", child=child.name, after_s=timeout_s)
+                    child.process.kill()
+                    child.process.join(timeout=5)
+        shutil.rmtree(self._runtime_dir, ignore_errors=True)

@@ -1,0 +1,63 @@
+"""A gRPC worker process of `timerwheel serve --workers N`: the RPC layer, and only it.
+
+Each worker runs the same gRPC server (TimerService, TimerAdmin, health, reflection) on the
+shared port (SO_REUSEPORT: the kernel spreads connections over the workers). Protobuf
+decoding, validation, id choice and record encoding happen here, in parallel across
+workers; the engine process receives ready-to-write batches (`engine.remote.RemoteEngine`)
+and the delivery process hands out fired messages (`server.remote_hub.RemoteHub`).
+
+SIGTERM: health NOT_SERVING, this worker's Subscribe streams end (their messages stay with
+the delivery hub), calls in progress finish within the grace period, then it exits.
+"""
+
+from __future__ import annotations
+
+from multiprocessing.connection import Connection
+
+import structlog
+
+from engine.ipc import CallClient
+from engine.proc import become_child, wait_for_stop
+from engine.remote import RemoteEngine
+from engine.system_clock import SystemClock
+from server.app import bind_address, build_grpc_server, set_serving
+from server.remote_hub import RemoteHub
+from wheels.settings import Settings
+
+log = structlog.get_logger("timerwheel.worker")
+
+
+def run_worker_process(
+    settings: Settings, index: int, engine_path: str, delivery_path: str, authkey: bytes,
+    parent_pid: int, log_args: tuple[str, str], ready: Connection,
+) -> None:  # fmt: skip
+    """Entry point of worker `index` (multiprocessing, spawn)."""
+    from cli.log_config import configure_logging
+
+    stop = become_child(parent_pid)
+    configure_logging(*log_args)
+    engine = RemoteEngine(settings, CallClient(engine_path, authkey, "engine"), SystemClock())
+    hub = RemoteHub(delivery_path, authkey)
+    server, health = build_grpc_server(
+        settings, engine, hub, reuse_port=True, stats_root_pid=parent_pid
+    )
+    address = bind_address(settings.host, settings.port)
+    try:
+        port = server.add_insecure_port(address)
+    except RuntimeError as exc:
+        ready.send(("failed", f"cannot listen on {address}: {exc}"))
+        raise SystemExit(1) from exc
+    server.start()
+    set_serving(health)
+    ready.send(("ready", {"port": port}))
+    log.info("worker_ready", worker=index, port=port)
+    try:
+        stopped = wait_for_stop(stop, parent_pid)
+    finally:
+        health.enter_graceful_shutdown()
+        hub.close()
+        server.stop(settings.shutdown_grace_ms / 1000).wait()
+        hub.disconnect()
+        engine.close()
+    if not stopped:
+        raise SystemExit(1)
