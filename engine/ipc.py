@@ -21,10 +21,12 @@ and pickling in C. Measured per-call costs are in docs/architecture.md.
 from __future__ import annotations
 
 import contextlib
+import contextlib
 import os
 import socket
 import threading
 from collections.abc import Callable
+from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client, Connection, Listener
 
 import structlog
@@ -66,6 +68,10 @@ class CallServer:
     """Serves `handler(method, args, context)` on the unix socket `path`."""
 
     def __init__(self, path: str, authkey: bytes, handler: Handler, name: str) -> None:
+        # A process that was killed leaves its socket file behind; its successor takes the
+        # path over (the directory is the supervisor's own, mode 0700).
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
         self._listener = Listener(path, family="AF_UNIX", authkey=authkey, backlog=128)
         os.chmod(path, 0o600)
         self._handler = handler
@@ -80,7 +86,7 @@ class CallServer:
         while not self._closed:
             try:
                 connection = self._listener.accept()
-            except (OSError, EOFError):  # closed, or a peer that failed the handshake
+            except (OSError, EOFError, AuthenticationError):  # closed, or a bad handshake
                 if self._closed:
                     return
                 continue
@@ -153,12 +159,17 @@ class CallClient:
     def _connection(self) -> Connection:
         connection = getattr(self._local, "connection", None)
         if connection is not None:
-            return connection
+            # Calls are strictly request/answer, so an idle connection with something to
+            # read has been closed by the peer (it restarted): make a new one rather than
+            # fail a call that was never sent.
+            if not _readable(connection):
+                return connection
+            self._drop(connection)
         if self._closed:
             raise PeerUnavailable(f"the {self._peer} connection is closed")
         try:
             connection = Client(self._path, family="AF_UNIX", authkey=self._authkey)
-        except (OSError, EOFError) as exc:
+        except (OSError, EOFError, AuthenticationError) as exc:
             raise PeerUnavailable(f"the {self._peer} process is not available ({exc!r})") from exc
         self._local.connection = connection
         with self._lock:
@@ -180,6 +191,13 @@ class CallClient:
         for connection in connections:
             with contextlib.suppress(OSError):
                 socket.socket(fileno=os.dup(connection.fileno())).shutdown(socket.SHUT_RDWR)
+
+
+def _readable(connection: Connection) -> bool:
+    try:
+        return connection.poll(0)
+    except (OSError, EOFError):
+        return True
 
 
 def _pack_error(exc: Exception) -> tuple[type, tuple, dict]:

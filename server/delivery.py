@@ -312,7 +312,11 @@ class DeliveryHub:
                 dispatcher.cond.notify_all()
         self._fired.put(None)
         self._thread.join(timeout=5)
-        log.info("delivery_stopped", unacked=self.unacked())
+        try:
+            unacked: int | None = self.unacked()
+        except ShuttingDown:  # the engine (another process) is already gone
+            unacked = None
+        log.info("delivery_stopped", unacked=unacked)
 
     def _topic(self, name: str) -> _Topic:
         """The dispatcher of `name` (call with `_lock` held, or before threads start)."""

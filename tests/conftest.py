@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import grpc
+import psutil
 import pytest
 
 from server.app import TimerServer
@@ -138,6 +140,52 @@ def collectors() -> Iterator[list[Collector]]:
             collector.stop()
 
 
+# == a producer on a thread =================================================================
+class Producer:
+    """Sends batches on a thread until stopped or refused; remembers what was acknowledged."""
+
+    def __init__(self, target: str, topic: str, delay_ms: int) -> None:
+        self.client = TimerClient(target, timeout_s=WAIT_S)
+        self.topic, self.delay_ms = topic, delay_ms
+        self.acknowledged: list[str] = []
+        self.errors: list[grpc.StatusCode] = []
+        self.batches = 0
+        self.stop = threading.Event()
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        index = 0
+        while not self.stop.is_set():
+            requests = [
+                TimerClient.request(self.topic, f"p{index + i}", delay_ms=self.delay_ms)
+                for i in range(50)
+            ]
+            index += 50
+            try:
+                results = self.client.send_batch(requests)
+            except RemoteError as exc:
+                self.errors.append(exc.code)
+                break
+            with self._cond:
+                self.acknowledged.extend(r.message_id for r in results)
+                self.batches += 1
+                self._cond.notify_all()
+        with self._cond:
+            self.stop.set()
+            self._cond.notify_all()
+
+    def wait_batches(self, count: int) -> None:
+        with self._cond:
+            assert self._cond.wait_for(lambda: self.batches >= count, WAIT_S), self.errors
+
+    def join(self) -> None:
+        self.stop.set()
+        self._thread.join(WAIT_S)
+        self.client.close()
+
+
 # == a real `timerwheel serve` process ======================================================
 TIMERWHEEL = str(Path(sys.executable).parent / "timerwheel")
 
@@ -166,6 +214,9 @@ class ServeProcess:
             raise
         self.port = int(started["port"])
         self.target = f"127.0.0.1:{self.port}"
+        # The server's child processes (engine, delivery, workers), by name; empty when
+        # it runs in one process.
+        self.children: dict[str, int] = dict(started.get("pids", {}))
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -203,9 +254,24 @@ class ServeProcess:
         return code
 
     def kill(self) -> None:
+        """SIGKILL the server; its children die with it (engine.proc), waited for here so
+        the next start finds RocksDB's lock free."""
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait(timeout=WAIT_S)
+        self.wait_children_gone()
+
+    def wait_children_gone(self, timeout_s: float = WAIT_S) -> list[int]:
+        """Wait for the child processes to exit; kill (and return) any still running."""
+        alive = []
+        for pid in self.children.values():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                alive.append(psutil.Process(pid))
+        _, still = psutil.wait_procs(alive, timeout=timeout_s)
+        for process in still:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+        return [process.pid for process in still]
 
 
 @pytest.fixture
@@ -225,6 +291,7 @@ def serve_process() -> Iterator[Callable[..., ServeProcess]]:
             if process.proc.poll() is None:
                 process.proc.send_signal(signal.SIGKILL)
             process.proc.wait(timeout=WAIT_S)
+            process.wait_children_gone()
 
 
 def status_of(call: Callable[[], object]) -> RemoteError:

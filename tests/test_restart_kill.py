@@ -9,59 +9,13 @@ every delivery that was acked is never delivered again; the rest may come again
 from __future__ import annotations
 
 import signal
-import threading
 
 import grpc
-from conftest import WAIT_S, Collector, ServeProcess
+from conftest import WAIT_S, Collector, Producer, ServeProcess
 
 from timerwheel.client import RemoteError, TimerClient
 from wheels.domain import State
 from wheels.settings import HOUR_MS
-
-
-class Producer:
-    """Sends batches on a thread until stopped or refused; remembers what was acknowledged."""
-
-    def __init__(self, target: str, topic: str, delay_ms: int) -> None:
-        self.client = TimerClient(target, timeout_s=WAIT_S)
-        self.topic, self.delay_ms = topic, delay_ms
-        self.acknowledged: list[str] = []
-        self.errors: list[grpc.StatusCode] = []
-        self.batches = 0
-        self.stop = threading.Event()
-        self._cond = threading.Condition()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        index = 0
-        while not self.stop.is_set():
-            requests = [
-                TimerClient.request(self.topic, f"p{index + i}", delay_ms=self.delay_ms)
-                for i in range(50)
-            ]
-            index += 50
-            try:
-                results = self.client.send_batch(requests)
-            except RemoteError as exc:
-                self.errors.append(exc.code)
-                break
-            with self._cond:
-                self.acknowledged.extend(r.message_id for r in results)
-                self.batches += 1
-                self._cond.notify_all()
-        with self._cond:
-            self.stop.set()
-            self._cond.notify_all()
-
-    def wait_batches(self, count: int) -> None:
-        with self._cond:
-            assert self._cond.wait_for(lambda: self.batches >= count, WAIT_S), self.errors
-
-    def join(self) -> None:
-        self.stop.set()
-        self._thread.join(WAIT_S)
-        self.client.close()
 
 
 def _fire_now(client: TimerClient, topic: str, count: int) -> list[str]:

@@ -1,0 +1,111 @@
+"""`timerwheel serve --workers N` as real processes: what runs, how it stops, and what a
+SIGKILL of each kind of process does (server.supervisor).
+
+What must hold: --workers 2 runs an engine, a delivery and two worker processes; SIGTERM
+stops every one of them and exits 0; a SIGKILLed supervisor takes its children with it; a
+SIGKILLed worker, delivery or engine process is started again, and every send the server
+acknowledged is still there and is delivered.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import WAIT_S, Collector, Producer
+
+from timerwheel.client import TimerClient
+from wheels.domain import State
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def _send(client: TimerClient, topic: str, count: int, delay_ms: int) -> list[str]:
+    requests = [TimerClient.request(topic, f"m{i}", delay_ms=delay_ms) for i in range(count)]
+    return [r.message_id for r in client.send_batch(requests)]
+
+
+def test_workers_2_runs_every_process_and_sigterm_stops_them_all(tmp_path, serve_process):
+    server = serve_process(tmp_path / "data", "--workers", "2")
+    assert sorted(server.children) == ["delivery", "engine", "worker-0", "worker-1"]
+    supervisor = psutil.Process(server.proc.pid)
+    descendants = {p.pid for p in supervisor.children(recursive=True)}
+    assert set(server.children.values()) <= descendants
+    assert len(set(server.children.values())) == 4  # four distinct processes
+    with server.client() as client:
+        sent = _send(client, "procs", 10, delay_ms=0)
+        collector = Collector(client, "procs")
+        try:
+            collector.wait_count(10)
+        finally:
+            collector.stop()
+        assert sorted(collector.ids()) == sorted(sent)
+
+    server.signal(signal.SIGTERM)
+    assert server.wait_exit(timeout_s=60) == 0
+    assert server.wait_children_gone(timeout_s=0.5) == []  # none had to be killed
+    names = [event["event"] for event in server.events]
+    assert names.count("worker_ready") == 2
+    assert names[-1] == "server_stopped"
+    assert "engine_closed" in names
+
+
+def test_sigkill_of_the_supervisor_leaves_no_orphans(tmp_path, serve_process):
+    server = serve_process(tmp_path / "data", "--workers", "2")
+    children = [psutil.Process(pid) for pid in server.children.values()]
+    server.proc.kill()
+    server.proc.wait(timeout=WAIT_S)
+    _, alive = psutil.wait_procs(children, timeout=WAIT_S)
+    assert alive == []  # each child died with its parent (PR_SET_PDEATHSIG)
+
+
+@pytest.mark.parametrize("victim", ["worker-0", "engine", "delivery"])
+def test_sigkill_of_a_child_restarts_it_and_loses_no_acknowledged_send(
+    tmp_path, serve_process, victim
+):
+    server = serve_process(tmp_path / "data", "--workers", "2")
+    client = server.client()
+    later = _send(client, "kill", 50, delay_ms=3_000)
+    now = _send(client, "kill", 20, delay_ms=0)
+    holder = Collector(client, "kill", auto_ack=False)  # fired, delivered, never acked
+    holder.wait_count(20)
+    producer = Producer(server.target, "kill", delay_ms=500)  # sending through the kill
+    producer.wait_batches(5)
+    old_pid = server.children[victim]
+
+    psutil.Process(old_pid).kill()
+    restarted = server.wait_event("child_restarted", timeout_s=60)
+    assert restarted["child"] == victim
+    assert restarted["pid"] != old_pid
+    producer.join()
+    holder.stop()
+    client.close()
+
+    # The service answers again (a worker restarted, or calls reconnected to the new
+    # engine or delivery process), and everything acknowledged arrives.
+    with server.client() as client:
+        extra = _send(client, "kill", 5, delay_ms=0)  # the restarted child is ready
+        consumer = Collector(client, "kill")
+        try:
+            expected = set(later) | set(now) | set(extra) | set(producer.acknowledged)
+            assert consumer.wait_for(lambda c: expected <= set(c.ids()), timeout_s=30), (
+                f"missing after SIGKILL of {victim}: {sorted(expected - set(consumer.ids()))[:5]}"
+            )
+        finally:
+            consumer.stop()
+        assert {client.get(m).state for m in later} == {State.ACKED}
+
+
+def test_a_busy_port_is_a_one_line_error(tmp_path, serve_process):
+    first = serve_process(tmp_path / "a", "--workers", "1")
+    args = [
+        str(Path(sys.executable).parent / "timerwheel"), "serve", "--data-dir",
+        str(tmp_path / "b"), "--port", str(first.port), "--log-format", "json",
+    ]  # fmt: skip
+    done = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{first.port}" in done.stdout
