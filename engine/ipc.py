@@ -21,7 +21,6 @@ and pickling in C. Measured per-call costs are in docs/architecture.md.
 from __future__ import annotations
 
 import contextlib
-import contextlib
 import os
 import socket
 import threading
