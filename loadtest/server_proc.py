@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import structlog
 
 from timerwheel.client import TimerClient
@@ -99,12 +100,13 @@ class SpawnedServer:
         self._started.set()  # the process ended: unblock a waiting start
 
     def peak_rss_bytes(self) -> int:
-        """VmHWM of the live server process (0 when unavailable)."""
-        with contextlib.suppress(OSError, ValueError):
-            for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-        return 0
+        """VmHWM of the live server: the sum over its processes (the supervisor and its
+        engine, delivery and worker children), an upper bound of the whole server's peak;
+        0 when unavailable."""
+        pids = [self.pid]
+        with contextlib.suppress(psutil.Error):
+            pids += [child.pid for child in psutil.Process(self.pid).children(recursive=True)]
+        return sum(_vm_hwm_bytes(pid) for pid in pids)
 
     def stop(self) -> int | None:
         """SIGTERM, wait, SIGKILL if needed; returns the exit code."""
@@ -128,6 +130,14 @@ class SpawnedServer:
         finally:
             if not self.keep:
                 shutil.rmtree(self.work_dir, ignore_errors=True)
+
+
+def _vm_hwm_bytes(pid: int) -> int:
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
 
 
 @dataclass(frozen=True)
