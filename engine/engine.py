@@ -219,6 +219,16 @@ class Engine:
         cached = self._fired_cache.read(topic, after_seq, limit)
         return cached if cached is not None else self._store.read_ready(topic, after_seq, limit)
 
+    def fetch_fired_raw(
+        self, topic: str, after_seq: int, limit: int
+    ) -> list[tuple[int, bytes, bytes]]:
+        """`fetch_fired` undecoded, (fire seq, message id, record): what another process
+        reads, so decoding happens there and not on this process's GIL."""
+        cached = self._fired_cache.read_raw(topic, after_seq, limit)
+        if cached is not None:
+            return cached
+        return self._store.read_ready_raw(topic, after_seq, limit)
+
     def ready_topics(self) -> list[str]:
         return self._store.ready_topics()
 

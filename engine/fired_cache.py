@@ -50,6 +50,15 @@ class FiredCache:
 
     def read(self, topic: str, after_seq: int, limit: int) -> list[FiredTimer] | None:
         """Fired entries above `after_seq`, or None when the cache cannot answer."""
+        picked = self.read_raw(topic, after_seq, limit)
+        if picked is None:
+            return None
+        return [
+            FiredTimer(seq, records.decode_timer(mid.decode(), raw)) for seq, mid, raw in picked
+        ]
+
+    def read_raw(self, topic: str, after_seq: int, limit: int) -> list[FiredEntry] | None:
+        """`read`, undecoded: (fire seq, message id, record) entries."""
         with self._lock:
             if after_seq < self._floors.get(topic, self._start_seq):
                 return None
@@ -61,10 +70,7 @@ class FiredCache:
                 self._size -= 1
             # What was dropped is no longer here: an earlier cursor must go to RocksDB.
             self._floors[topic] = max(after_seq, self._floors.get(topic, self._start_seq))
-            picked = [entries[i] for i in range(min(limit, len(entries)))]
-        return [
-            FiredTimer(seq, records.decode_timer(mid.decode(), raw)) for seq, mid, raw in picked
-        ]
+            return [entries[i] for i in range(min(limit, len(entries)))]
 
     def _drop_largest(self) -> None:
         topic = max(self._topics, key=lambda name: len(self._topics[name]))

@@ -21,8 +21,9 @@ import structlog
 
 from engine.engine import MessageIds, prepare_sends
 from engine.ipc import CallClient, PeerUnavailable
+from store import records
 from wheels.clock import Clock
-from wheels.domain import SendSpec
+from wheels.domain import FiredTimer, SendSpec
 from wheels.settings import Settings
 
 log = structlog.get_logger("timerwheel.remote_engine")
@@ -46,6 +47,13 @@ class RemoteEngine:
         future: Future = Future()
         future.set_result(self._calls.call("submit_sends", op))
         return future
+
+    def fetch_fired(self, topic: str, after_seq: int, limit: int) -> list[FiredTimer]:
+        """Read undecoded from the engine process and decoded here, off its GIL."""
+        return [
+            FiredTimer(seq, records.decode_timer(message_id.decode(), raw), raw)
+            for seq, message_id, raw in self._calls.call("fetch_fired_raw", topic, after_seq, limit)
+        ]
 
     def add_fired_listener(self, listener: Callable[[set[str]], None]) -> None:
         thread = threading.Thread(

@@ -22,10 +22,12 @@ from engine.ipc import CallClient, CallContext, CallServer
 from engine.proc import become_child, wait_for_stop
 from engine.remote import RemoteEngine
 from engine.system_clock import SystemClock
-from server.delivery import Delivered, DeliveryHub, Subscriber
+from server.delivery import DeliveryHub, Subscriber
 from wheels.settings import Settings
 
 log = structlog.get_logger("timerwheel.delivery_host")
+
+DeliveryRow = tuple[int, str, bytes, int]  # fire seq, message id, record, attempt
 
 
 class DeliveryHost:
@@ -66,11 +68,15 @@ class DeliveryHost:
             self._by_connection[context].add(number)
         return number
 
-    def _next_batch(self, number: int, timeout_s: float) -> list[Delivered] | None:
+    def _next_batch(self, number: int, timeout_s: float) -> list[DeliveryRow] | None:
+        """The hub's next batch as rows: the worker decodes the records (see remote_hub)."""
         subscriber = self._subscribers.get(number)
         if subscriber is None:
             return None  # released meanwhile: the stream ends
-        return self._hub.next_batch(subscriber, timeout_s)
+        batch = self._hub.next_batch(subscriber, timeout_s)
+        if batch is None:
+            return None
+        return [(d.fired.seq, d.fired.timer.message_id, d.fired.record, d.attempt) for d in batch]
 
     def _release(self, number: int) -> None:
         with self._lock:

@@ -14,7 +14,8 @@ import contextlib
 
 from engine.ipc import CallClient, PeerUnavailable
 from server.delivery import IDLE_WAKE_S, Delivered
-from wheels.domain import ShuttingDown
+from store import records
+from wheels.domain import FiredTimer, ShuttingDown
 
 
 class RemoteSubscriber:
@@ -44,7 +45,13 @@ class RemoteHub:
         self, subscriber: RemoteSubscriber, timeout_s: float = IDLE_WAKE_S
     ) -> list[Delivered] | None:
         self._check_open()
-        return self._streams.call("next_batch", subscriber.number, timeout_s)
+        rows = self._streams.call("next_batch", subscriber.number, timeout_s)
+        if rows is None:
+            return None
+        return [
+            Delivered(FiredTimer(seq, records.decode_timer(message_id, raw)), attempt)
+            for seq, message_id, raw, attempt in rows
+        ]
 
     def release(self, subscriber: RemoteSubscriber) -> None:
         with contextlib.suppress(PeerUnavailable):  # gone, and its subscribers with it

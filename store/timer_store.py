@@ -130,6 +130,15 @@ class TimerStore:
 
     def read_ready(self, topic: str, after_seq: int, limit: int) -> list[FiredTimer]:
         """Fired, un-acked timers of `topic` with fire sequence above `after_seq`."""
+        return [
+            FiredTimer(seq, records.decode_timer(message_id.decode(), raw))
+            for seq, message_id, raw in self.read_ready_raw(topic, after_seq, limit)
+        ]
+
+    def read_ready_raw(
+        self, topic: str, after_seq: int, limit: int
+    ) -> list[tuple[int, bytes, bytes]]:
+        """`read_ready` undecoded: (fire seq, message id, record) in fire order."""
         prefix = keys.ready_prefix(topic)
         entries = list(
             islice(
@@ -142,12 +151,11 @@ class TimerStore:
         if not entries:
             return []
         raws = self._messages.get([message_id for _, message_id in entries])
-        fired = []
-        for (key, message_id), raw in zip(entries, raws, strict=True):
-            if raw is not None and records.record_state(raw) is State.FIRED:
-                timer = records.decode_timer(message_id.decode(), raw)
-                fired.append(FiredTimer(keys.ready_seq(key), timer))
-        return fired
+        return [
+            (keys.ready_seq(key), message_id, raw)
+            for (key, message_id), raw in zip(entries, raws, strict=True)
+            if raw is not None and records.record_state(raw) is State.FIRED
+        ]
 
     def count_ready(self, topic: str) -> int:
         prefix = keys.ready_prefix(topic)

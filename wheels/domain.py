@@ -84,6 +84,9 @@ class FiredTimer:
 
     seq: int
     timer: Timer
+    # The stored record `timer` was decoded from, when at hand: a process hands that on
+    # (bytes pickle in C) instead of the decoded Timer (engine.remote, server.remote_hub).
+    record: bytes = b""
 
 
 class TimerwheelError(Exception):
