@@ -1,0 +1,92 @@
+"""What crossing between the server's processes costs, per call and per message (not a test).
+
+    python -m bench.ipc_bench
+
+Measures, with a real unix socket between two processes (a CallServer in a child process):
+an empty call's round trip; a SendBatch of 100 prepared sends (`SendOp`, pickled as the
+worker sends it) for the sender and the receiver; 500 fired rows as the engine hands them
+to the delivery process; and the records' decode that the delivery and worker processes
+then do. Prints one JSON line; docs/architecture.md cites it.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import pickle
+import tempfile
+import time
+
+from engine.engine import MessageIds, prepare_sends
+from engine.ipc import CallClient, CallServer
+from store import records
+from wheels.domain import SendSpec, State, Timer, When, WhenKind
+from wheels.settings import Settings
+
+KEY = b"b" * 32
+
+
+def _serve(path: str, ready) -> None:
+    server = CallServer(path, KEY, lambda method, args, context: args[0], "bench")
+    ready.send(True)
+    ready.recv()  # until the parent is done
+    server.close()
+
+
+def _per(seconds: float, count: int) -> float:
+    return round(seconds / count * 1e6, 2)
+
+
+def _timed(function, repeat: int) -> float:
+    started = time.perf_counter()
+    for _ in range(repeat):
+        function()
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    context = multiprocessing.get_context("spawn")
+    path = os.path.join(tempfile.mkdtemp(prefix="tw-ipc-bench-"), "s.sock")
+    parent, child = context.Pipe()
+    process = context.Process(target=_serve, args=(path, child))
+    process.start()
+    parent.recv()
+    client = CallClient(path, KEY, "bench")
+    try:
+        figures = _measure(client)
+    finally:
+        parent.send(True)
+        process.join(10)
+        client.close()
+    print(json.dumps(figures))
+
+
+def _measure(client: CallClient) -> dict:
+    settings = Settings()
+    now_ms = int(time.time() * 1000)
+    specs = [
+        SendSpec(f"topic-{i % 4}", b"x" * 100, When(WhenKind.DELAY, 5_000 + i)) for i in range(100)
+    ]
+    op = prepare_sends(specs, now_ms, settings, MessageIds())
+    wire = pickle.dumps(op, protocol=5)
+    timer = Timer("A" * 32, "topic-1", b"x" * 100, {}, now_ms, now_ms, State.FIRED,
+                  When(WhenKind.DELAY, 5_000), now_ms, 0, 0, 1)  # fmt: skip
+    record = records.encode_timer(timer)
+    rows = [(seq, timer.message_id.encode(), record) for seq in range(500)]
+    repeat = 2_000
+    return {
+        "empty_call_round_trip_us": _per(_timed(lambda: client.call("x", None), repeat), repeat),
+        "send_batch_100_round_trip_us": _per(_timed(lambda: client.call("x", op), 500), 500),
+        "send_op_pickle_us_per_message": _per(_timed(lambda: pickle.dumps(op), 500), 500 * 100),
+        "send_op_unpickle_us_per_message": _per(_timed(lambda: pickle.loads(wire), 500), 500 * 100),
+        "fired_rows_500_round_trip_us": _per(_timed(lambda: client.call("x", rows), 500), 500),
+        "record_decode_us": _per(
+            _timed(lambda: records.decode_timer(timer.message_id, record), 100_000), 100_000
+        ),
+        "load_average": os.getloadavg(),
+    }
+
+
+if __name__ == "__main__":
+    main()
