@@ -84,11 +84,23 @@ def _send(scenario: Scenario, outcome: dict) -> dict:
     for result in producers:
         for name, count in result["errors"].items():
             errors[name] = errors.get(name, 0) + count
+    rate_achieved = round(sent / elapsed_s) if sent else 0
+    aborted = sum(bool(r.get("aborted")) for r in producers)
     return {
         "planned": scenario.messages,
         "sent": sent,
         "rate_target": scenario.rate,
-        "rate_achieved": round(sent / elapsed_s) if sent else 0,
+        "rate_achieved": rate_achieved,
+        # The producers kept the offered rate: all planned sent, at >= 95% of the target
+        # rate, none stopped behind schedule. Otherwise the run says so (report.details).
+        "rate_reached": (
+            not aborted
+            and len(producers) == scenario.producers
+            and sent + _cancel_or_unknown(producers) >= scenario.messages
+            and rate_achieved >= 0.95 * scenario.rate
+        ),
+        "producers_stopped_behind": aborted,
+        "producers_reported": len(producers),
         "seconds": round(elapsed_s, 3),
         "latency_us": _merged(producers, "latency_us", HIGHEST_US),
         "from_intended_us": _merged(producers, "intended_us", HIGHEST_US),
@@ -96,6 +108,11 @@ def _send(scenario: Scenario, outcome: dict) -> dict:
         "cancel_too_late": sum(r["cancel_too_late"] for r in producers),
         "errors": errors,
     }
+
+
+def _cancel_or_unknown(producers: list[dict]) -> int:
+    """Planned messages whose send outcome is not UNSENT (refused or never sent)."""
+    return sum(len(r["states"]) - r["states"].count(0) - r["sent"] for r in producers)
 
 
 def _delivery(outcome: dict) -> dict:

@@ -135,6 +135,7 @@ class Run:
         finally:
             self.channels.abort.set()
             self.channels.stop.set()
+            self._collect("producer", self.scenario.producers, self.scenario.rpc_timeout_s + 30)
             self._collect("consumer", self.scenario.consumers, timeout_s=60)
             self._reap()
             self.marks["end"] = time.monotonic()
@@ -208,8 +209,13 @@ class Run:
             while len(self.producer_results) + self.failed["producer"] < scenario.producers:
                 self._tick(bar, sum(self.channels.progress[: scenario.producers]))
                 if time.monotonic() > deadline:
-                    self.errors.append("send phase: producers did not finish in time")
+                    self.errors.append(
+                        "send phase: producers could not keep the offered rate and were "
+                        "stopped at the end of the send phase (see 'offered rate reached')"
+                    )
                     self.channels.abort.set()
+                    # Stopped producers still report what they sent: wait for that.
+                    self._collect("producer", scenario.producers, scenario.rpc_timeout_s + 30)
                     break
                 self._take_message(time.monotonic() + TICK_S)
             self._tick(bar, sum(self.channels.progress[: scenario.producers]))

@@ -89,6 +89,7 @@ class Producer:
         self.max_deliver_ms = 0
         self.max_lag_ms = 0  # how far behind its intended time a request went out
         self.last_done_ns = 0
+        self.aborted = False  # told to stop before its schedule was through
         self.cancels: queue.SimpleQueue[tuple[int, str] | None] = queue.SimpleQueue()
         self.cancel_slots = threading.Semaphore(MAX_CANCELS_IN_FLIGHT)
 
@@ -104,9 +105,13 @@ class Producer:
         canceller.start()
         try:
             for k, first in enumerate(range(0, plan.messages, plan.batch)):
+                if abort.is_set():  # behind schedule, pacing never waits: check here too
+                    self.aborted = True
+                    break
                 due_ns = pacer.due_ns(k)
                 wait_ns = due_ns - time.monotonic_ns()
                 if wait_ns > 0 and abort.wait(wait_ns / 1e9):  # pacing, and abortable
+                    self.aborted = True
                     break
                 if not self.slots.acquire(timeout=plan.rpc_timeout_s * 2):
                     self.errors["producer_stalled"] += 1
@@ -231,6 +236,7 @@ class Producer:
                 "max_deliver_ms": self.max_deliver_ms,
                 "max_lag_ms": self.max_lag_ms,
                 "last_done_ns": self.last_done_ns,
+                "aborted": self.aborted,
                 "cpu_s": usage.ru_utime + usage.ru_stime,
             }
 

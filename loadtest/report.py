@@ -99,6 +99,7 @@ def details(fig: dict) -> str:
     fire, intended = fig["fire_lateness_ms"], send["from_intended_us"]
     load = fig["machine"]["load_before"]
     items = [
+        ("offered rate reached", _rate_verdict(send)),
         ("sent (stored)", f"{acc['sent']:,} of {send['planned']:,} planned"),
         ("acked", f"{acc['acked']:,}"),
         ("cancelled", f"{acc['cancelled']:,} (too late to cancel: {send['cancel_too_late']:,})"),
@@ -123,6 +124,18 @@ def details(fig: dict) -> str:
         ("result", "OK" if fig["ok"] else "FAILED: " + "; ".join(acc["problems"])),
     ]  # fmt: skip
     return "\n".join(f"- {name}: {value}" for name, value in items)
+
+
+def _rate_verdict(send: dict) -> str:
+    if send.get("rate_reached", True):
+        return f"yes ({send['rate_achieved']:,} of {send['rate_target']:,} msg/s)"
+    return (
+        f"NO: could not reach the offered rate: {send['rate_achieved']:,} of "
+        f"{send['rate_target']:,} msg/s achieved, {send['sent']:,} of {send['planned']:,} "
+        f"planned messages stored, producers up to {send['max_behind_schedule_ms']:,} ms "
+        f"behind schedule ({send.get('producers_stopped_behind', 0)} stopped at the end of "
+        "the send phase)"
+    )
 
 
 def markdown(fig: dict) -> str:

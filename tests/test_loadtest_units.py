@@ -212,8 +212,10 @@ def fake_figures(**accounting_changes) -> dict:
         "machine": {"cpus": 2, "load_before": (0.5, 0.4, 0.3)},
         "config": {"producers": 4, "batch": 100, "rate": 14_000, "delay": "3 s..1 min",
                    "consumers": 1},
-        "send": {"rate_achieved": 13_990, "latency_us": latency, "from_intended_us": latency,
-                 "planned": 100, "cancel_too_late": 0, "errors": {}},
+        "send": {"rate_achieved": 13_990, "rate_target": 14_000, "rate_reached": True,
+                 "latency_us": latency, "from_intended_us": latency, "sent": 100,
+                 "planned": 100, "cancel_too_late": 0, "errors": {},
+                 "max_behind_schedule_ms": 3},
         "delay_error_ms": delay, "fire_lateness_ms": delay,
         "delivery": {"span_ms": 61_000},
         "server": {"cpu_percent_send": 88.5, "cpu_percent_run": 70.0,
@@ -284,7 +286,9 @@ class FakeTransport:
         self.futures: list[FakeFuture] = []
         self.auto_answer = False
         self.cond = threading.Condition()
-        self.service = SimpleNamespace(SendBatch=SimpleNamespace(future=self.future))
+        self.service = SimpleNamespace(
+            SendBatch=SimpleNamespace(future=self.future), Send=SimpleNamespace(future=self.future)
+        )
 
     def future(self, request, timeout):
         future = FakeFuture(request)
@@ -318,16 +322,18 @@ def producer_plan(**changes) -> ProducerPlan:
 
 
 def ok_response(future: FakeFuture):
+    if isinstance(future.request, pb.SendRequest):  # batch 1: a unary Send
+        return pb.SendResponse(message_id="m")
     return pb.SendBatchResponse(
         results=[pb.SendResponse(message_id=f"m{i}") for i in range(len(future.request.messages))]
     )
 
 
 def start_producer(
-    plan: ProducerPlan, transport: FakeTransport
+    plan: ProducerPlan, transport: FakeTransport, abort: threading.Event | None = None
 ) -> tuple[Producer, threading.Thread]:
     producer = Producer(plan, transport)
-    abort = threading.Event()
+    abort = abort or threading.Event()
     thread = threading.Thread(
         target=producer.run, args=(time.monotonic_ns(), 1_000_000, abort, lambda sent: None)
     )
@@ -354,6 +360,41 @@ def test_producer_keeps_sending_on_schedule_while_nothing_is_answered():
     assert result["sent"] == 800
     assert result["errors"] == {"send_RESOURCE_EXHAUSTED": 100, "send_DEADLINE_EXCEEDED": 100}
     assert producer.latency_us.get_total_count() == 8
+
+
+def test_a_producer_behind_schedule_stops_at_abort_and_still_reports_what_it_sent():
+    # The `--batch 1 --rate 8000` case: every request is overdue, so pacing never waits;
+    # abort must still stop it, and what was answered stays counted (not "sent 0").
+    transport = FakeTransport()
+    abort = threading.Event()
+    plan = producer_plan(messages=10_000, batch=1, rate=1_000_000, max_outstanding=5)
+    producer, thread = start_producer(plan, transport, abort)
+    assert transport.wait_issued(5)  # all slots taken, the producer is behind schedule
+    for future in transport.futures[:3]:
+        future.answer(ok_response(future))
+    abort.set()
+    transport.answer_all_from_now_on()
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+    result = producer.result()
+    assert result["aborted"] is True
+    assert result["sent"] == len(transport.futures) < 10_000  # stopped long before the end
+    assert result["states"].count(SENT) == result["sent"]
+
+
+def test_report_says_plainly_when_the_offered_rate_was_not_reached():
+    figures = fake_figures()
+    figures["send"].update(
+        rate_reached=False, rate_achieved=3_012, rate_target=8_000, sent=90_386,
+        planned=240_000, max_behind_schedule_ms=21_500, producers_stopped_behind=4,
+    )  # fmt: skip
+    text = report.markdown(figures)
+    assert (
+        "- offered rate reached: NO: could not reach the offered rate: 3,012 of 8,000 msg/s "
+        "achieved, 90,386 of 240,000 planned messages stored, producers up to 21,500 ms "
+        "behind schedule (4 stopped at the end of the send phase)"
+    ) in text
+    assert "- offered rate reached: yes (13,990 of 14,000 msg/s)" in report.markdown(fake_figures())
 
 
 def test_producer_waits_only_at_max_outstanding_and_counts_the_wait_as_latency():
