@@ -8,9 +8,9 @@ and pickling in C. Measured per-call costs are in docs/architecture.md.
   blocks in `recv` (the GIL released), runs the call and sends the answer. Threads of a
   host process do little per call (unpickle, hand the work to the writer or a read), so
   they hold the GIL briefly and never for a whole request's protobuf work.
-* `CallClient` keeps one connection per calling thread (`threading.local`), made on first
-  use and again after a failure, so concurrent callers never share a socket and need no
-  multiplexing. A call is `(method, args)`; the answer is `(True, value)` or
+* `CallClient` lends each call a connection of its own (idle ones are reused, new ones
+  made as concurrent calls need them), so concurrent callers never share a socket and
+  need no multiplexing. A call is `(method, args)`; the answer is `(True, value)` or
   `(False, error)`.
 * Errors cross as values: a `TimerwheelError` raised by the callee is raised again, same
   type, same message, in the caller (`_pack_error`); anything else becomes a `RemoteFailure`.
@@ -132,61 +132,73 @@ class CallServer:
 
 
 class CallClient:
-    """Calls a `CallServer` from any number of threads (one connection per thread)."""
+    """Calls a `CallServer` from any number of threads.
+
+    A call takes an idle connection (the most recently used first) or makes one, and
+    gives it back when answered: the number of connections, and of serving threads in
+    the peer, follows the calls in progress, not the threads that ever called.
+    """
 
     def __init__(self, path: str, authkey: bytes, peer: str) -> None:
         self._path = path
         self._authkey = authkey
         self._peer = peer
-        self._local = threading.local()
-        self._all: list[Connection] = []
+        self._idle: list[Connection] = []
+        self._all: set[Connection] = set()
         self._lock = threading.Lock()
         self._closed = False
 
     def call(self, method: str, *args: object) -> object:
-        connection = self._connection()
+        connection = self._take()
         try:
             connection.send((method, args))
             ok, value = connection.recv()
         except (EOFError, OSError) as exc:
             self._drop(connection)
             raise PeerUnavailable(f"the {self._peer} process is not available ({exc!r})") from exc
+        with self._lock:
+            if self._closed:
+                connection.close()
+            else:
+                self._idle.append(connection)
         if ok:
             return value
         raise _unpack_error(value)
 
-    def _connection(self) -> Connection:
-        connection = getattr(self._local, "connection", None)
-        if connection is not None:
+    def _take(self) -> Connection:
+        while True:
+            with self._lock:
+                if self._closed:
+                    raise PeerUnavailable(f"the {self._peer} connection is closed")
+                connection = self._idle.pop() if self._idle else None
+            if connection is None:
+                return self._connect()
             # Calls are strictly request/answer, so an idle connection with something to
             # read has been closed by the peer (it restarted): make a new one rather than
             # fail a call that was never sent.
             if not _readable(connection):
                 return connection
             self._drop(connection)
-        if self._closed:
-            raise PeerUnavailable(f"the {self._peer} connection is closed")
+
+    def _connect(self) -> Connection:
         try:
             connection = Client(self._path, family="AF_UNIX", authkey=self._authkey)
         except (OSError, EOFError, AuthenticationError) as exc:
             raise PeerUnavailable(f"the {self._peer} process is not available ({exc!r})") from exc
-        self._local.connection = connection
         with self._lock:
-            self._all.append(connection)
+            self._all.add(connection)
         return connection
 
     def _drop(self, connection: Connection) -> None:
-        self._local.connection = None
         with self._lock:
-            if connection in self._all:
-                self._all.remove(connection)
+            self._all.discard(connection)
         connection.close()
 
     def close(self) -> None:
-        """Close every thread's connection (a thread blocked in a call sees the peer gone)."""
-        self._closed = True
+        """Close every connection (a thread blocked in a call sees the peer gone)."""
         with self._lock:
-            connections, self._all = self._all, []
+            self._closed = True
+            connections, self._all, self._idle = list(self._all), set(), []
         for connection in connections:
             with contextlib.suppress(OSError):
                 socket.socket(fileno=os.dup(connection.fileno())).shutdown(socket.SHUT_RDWR)

@@ -67,7 +67,7 @@ def test_a_call_returns_the_value_and_domain_errors_cross_with_their_fields(serv
     assert client.call("echo", "still usable") == ("still usable",)
 
 
-def test_each_thread_has_its_own_connection(served):
+def test_concurrent_calls_each_have_a_connection(served):
     recorder, client, _ = served
     blocked = threading.Thread(target=client.call, args=("block",))
     blocked.start()

@@ -21,8 +21,10 @@ def redis_servers() -> set[int]:
 def test_peer_redis_small_run(tmp_path):
     before = redis_servers()
     out = tmp_path / "peer.json"
-    args = [sys.executable, "-m", "bench.peer_redis", "--rate", "1000", "--duration", "2",
-            "--delay-scale", "0.005", "--producers", "2", "--batch", "50", "--json", str(out)]  # fmt: skip
+    args = [
+        sys.executable, "-m", "bench.peer_redis", "--rate", "1000", "--duration", "2",
+        "--delay-scale", "0.005", "--producers", "2", "--batch", "50", "--json", str(out),
+    ]  # fmt: skip
     done = subprocess.run(args, capture_output=True, text=True, timeout=100)
     assert done.returncode == 0, done.stderr
     figures = json.loads(out.read_text())
