@@ -48,13 +48,18 @@ def configure_logging(
 
 
 class _NamedPrintLoggerFactory:
-    """PrintLoggers that remember the name given to `structlog.get_logger(name)`."""
+    """Loggers that remember the name given to `structlog.get_logger(name)`.
+
+    `WriteLogger` writes each line with its newline in one `write` (PrintLogger's `print`
+    writes them apart): the server's processes share one stdout, and a pipe keeps a write
+    of up to 4 KiB whole, so their lines never interleave.
+    """
 
     def __init__(self, stream: TextIO) -> None:
         self._stream = stream
 
-    def __call__(self, *args: object) -> structlog.PrintLogger:
-        logger = structlog.PrintLogger(self._stream)
+    def __call__(self, *args: object) -> structlog.WriteLogger:
+        logger = structlog.WriteLogger(self._stream)
         logger.name = str(args[0]) if args else "timerwheel"
         return logger
 
