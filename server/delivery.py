@@ -10,8 +10,11 @@ there until it is acked. This module only decides *who* gets *what* next, in mem
 * Each fetched message is an `_Entry`: queued, or in flight at one subscriber with an ack
   deadline. A batch handed out shares one deadline, kept in a FIFO (the ack timeout is a
   constant, so deadlines come in order): expiry is one deque pop per batch, not a heap.
-* Redelivery: when the deadline passes without an ack, or when the subscriber's stream
-  ends, its un-acked entries go to the front (`redeliver`) with `attempt + 1`.
+* Redelivery: when the deadline passes without an ack, when the subscriber's stream
+  ends, or when a client nacks it, an un-acked entry has failed an attempt. Every failed
+  attempt goes through one method, `_Topic.fail`: the entry goes to the front
+  (`redeliver`) with `attempt + 1`, or, for a nack with a backoff, into `delayed` until
+  its time comes.
 * Several subscribers of one topic share one dispatcher: each message is in flight at one
   subscriber at a time; whoever has room takes the next batch.
 * After a restart, the cursor starts at 0, so every fired-but-unacked message (the
@@ -28,6 +31,7 @@ engine sees every fire and every ack, wherever the hub runs.
 
 from __future__ import annotations
 
+import heapq
 import queue
 import threading
 import time
@@ -40,7 +44,7 @@ import structlog
 from engine.engine import Engine
 from wheels.domain import FiredTimer, InvalidArgument, Overloaded, ShuttingDown
 from wheels.settings import Settings
-from wheels.validation import validate_topic
+from wheels.validation import validate_nack, validate_topic
 
 log = structlog.get_logger("timerwheel.delivery")
 
@@ -101,33 +105,56 @@ class _Topic:
         self.fresh: deque[str] = deque()
         self.redeliver: deque[str] = deque()
         self.deadlines: deque[tuple[int, Subscriber, list[str]]] = deque()
+        self.delayed: list[tuple[int, str]] = []  # heap of (redeliver at ms, id): nack backoff
         self.subscribers = 0
 
     # -- called with cond held ------------------------------------------------------------
     def expire(self, now_ms: int) -> None:
-        """Entries whose ack deadline passed go back to the front, attempt + 1."""
+        """Entries whose ack deadline passed have failed an attempt; nack backoffs that
+        ended go back to the front."""
         while self.deadlines and self.deadlines[0][0] <= now_ms:
             deadline_ms, owner, ids = self.deadlines.popleft()
             for message_id in ids:
                 entry = self.entries.get(message_id)
                 if entry is not None and entry.owner is owner and entry.deadline_ms == deadline_ms:
-                    self._requeue(entry, message_id)
+                    self.fail(entry, message_id)
+        while self.delayed and self.delayed[0][0] <= now_ms:
+            _, message_id = heapq.heappop(self.delayed)
+            entry = self.entries.get(message_id)
+            if entry is not None and entry.owner is None:
+                self.redeliver.append(message_id)
 
     def release(self, subscriber: Subscriber) -> int:
         """A stream ended: everything it had in flight is redelivered at once."""
         count = 0
         for message_id, entry in self.entries.items():
             if entry.owner is subscriber:
-                self._requeue(entry, message_id)
+                self.fail(entry, message_id)
                 count += 1
         return count
 
-    def _requeue(self, entry: _Entry, message_id: str) -> None:
+    def nack(self, message_ids: list[str], redeliver_at_ms: int) -> int:
+        """Client-reported failures of in-flight entries; returns how many were in flight."""
+        count = 0
+        for message_id in dict.fromkeys(message_ids):
+            entry = self.entries.get(message_id)
+            if entry is not None and entry.owner is not None:
+                self.fail(entry, message_id, redeliver_at_ms)
+                count += 1
+        return count
+
+    def fail(self, entry: _Entry, message_id: str, redeliver_at_ms: int = 0) -> None:
+        """The one place a delivery attempt fails (ack timeout, stream end, nack): the
+        entry leaves its owner and is delivered again with `attempt + 1`, at once or,
+        after a nack with a backoff, once `redeliver_at_ms` has come."""
         assert entry.owner is not None
         entry.owner.in_flight -= 1
         entry.owner = None
         entry.attempt += 1
-        self.redeliver.append(message_id)
+        if redeliver_at_ms:
+            heapq.heappush(self.delayed, (redeliver_at_ms, message_id))
+        else:
+            self.redeliver.append(message_id)
 
     def refill(self, wanted: int) -> None:
         """Read newly fired messages from the store when it may have some and room exists."""
@@ -180,6 +207,8 @@ class _Topic:
         wait = until_s - time.monotonic()
         if self.deadlines:
             wait = min(wait, (self.deadlines[0][0] - now_ms) / 1000)
+        if self.delayed:
+            wait = min(wait, (self.delayed[0][0] - now_ms) / 1000)
         return max(wait, 0.0)
 
 
@@ -290,6 +319,27 @@ class DeliveryHub:
                 dispatcher.forget(message_ids)
                 dispatcher.cond.notify_all()  # room freed
         return len(acked)
+
+    def nack(
+        self, topic: str, message_ids: list[str], reason: str = "", redeliver_after_ms: int = 0
+    ) -> int:
+        """Give in-flight messages back as failed attempts; returns how many were in flight.
+
+        Redelivered at once, or `redeliver_after_ms` later (held in memory: after a
+        restart every un-acked message is delivered again at once anyway).
+        """
+        validate_topic(topic, self.settings)
+        validate_nack(message_ids, reason, redeliver_after_ms, self.settings)
+        with self._lock:
+            dispatcher = self._topics.get(topic)
+        if dispatcher is None:
+            return 0
+        with dispatcher.cond:
+            redeliver_at_ms = self._now_ms() + redeliver_after_ms if redeliver_after_ms else 0
+            count = dispatcher.nack(message_ids, redeliver_at_ms)
+            if count:
+                dispatcher.cond.notify_all()
+        return count
 
     def unacked(self) -> int:
         """Fired, not yet acked messages, service-wide."""

@@ -139,6 +139,14 @@ class TimerService(pb_grpc.TimerServiceServicer):
         with rpc_errors(context, "Ack"):
             return pb.AckResponse(acked=self._hub.ack(request.topic, list(request.message_ids)))
 
+    def Nack(self, request: pb.NackRequest, context: grpc.ServicerContext) -> pb.NackResponse:
+        with rpc_errors(context, "Nack"):
+            nacked = self._hub.nack(
+                request.topic, list(request.message_ids), request.reason,
+                request.redeliver_after_ms,
+            )  # fmt: skip
+            return pb.NackResponse(nacked=nacked)
+
     def Subscribe(
         self, request: pb.SubscribeRequest, context: grpc.ServicerContext
     ) -> Iterator[pb.DeliveryBatch]:

@@ -163,6 +163,21 @@ class TimerClient:
         request = pb.AckRequest(topic=topic, message_ids=list(message_ids))
         return self._unary(self.service.Ack, request).acked
 
+    def nack(
+        self,
+        topic: str,
+        message_ids: Iterable[str],
+        reason: str = "",
+        redeliver_after_ms: int = 0,
+    ) -> pb.NackResponse:
+        """Give in-flight messages back: each is a failed attempt, delivered again at once
+        or after `redeliver_after_ms` (or dead-lettered at its max_attempts)."""
+        request = pb.NackRequest(
+            topic=topic, message_ids=list(message_ids), reason=reason,
+            redeliver_after_ms=redeliver_after_ms,
+        )  # fmt: skip
+        return self._unary(self.service.Nack, request)
+
     def ack_future(self, topic: str, message_ids: Iterable[str]) -> grpc.Future:
         request = pb.AckRequest(topic=topic, message_ids=list(message_ids))
         return self.service.Ack.future(request, timeout=self.timeout_s)

@@ -17,7 +17,11 @@ from wheels.settings import Settings
 _TOPIC_RE = re.compile(r"[A-Za-z0-9_.%|-]+")
 # Client-chosen message ids: printable, no separators that would confuse the key codec.
 _MESSAGE_ID_RE = re.compile(r"[A-Za-z0-9_.:@-]+")
+# Ids the server makes may also hold '#': an occurrence of a recurring series is
+# "<series id>#<n>", which no client-chosen id can collide with.
+_MESSAGE_REF_RE = re.compile(r"[A-Za-z0-9_.:@#-]+")
 MAX_MESSAGE_ID_LEN = 128
+MAX_MESSAGE_REF_LEN = MAX_MESSAGE_ID_LEN + 21  # '#' and an occurrence number
 
 
 def validate_topic(topic: str, settings: Settings, field: str = "topic") -> str:
@@ -48,6 +52,20 @@ def validate_message_id(message_id: str, field: str = "message_id") -> str:
         )
     if not _MESSAGE_ID_RE.fullmatch(message_id):
         raise InvalidArgument(field, message_id, "may hold only letters, digits and _ . : @ -")
+    return message_id
+
+
+def validate_message_ref(message_id: str, field: str = "message_id") -> str:
+    """An id a client refers to (get, cancel, ack, nack): any id the server may hold,
+    including an occurrence id ``<series id>#<n>``."""
+    if not message_id:
+        raise InvalidArgument(field, message_id, "must not be empty")
+    if len(message_id) > MAX_MESSAGE_REF_LEN:
+        raise InvalidArgument(
+            field, message_id, f"is {len(message_id)} characters; at most {MAX_MESSAGE_REF_LEN}"
+        )
+    if not _MESSAGE_REF_RE.fullmatch(message_id):
+        raise InvalidArgument(field, message_id, "may hold only letters, digits and _ . : @ # -")
     return message_id
 
 
@@ -164,3 +182,24 @@ def validate_sends(specs: list[SendSpec], now_ms: int, settings: Settings) -> li
         except InvalidArgument as exc:
             raise (exc.within(f"messages[{index}].") if len(specs) > 1 else exc) from None
     return deliver_times_ms
+
+
+MAX_REASON_LEN = 1_024  # a nack's reason, kept on a dead letter
+
+
+def validate_nack(
+    message_ids: list[str], reason: str, redeliver_after_ms: int, settings: Settings
+) -> None:
+    """A Nack's fields: ids, a bounded reason, a backoff within the maximum delay."""
+    for index, message_id in enumerate(message_ids):
+        validate_message_ref(message_id, f"message_ids[{index}]")
+    if len(reason) > MAX_REASON_LEN:
+        raise InvalidArgument(
+            "reason", reason, f"is {len(reason)} characters; at most {MAX_REASON_LEN}"
+        )
+    if not 0 <= redeliver_after_ms <= settings.max_delay_ms:
+        raise InvalidArgument(
+            "redeliver_after_ms",
+            redeliver_after_ms,
+            f"must be 0..{settings.max_delay_ms} (0: redeliver at once)",
+        )

@@ -160,6 +160,26 @@ class AckResponse(_message.Message):
     acked: int
     def __init__(self, acked: _Optional[int] = ...) -> None: ...
 
+class NackRequest(_message.Message):
+    __slots__ = ("topic", "message_ids", "reason", "redeliver_after_ms")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_IDS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    REDELIVER_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    message_ids: _containers.RepeatedScalarFieldContainer[str]
+    reason: str
+    redeliver_after_ms: int
+    def __init__(self, topic: _Optional[str] = ..., message_ids: _Optional[_Iterable[str]] = ..., reason: _Optional[str] = ..., redeliver_after_ms: _Optional[int] = ...) -> None: ...
+
+class NackResponse(_message.Message):
+    __slots__ = ("nacked", "dead_lettered")
+    NACKED_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTERED_FIELD_NUMBER: _ClassVar[int]
+    nacked: int
+    dead_lettered: int
+    def __init__(self, nacked: _Optional[int] = ..., dead_lettered: _Optional[int] = ...) -> None: ...
+
 class TimerMessage(_message.Message):
     __slots__ = ("message_id", "topic", "body", "properties", "deliver_at_ms", "created_at_ms", "state", "wheel", "fired_at_ms", "acked_at_ms", "cancelled_at_ms")
     class PropertiesEntry(_message.Message):

@@ -70,6 +70,11 @@ class TimerServiceStub:
                 request_serializer=timerwheel_dot_v1_dot_timerwheel__pb2.AckRequest.SerializeToString,
                 response_deserializer=timerwheel_dot_v1_dot_timerwheel__pb2.AckResponse.FromString,
                 _registered_method=True)
+        self.Nack = channel.unary_unary(
+                '/timerwheel.v1.TimerService/Nack',
+                request_serializer=timerwheel_dot_v1_dot_timerwheel__pb2.NackRequest.SerializeToString,
+                response_deserializer=timerwheel_dot_v1_dot_timerwheel__pb2.NackResponse.FromString,
+                _registered_method=True)
 
 
 class TimerServiceServicer:
@@ -119,6 +124,15 @@ class TimerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Nack(self, request, context):
+        """Give fired messages back: each counts as a failed delivery attempt and is delivered
+        again at once or after `redeliver_after_ms`; one that reaches its max_attempts goes to
+        its dead-letter topic instead. Ids not in flight on `topic` are skipped.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TimerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -156,6 +170,11 @@ def add_TimerServiceServicer_to_server(servicer, server):
                     servicer.Ack,
                     request_deserializer=timerwheel_dot_v1_dot_timerwheel__pb2.AckRequest.FromString,
                     response_serializer=timerwheel_dot_v1_dot_timerwheel__pb2.AckResponse.SerializeToString,
+            ),
+            'Nack': grpc.unary_unary_rpc_method_handler(
+                    servicer.Nack,
+                    request_deserializer=timerwheel_dot_v1_dot_timerwheel__pb2.NackRequest.FromString,
+                    response_serializer=timerwheel_dot_v1_dot_timerwheel__pb2.NackResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -348,6 +367,33 @@ class TimerService:
             '/timerwheel.v1.TimerService/Ack',
             timerwheel_dot_v1_dot_timerwheel__pb2.AckRequest.SerializeToString,
             timerwheel_dot_v1_dot_timerwheel__pb2.AckResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Nack(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/timerwheel.v1.TimerService/Nack',
+            timerwheel_dot_v1_dot_timerwheel__pb2.NackRequest.SerializeToString,
+            timerwheel_dot_v1_dot_timerwheel__pb2.NackResponse.FromString,
             options,
             channel_credentials,
             insecure,
