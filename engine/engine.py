@@ -20,7 +20,7 @@ from dataclasses import replace
 import structlog
 
 from engine.fired_cache import FiredCache
-from engine.ops import AckOp, CancelOp, SendOp
+from engine.ops import AckOp, CancelOp, RescheduleOp, SendOp
 from engine.writer import FiredListener, Writer
 from store import keys
 from store.records import encode_new_many
@@ -36,10 +36,17 @@ from wheels.domain import (
     SendSpec,
     State,
     Timer,
+    When,
 )
 from wheels.scheduler import Scheduler, TimerKey
 from wheels.settings import Settings
-from wheels.validation import validate_message_id, validate_sends, validate_topic
+from wheels.validation import (
+    resolve_deliver_at_ms,
+    validate_message_id,
+    validate_message_ref,
+    validate_sends,
+    validate_topic,
+)
 
 log = structlog.get_logger("timerwheel.engine")
 
@@ -167,6 +174,13 @@ class Engine:
     def cancel(self, message_id: str) -> State:
         validate_message_id(message_id)
         return self._writer.wait(self._writer.submit(CancelOp(message_id=message_id)))
+
+    def reschedule(self, message_id: str, when: When) -> int:
+        """Move a SCHEDULED timer to `when`, atomically; returns its new deliver_at_ms."""
+        validate_message_ref(message_id)
+        deliver_at_ms = resolve_deliver_at_ms(when, self.now_ms(), self.settings)
+        op = RescheduleOp(message_id=message_id, when=when, deliver_at_ms=deliver_at_ms)
+        return self._writer.wait(self._writer.submit(op))
 
     def ack(self, topic: str, message_ids: Iterable[str]) -> list[str]:
         """Retire fired messages; returns the ids that were FIRED on `topic` and are now ACKED."""

@@ -16,6 +16,7 @@ from store.timer_store import TimerStore
 from wheels.domain import (
     AlreadyExists,
     FailedPrecondition,
+    IfExists,
     NotFound,
     SendResult,
     SendSpec,
@@ -34,6 +35,14 @@ class PreparedSend(NamedTuple):
     deliver_at_ms: int
     client_chose_id: bool
     record: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class _Replacement:
+    """A send with IfExists.REPLACE that found a SCHEDULED timer under its id."""
+
+    send: PreparedSend
+    old_record: bytes
 
 
 @dataclass
@@ -99,7 +108,7 @@ class SendOp(Op):
             return list(map(SendResult, self.message_ids, self.deliver_times_ms))
         # Check every send before staging any, so a refused batch stages nothing.
         first_in_op: dict[str, PreparedSend] = {}
-        plan: list[SendResult | PreparedSend] = []
+        plan: list[SendResult | PreparedSend | _Replacement] = []
         for send in self.prepared():
             earlier = first_in_op.get(send.message_id) if send.client_chose_id else None
             if earlier is not None:
@@ -111,6 +120,9 @@ class SendOp(Op):
             plan.append(previous if previous is not None else send)
         results = []
         for item in plan:
+            if isinstance(item, _Replacement):  # REPLACE of a SCHEDULED timer: old key out
+                _unschedule(ctx, batch, item.send.message_id, item.old_record)
+                item = item.send
             if isinstance(item, PreparedSend):
                 _stage_new(ctx, batch, item, now_ms)
                 item = SendResult(item.message_id, item.deliver_at_ms)
@@ -122,9 +134,10 @@ class SendOp(Op):
     def __getstate__(self) -> dict:
         state = super().__getstate__()
         state["specs"] = [
-            (s.topic, s.body, int(s.when.kind), s.when.value, s.properties, s.message_id)
+            (s.topic, s.body, int(s.when.kind), s.when.value, s.properties, s.message_id,
+             int(s.if_exists))
             for s in self.specs
-        ]
+        ]  # fmt: skip
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -132,8 +145,10 @@ class SendOp(Op):
         super().__setstate__(state)
         kinds = {int(kind): kind for kind in WhenKind}
         self.specs = [
-            SendSpec(topic, body, When(kinds[kind], value), properties, message_id)
-            for topic, body, kind, value, properties, message_id in rows
+            SendSpec(
+                topic, body, When(kinds[kind], value), properties, message_id, IfExists(if_exists)
+            )
+            for topic, body, kind, value, properties, message_id, if_exists in rows
         ]
 
     def prepared(self) -> list[PreparedSend]:
@@ -154,14 +169,25 @@ def _check_same(send: PreparedSend, earlier: PreparedSend) -> None:
 
 def _existing_result(
     ctx: WriterContext, batch: StagedBatch, send: PreparedSend
-) -> SendResult | None:
-    """Idempotency on client-chosen ids: the original answer, or ALREADY_EXISTS."""
+) -> SendResult | _Replacement | None:
+    """What a client-chosen id already names decides the send (`SendSpec.if_exists`):
+    None (free: store it), the existing answer, or a replacement of the old record."""
     if not send.client_chose_id:
         return None  # server-made ids are unique by construction: no read needed
     raw = ctx.store.lookup(batch, send.message_id.encode())
     if raw is None:
         return None
     timer = records.decode_timer(send.message_id, raw)
+    if_exists = send.spec.if_exists
+    if if_exists is IfExists.KEEP:
+        return SendResult(timer.message_id, timer.deliver_at_ms)
+    if if_exists is IfExists.REPLACE:
+        if timer.state is not State.SCHEDULED:
+            raise FailedPrecondition(
+                f"message_id={send.message_id!r}: already {timer.state.name}; "
+                "only a SCHEDULED timer can be replaced"
+            )
+        return _Replacement(send, raw)
     if not timer.same_request(send.spec):
         raise AlreadyExists(
             f"message_id={send.message_id!r}: already used by a different message "
@@ -169,6 +195,12 @@ def _existing_result(
             f"state={timer.state.name})"
         )
     return SendResult(timer.message_id, timer.deliver_at_ms)
+
+
+def _unschedule(ctx: WriterContext, batch: StagedBatch, message_id: str, raw: bytes) -> None:
+    """Take a SCHEDULED timer's key out of whichever wheel holds it."""
+    candidates = ctx.scheduler.wheel_candidates(records.record_deliver_at_ms(raw))
+    ctx.store.stage_unschedule(batch, message_id, raw, [w.name for w in candidates])
 
 
 def _stage_all_new(ctx: WriterContext, batch: StagedBatch, op: SendOp, now_ms: int) -> None:
@@ -258,3 +290,34 @@ class AckOp(Op):
             ctx.store.stage_ack(batch, message_id, raw, now_ms, expire_at_ms)
             acked.append(message_id)
         return acked
+
+
+@dataclass
+class RescheduleOp(Op):
+    """Move a SCHEDULED timer to a new time: old wheel key out, record updated, new key in
+    (or fired at once when the new time has come), all in this one batch."""
+
+    message_id: str = ""
+    when: When | None = None
+    deliver_at_ms: int = 0  # resolved from `when` in the caller's thread
+
+    def reads(self) -> list[bytes]:
+        return [self.message_id.encode()]
+
+    def apply(self, ctx: WriterContext, batch: StagedBatch, now_ms: int) -> int:
+        raw = ctx.store.lookup(batch, self.message_id.encode())
+        if raw is None:
+            raise NotFound(f"message_id={self.message_id!r}: no such timer")
+        state = records.record_state(raw)
+        if state is not State.SCHEDULED:
+            raise FailedPrecondition(
+                f"message_id={self.message_id!r}: already {state.name}; "
+                "only a SCHEDULED timer can be rescheduled"
+            )
+        assert self.when is not None
+        _unschedule(ctx, batch, self.message_id, raw)
+        record = records.with_schedule(raw, self.when, self.deliver_at_ms)
+        spec = SendSpec(records.record_topic(raw), b"", self.when)
+        moved = PreparedSend(spec, self.message_id, self.deliver_at_ms, True, record)
+        _stage_new(ctx, batch, moved, now_ms)
+        return self.deliver_at_ms

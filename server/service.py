@@ -21,7 +21,15 @@ from server.delivery import Delivered, DeliveryHub
 from server.errors import rpc_errors
 from timerwheel.v1 import timerwheel_pb2 as pb
 from timerwheel.v1 import timerwheel_pb2_grpc as pb_grpc
-from wheels.domain import InvalidArgument, SendResult, SendSpec, Timer, When, WhenKind
+from wheels.domain import (
+    IfExists,
+    InvalidArgument,
+    SendResult,
+    SendSpec,
+    Timer,
+    When,
+    WhenKind,
+)
 
 NO_UPPER_BOUND_MS = 2**63 - 1  # List with to_ms=0: every pending timer from from_ms on
 
@@ -32,21 +40,39 @@ _WHEN_KINDS = {
 }
 
 
-def spec_from_proto(request: pb.SendRequest, prefix: str = "") -> SendSpec:
-    """A SendRequest as the engine's SendSpec; InvalidArgument when no time is given."""
+def when_from_proto(request, prefix: str = "") -> When:
+    """The `when` oneof of a request; InvalidArgument when none is given."""
     kind = request.WhichOneof("when")
     if kind is None:
         raise InvalidArgument(
             prefix + "when", None, "give one of deliver_at_ms, delay_ms or delay_level"
         )
+    return When(_WHEN_KINDS[kind], getattr(request, kind))
+
+
+def spec_from_proto(request: pb.SendRequest, prefix: str = "") -> SendSpec:
+    """A SendRequest as the engine's SendSpec; InvalidArgument when no time is given."""
+    when = when_from_proto(request, prefix)
+    if request.if_exists:
+        return SendSpec(
+            request.topic, request.body, when, dict(request.properties),
+            request.message_id, _if_exists(request.if_exists, prefix),
+        )  # fmt: skip
     return SendSpec(
         topic=request.topic,
         body=request.body,
-        when=When(_WHEN_KINDS[kind], getattr(request, kind)),
+        when=when,
         # len() first: dict() of even an empty proto map walks it through the Mapping ABC.
         properties=dict(request.properties) if len(request.properties) else {},
         message_id=request.message_id,
     )
+
+
+def _if_exists(value: int, prefix: str) -> IfExists:
+    try:
+        return IfExists(value)
+    except ValueError:
+        raise InvalidArgument(prefix + "if_exists", value, "must be 0..2") from None
 
 
 def send_response(result: SendResult) -> pb.SendResponse:
@@ -138,6 +164,13 @@ class TimerService(pb_grpc.TimerServiceServicer):
     def Ack(self, request: pb.AckRequest, context: grpc.ServicerContext) -> pb.AckResponse:
         with rpc_errors(context, "Ack"):
             return pb.AckResponse(acked=self._hub.ack(request.topic, list(request.message_ids)))
+
+    def Reschedule(
+        self, request: pb.RescheduleRequest, context: grpc.ServicerContext
+    ) -> pb.RescheduleResponse:
+        with rpc_errors(context, "Reschedule"):
+            deliver_at_ms = self._engine.reschedule(request.message_id, when_from_proto(request))
+            return pb.RescheduleResponse(deliver_at_ms=deliver_at_ms)
 
     def Nack(self, request: pb.NackRequest, context: grpc.ServicerContext) -> pb.NackResponse:
         with rpc_errors(context, "Nack"):

@@ -142,6 +142,13 @@ def as_fired(raw: bytes, fired_at_ms: int, ready_seq: int) -> bytes:
     return bytes(patched)
 
 
+def with_schedule(raw: bytes, when: When, deliver_at_ms: int) -> bytes:
+    """The record moved to a new time (Reschedule): `when` and `deliver_at_ms` replaced."""
+    fields = list(_HEADER.unpack_from(raw))
+    fields[2:5] = [when.kind, when.value, deliver_at_ms]
+    return _HEADER.pack(*fields) + raw[HEADER_BYTES:]
+
+
 def record_deliver_at_ms(raw: bytes) -> int:
     return _HEADER.unpack_from(raw)[4]
 

@@ -318,14 +318,20 @@ class TimerStore:
         expire_at_ms: int,
     ) -> None:
         """Remove a SCHEDULED timer's wheel key and mark it CANCELLED, atomically."""
-        deliver_at_ms = records.record_deliver_at_ms(raw)
-        key = keys.wheel_key(deliver_at_ms, message_id)
-        for wheel in wheels:
-            batch.writes[keys.CF_WHEEL[wheel]][key] = None
+        self.stage_unschedule(batch, message_id, raw, wheels)
         cancelled = records.with_transition(raw, State.CANCELLED, cancelled_at_ms=now_ms)
         batch.records[message_id.encode()] = cancelled
         batch.writes[keys.CF_EXPIRY][keys.wheel_key(expire_at_ms, message_id)] = b""
         batch.operations += 1
+
+    def stage_unschedule(
+        self, batch: StagedBatch, message_id: str, raw: bytes, wheels: Iterable[str]
+    ) -> None:
+        """Remove a SCHEDULED timer's wheel key (from each wheel that may hold it) before
+        it is scheduled again or replaced; the caller stages its new record and key."""
+        key = keys.wheel_key(records.record_deliver_at_ms(raw), message_id)
+        for wheel in wheels:
+            batch.writes[keys.CF_WHEEL[wheel]][key] = None
 
     def stage_ack(
         self, batch: StagedBatch, message_id: str, raw: bytes, now_ms: int, expire_at_ms: int

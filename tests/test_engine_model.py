@@ -31,7 +31,15 @@ from hypothesis.stateful import (
 
 from engine.engine import Engine
 from wheels.clock import VirtualClock
-from wheels.domain import FailedPrecondition, NotFound, SendSpec, State, When, WhenKind
+from wheels.domain import (
+    FailedPrecondition,
+    IfExists,
+    NotFound,
+    SendSpec,
+    State,
+    When,
+    WhenKind,
+)
 from wheels.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
 
 TOPICS = ("orders", "reminders")
@@ -63,6 +71,7 @@ class EngineModel(RuleBasedStateMachine):
         self.state: dict[str, State] = {}
         self.finished_at: dict[str, int] = {}  # ACKED / CANCELLED time
         self.topic: dict[str, str] = {}
+        self.body: dict[str, bytes] = {}  # bodies given by replacing sends
         self.pending: list[tuple[int, str]] = []  # sorted (deliver_at_ms, id): the model wheel
         self.fired_seen: set[str] = set()
         self.last_seq = dict.fromkeys(TOPICS, 0)
@@ -91,6 +100,8 @@ class EngineModel(RuleBasedStateMachine):
                     f"{timer.message_id} fired in model state {self.state[timer.message_id]}"
                 )
                 assert timer.deliver_at_ms == self.deliver_at[timer.message_id]
+                if timer.message_id in self.body:
+                    assert timer.body == self.body[timer.message_id], "not the replaced body"
                 assert timer.deliver_at_ms <= timer.fired_at_ms <= now_ms, "fired early"
                 self.fired_seen.add(timer.message_id)
                 self.state[timer.message_id] = State.FIRED
@@ -148,6 +159,53 @@ class EngineModel(RuleBasedStateMachine):
             assert again == first, "an idempotent resend answers as the first send"
             self._collect_fired()
         return first.message_id
+
+    @rule(message_id=timers, delay_ms=delays)
+    def reschedule(self, message_id: str, delay_ms: int) -> None:
+        """A SCHEDULED timer moves and must fire once at the new time, never the old."""
+        expected = self.state.get(message_id)
+        when = When(WhenKind.DELAY, delay_ms)
+        if expected is None:
+            with pytest.raises(NotFound):
+                self.engine.reschedule(message_id, when)
+        elif expected is not State.SCHEDULED:
+            with pytest.raises(FailedPrecondition, match=expected.name):
+                self.engine.reschedule(message_id, when)
+        else:
+            new_at = self.engine.reschedule(message_id, when)
+            assert new_at == self.engine.now_ms() + delay_ms
+            self.pending.remove((self.deliver_at[message_id], message_id))
+            self._record_send(message_id, self.topic[message_id], new_at)
+        self._collect_fired()
+
+    @rule(
+        message_id=timers,
+        delay_ms=delays,
+        if_exists=st.sampled_from([IfExists.REPLACE, IfExists.KEEP]),
+    )
+    def send_again(self, message_id: str, delay_ms: int, if_exists: IfExists) -> None:
+        """A send under a taken id: REPLACE (debounce) or KEEP."""
+        self.client_ids += 1
+        body = f"r{self.client_ids}".encode()
+        topic = self.topic[message_id]
+        spec = SendSpec(topic, body, When(WhenKind.DELAY, delay_ms), {}, message_id, if_exists)
+        expected = self.state.get(message_id)
+        if expected is None:  # gone after its retention: a new timer under the old id
+            result = self.engine.send(spec)
+            self.body[message_id] = body
+            self._record_send(message_id, topic, result.deliver_at_ms)
+        elif if_exists is IfExists.KEEP:
+            assert self.engine.send(spec) == (message_id, self.deliver_at[message_id])
+        elif expected is not State.SCHEDULED:
+            with pytest.raises(FailedPrecondition, match=expected.name):
+                self.engine.send(spec)
+        else:
+            result = self.engine.send(spec)
+            assert result.deliver_at_ms == self.engine.now_ms() + delay_ms
+            self.pending.remove((self.deliver_at[message_id], message_id))
+            self.body[message_id] = body
+            self._record_send(message_id, topic, result.deliver_at_ms)
+        self._collect_fired()
 
     @rule(message_id=timers)
     def cancel(self, message_id: str) -> None:

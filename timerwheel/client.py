@@ -92,8 +92,10 @@ class TimerClient:
         delay_level: int | None = None,
         properties: Mapping[str, str] | None = None,
         message_id: str = "",
+        **more: object,
     ) -> pb.SendRequest:
-        """A SendRequest; give at most one of deliver_at_ms / delay_ms / delay_level."""
+        """A SendRequest; give at most one of deliver_at_ms / delay_ms / delay_level.
+        `more` sets further SendRequest fields (if_exists=, repeat=, max_attempts=, ...)."""
         times = {"deliver_at_ms": deliver_at_ms, "delay_ms": delay_ms, "delay_level": delay_level}
         given = {name: value for name, value in times.items() if value is not None}
         if len(given) > 1:
@@ -104,6 +106,7 @@ class TimerClient:
             properties=properties or {},
             message_id=message_id,
             **given,
+            **more,
         )
 
     # -- the TimerService calls -------------------------------------------------------------
@@ -162,6 +165,12 @@ class TimerClient:
     def ack(self, topic: str, message_ids: Iterable[str]) -> int:
         request = pb.AckRequest(topic=topic, message_ids=list(message_ids))
         return self._unary(self.service.Ack, request).acked
+
+    def reschedule(self, message_id: str, **when: int) -> int:
+        """Move a SCHEDULED timer: one of deliver_at_ms=, delay_ms=, delay_level=.
+        Returns its new deliver time."""
+        request = pb.RescheduleRequest(message_id=message_id, **when)
+        return self._unary(self.service.Reschedule, request).deliver_at_ms
 
     def nack(
         self,

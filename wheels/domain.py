@@ -26,6 +26,15 @@ class WhenKind(IntEnum):
     LEVEL = 3  # RocketMQ 4 delay level
 
 
+class IfExists(IntEnum):
+    """What a send with a client-chosen id does when that id is taken; values equal the
+    proto enum `timerwheel.v1.IfExists`."""
+
+    REJECT = 0  # a retry of the same send answers as the first; anything else ALREADY_EXISTS
+    REPLACE = 1  # a SCHEDULED timer gets the new body, properties and time (debounce)
+    KEEP = 2  # answer the existing timer, whatever it holds
+
+
 @dataclass(frozen=True, slots=True)
 class When:
     kind: WhenKind
@@ -41,6 +50,7 @@ class SendSpec:
     when: When
     properties: Mapping[str, str] = field(default_factory=dict)
     message_id: str = ""
+    if_exists: IfExists = IfExists.REJECT
 
 
 @dataclass(frozen=True, slots=True)

@@ -156,6 +156,10 @@ def validate_send(spec: SendSpec, now_ms: int, settings: Settings, prefix: str =
         validate_properties(spec.properties, settings, prefix + "properties")
     if spec.message_id:
         validate_message_id(spec.message_id, prefix + "message_id")
+    elif spec.if_exists:
+        raise InvalidArgument(
+            prefix + "if_exists", spec.if_exists.name, "applies to a client-chosen message_id"
+        )
     return resolve_deliver_at_ms(spec.when, now_ms, settings, prefix)
 
 
@@ -173,6 +177,7 @@ def validate_sends(specs: list[SendSpec], now_ms: int, settings: Settings) -> li
             if (
                 spec.properties
                 or spec.message_id
+                or spec.if_exists
                 or len(spec.body) > max_body
                 or _topic_problem(spec.topic, max_topic_len)
             ):

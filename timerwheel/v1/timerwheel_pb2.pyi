@@ -14,14 +14,23 @@ class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FIRED: _ClassVar[State]
     ACKED: _ClassVar[State]
     CANCELLED: _ClassVar[State]
+
+class IfExists(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    IF_EXISTS_REJECT: _ClassVar[IfExists]
+    IF_EXISTS_REPLACE: _ClassVar[IfExists]
+    IF_EXISTS_KEEP: _ClassVar[IfExists]
 STATE_UNSPECIFIED: State
 SCHEDULED: State
 FIRED: State
 ACKED: State
 CANCELLED: State
+IF_EXISTS_REJECT: IfExists
+IF_EXISTS_REPLACE: IfExists
+IF_EXISTS_KEEP: IfExists
 
 class SendRequest(_message.Message):
-    __slots__ = ("topic", "body", "properties", "deliver_at_ms", "delay_ms", "delay_level", "message_id")
+    __slots__ = ("topic", "body", "properties", "deliver_at_ms", "delay_ms", "delay_level", "message_id", "if_exists")
     class PropertiesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -36,6 +45,7 @@ class SendRequest(_message.Message):
     DELAY_MS_FIELD_NUMBER: _ClassVar[int]
     DELAY_LEVEL_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    IF_EXISTS_FIELD_NUMBER: _ClassVar[int]
     topic: str
     body: bytes
     properties: _containers.ScalarMap[str, str]
@@ -43,7 +53,8 @@ class SendRequest(_message.Message):
     delay_ms: int
     delay_level: int
     message_id: str
-    def __init__(self, topic: _Optional[str] = ..., body: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., deliver_at_ms: _Optional[int] = ..., delay_ms: _Optional[int] = ..., delay_level: _Optional[int] = ..., message_id: _Optional[str] = ...) -> None: ...
+    if_exists: IfExists
+    def __init__(self, topic: _Optional[str] = ..., body: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., deliver_at_ms: _Optional[int] = ..., delay_ms: _Optional[int] = ..., delay_level: _Optional[int] = ..., message_id: _Optional[str] = ..., if_exists: _Optional[_Union[IfExists, str]] = ...) -> None: ...
 
 class SendResponse(_message.Message):
     __slots__ = ("message_id", "deliver_at_ms")
@@ -263,3 +274,21 @@ class StatsResponse(_message.Message):
     cpu_seconds: float
     data_dir_bytes: int
     def __init__(self, now_ms: _Optional[int] = ..., queued_ops: _Optional[int] = ..., unacked: _Optional[int] = ..., column_family_keys: _Optional[_Mapping[str, int]] = ..., rss_bytes: _Optional[int] = ..., cpu_seconds: _Optional[float] = ..., data_dir_bytes: _Optional[int] = ...) -> None: ...
+
+class RescheduleRequest(_message.Message):
+    __slots__ = ("message_id", "deliver_at_ms", "delay_ms", "delay_level")
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    DELIVER_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    DELAY_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    deliver_at_ms: int
+    delay_ms: int
+    delay_level: int
+    def __init__(self, message_id: _Optional[str] = ..., deliver_at_ms: _Optional[int] = ..., delay_ms: _Optional[int] = ..., delay_level: _Optional[int] = ...) -> None: ...
+
+class RescheduleResponse(_message.Message):
+    __slots__ = ("deliver_at_ms",)
+    DELIVER_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    deliver_at_ms: int
+    def __init__(self, deliver_at_ms: _Optional[int] = ...) -> None: ...

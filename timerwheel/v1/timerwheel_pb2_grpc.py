@@ -75,6 +75,11 @@ class TimerServiceStub:
                 request_serializer=timerwheel_dot_v1_dot_timerwheel__pb2.NackRequest.SerializeToString,
                 response_deserializer=timerwheel_dot_v1_dot_timerwheel__pb2.NackResponse.FromString,
                 _registered_method=True)
+        self.Reschedule = channel.unary_unary(
+                '/timerwheel.v1.TimerService/Reschedule',
+                request_serializer=timerwheel_dot_v1_dot_timerwheel__pb2.RescheduleRequest.SerializeToString,
+                response_deserializer=timerwheel_dot_v1_dot_timerwheel__pb2.RescheduleResponse.FromString,
+                _registered_method=True)
 
 
 class TimerServiceServicer:
@@ -133,6 +138,14 @@ class TimerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Reschedule(self, request, context):
+        """Move a SCHEDULED timer to a new time, atomically; FAILED_PRECONDITION once it fired,
+        was acked or cancelled (the message names the state), NOT_FOUND for an unknown id.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TimerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -175,6 +188,11 @@ def add_TimerServiceServicer_to_server(servicer, server):
                     servicer.Nack,
                     request_deserializer=timerwheel_dot_v1_dot_timerwheel__pb2.NackRequest.FromString,
                     response_serializer=timerwheel_dot_v1_dot_timerwheel__pb2.NackResponse.SerializeToString,
+            ),
+            'Reschedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.Reschedule,
+                    request_deserializer=timerwheel_dot_v1_dot_timerwheel__pb2.RescheduleRequest.FromString,
+                    response_serializer=timerwheel_dot_v1_dot_timerwheel__pb2.RescheduleResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -394,6 +412,33 @@ class TimerService:
             '/timerwheel.v1.TimerService/Nack',
             timerwheel_dot_v1_dot_timerwheel__pb2.NackRequest.SerializeToString,
             timerwheel_dot_v1_dot_timerwheel__pb2.NackResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Reschedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/timerwheel.v1.TimerService/Reschedule',
+            timerwheel_dot_v1_dot_timerwheel__pb2.RescheduleRequest.SerializeToString,
+            timerwheel_dot_v1_dot_timerwheel__pb2.RescheduleResponse.FromString,
             options,
             channel_credentials,
             insecure,
