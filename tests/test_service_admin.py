@@ -33,7 +33,7 @@ def test_reflection_lists_and_describes_the_api(client):
     pool = DescriptorPool(database)
     service = pool.FindServiceByName("timerwheel.v1.TimerService")
     assert {m.name for m in service.methods} >= {
-        "Send", "SendBatch", "Cancel", "Get", "List", "Subscribe", "Ack", "Nack",
+        "Send", "SendBatch", "Cancel", "Get", "List", "Subscribe", "Ack", "Nack", "Reschedule",
     }  # fmt: skip
     send = pool.FindMessageTypeByName("timerwheel.v1.SendRequest")
     assert send.fields_by_name["delay_level"].number == 7
