@@ -20,9 +20,9 @@ from dataclasses import replace
 import structlog
 
 from engine.fired_cache import FiredCache
-from engine.ops import AckOp, CancelOp, RescheduleOp, SendOp
+from engine.ops import AckOp, CancelOp, DeadLetterOp, RescheduleOp, SendOp
 from engine.writer import FiredListener, Writer
-from store import keys
+from store import keys, records
 from store.records import encode_new_many
 from store.rocks import RocksDatabase, RocksTuning
 from store.timer_store import TimerStore
@@ -90,10 +90,17 @@ def prepare_sends(
     message_ids = ids.take(len(specs))
     if client_ids:
         message_ids = [s.message_id or made for s, made in zip(specs, message_ids, strict=True)]
-    return SendOp(
+    op = SendOp(
         specs=specs, message_ids=message_ids, deliver_times_ms=deliver_times_ms,
         records=encode_new_many(specs, deliver_times_ms, now_ms), client_ids=client_ids,
     )  # fmt: skip
+    with_options = [index for index, spec in enumerate(specs) if spec.options]
+    if with_options:  # flagged records, and their `extras` entries (store.records)
+        op.extras = [None] * len(specs)
+        for index in with_options:
+            op.records[index] = records.with_extras_flag(op.records[index])
+            op.extras[index] = records.encode_extras(specs[index].options)
+    return op
 
 
 class Engine:
@@ -194,6 +201,27 @@ class Engine:
         with self._acked_lock:
             self._acked += len(acked)
         return acked
+
+    def dead_letter_async(self, topic: str, message_id: str, attempts: int, reason: str) -> Future:
+        """Move a FIRED message of `topic` to its dead-letter topic (see DeadLetterOp);
+        the future's result is False when it was acked meanwhile."""
+        op = DeadLetterOp(topic=topic, message_id=message_id, attempts=attempts, reason=reason)
+        return self._writer.submit(op)
+
+    def dead_letter(self, topic: str, message_id: str, attempts: int, reason: str) -> bool:
+        return self._writer.wait(self.dead_letter_async(topic, message_id, attempts, reason))
+
+    def max_attempts(self, message_id: str) -> int:
+        """Delivery attempts `message_id` may have before it is dead-lettered (0: no limit):
+        its send's max_attempts, else the server's default."""
+        raw = self._store.get_record(message_id)
+        if raw is not None and records.has_extras(raw):
+            extras = self._store.get_extras(None, message_id.encode())
+            if extras is not None:
+                limit = records.decode_extras(extras).max_attempts
+                if limit is not None:
+                    return limit
+        return self.settings.max_attempts
 
     def get(self, message_id: str) -> Timer:
         validate_message_id(message_id)

@@ -7,7 +7,7 @@ leaves the batch untouched; its future is completed only after the batch is dura
 from __future__ import annotations
 
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from store import records
@@ -25,6 +25,9 @@ from wheels.domain import (
     WhenKind,
 )
 from wheels.scheduler import Scheduler
+from wheels.validation import dead_letter_topic
+
+DEAD_LETTER_PREFIX = "timerwheel.dead_letter."  # properties a dead letter carries
 
 
 class PreparedSend(NamedTuple):
@@ -35,6 +38,7 @@ class PreparedSend(NamedTuple):
     deliver_at_ms: int
     client_chose_id: bool
     record: bytes
+    extras: bytes | None = None  # its `extras` entry (send options), if any
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +95,7 @@ class SendOp(Op):
     deliver_times_ms: list[int] = field(default_factory=list)
     records: list[bytes] = field(default_factory=list)
     client_ids: bool = False  # some spec carries a client-chosen id
+    extras: list[bytes | None] | None = None  # per send, when some carry options
 
     def reads(self) -> list[bytes]:
         if not self.client_ids:
@@ -122,6 +127,8 @@ class SendOp(Op):
         for item in plan:
             if isinstance(item, _Replacement):  # REPLACE of a SCHEDULED timer: old key out
                 _unschedule(ctx, batch, item.send.message_id, item.old_record)
+                if records.has_extras(item.old_record):
+                    ctx.store.stage_extras(batch, item.send.message_id.encode(), None)
                 item = item.send
             if isinstance(item, PreparedSend):
                 _stage_new(ctx, batch, item, now_ms)
@@ -152,10 +159,16 @@ class SendOp(Op):
         ]
 
     def prepared(self) -> list[PreparedSend]:
+        extras = self.extras or [None] * len(self.specs)
         return [
-            PreparedSend(spec, message_id, deliver_at_ms, bool(spec.message_id), record)
-            for spec, message_id, deliver_at_ms, record in zip(
-                self.specs, self.message_ids, self.deliver_times_ms, self.records, strict=True
+            PreparedSend(spec, message_id, deliver_at_ms, bool(spec.message_id), record, extra)
+            for spec, message_id, deliver_at_ms, record, extra in zip(
+                self.specs,
+                self.message_ids,
+                self.deliver_times_ms,
+                self.records,
+                extras,
+                strict=True,
             )
         ]
 
@@ -210,18 +223,21 @@ def _stage_all_new(ctx: WriterContext, batch: StagedBatch, op: SendOp, now_ms: i
         for send in op.prepared():
             _stage_new(ctx, batch, send, now_ms)
         return
+    message_ids = [message_id.encode() for message_id in op.message_ids]
     ctx.store.stage_schedule_many(
-        batch,
-        [message_id.encode() for message_id in op.message_ids],
-        op.records,
-        op.deliver_times_ms,
-        [spec.topic.encode() for spec in op.specs],
-        wheels,
-    )
+        batch, message_ids, op.records, op.deliver_times_ms,
+        [spec.topic.encode() for spec in op.specs], wheels,
+    )  # fmt: skip
+    if op.extras:
+        for message_id, extras in zip(message_ids, op.extras, strict=True):
+            if extras is not None:
+                ctx.store.stage_extras(batch, message_id, extras)
 
 
 def _stage_new(ctx: WriterContext, batch: StagedBatch, send: PreparedSend, now_ms: int) -> None:
     message_id = send.message_id.encode()
+    if send.extras is not None:
+        ctx.store.stage_extras(batch, message_id, send.extras)
     wheel = ctx.scheduler.placement(send.deliver_at_ms)
     if wheel is None:  # already due: fire at once, never through a wheel
         seq = ctx.scheduler.take_fire_seqs(1)
@@ -321,3 +337,44 @@ class RescheduleOp(Op):
         moved = PreparedSend(spec, self.message_id, self.deliver_at_ms, True, record)
         _stage_new(ctx, batch, moved, now_ms)
         return self.deliver_at_ms
+
+
+@dataclass
+class DeadLetterOp(Op):
+    """A FIRED message that ran out of delivery attempts moves to its dead-letter topic:
+    same id and body, its `ready` entry moved to the DLQ topic under a new fire sequence,
+    and properties ``timerwheel.dead_letter.{topic,attempts,reason,at_ms}`` added. Its
+    send options go (the DLQ holds it with unlimited attempts). Skipped (False) when
+    the message is no longer FIRED on `topic`: acked or moved meanwhile."""
+
+    topic: str = ""
+    message_id: str = ""
+    attempts: int = 0
+    reason: str = ""
+
+    def reads(self) -> list[bytes]:
+        return [self.message_id.encode()]
+
+    def apply(self, ctx: WriterContext, batch: StagedBatch, now_ms: int) -> bool:
+        message_id = self.message_id.encode()
+        raw = ctx.store.lookup(batch, message_id)
+        if raw is None or not records.is_fired(raw) or records.record_topic(raw) != self.topic:
+            return False
+        options = None
+        if records.has_extras(raw):
+            extras = ctx.store.get_extras(batch, message_id)
+            options = records.decode_extras(extras) if extras else None
+        timer = records.decode_timer(self.message_id, raw)
+        target = dead_letter_topic(self.topic, options)
+        properties = {
+            **timer.properties,
+            DEAD_LETTER_PREFIX + "topic": self.topic,
+            DEAD_LETTER_PREFIX + "attempts": str(self.attempts),
+            DEAD_LETTER_PREFIX + "reason": self.reason,
+            DEAD_LETTER_PREFIX + "at_ms": str(now_ms),
+        }
+        seq = ctx.scheduler.take_fire_seqs(1)
+        moved = replace(timer, topic=target, properties=properties, fired_at_ms=now_ms)
+        record = records.encode_timer(replace(moved, ready_seq=seq))
+        ctx.store.stage_dead_letter(batch, message_id, raw, record, target, seq)
+        return True

@@ -117,7 +117,7 @@ class _Topic:
             for message_id in ids:
                 entry = self.entries.get(message_id)
                 if entry is not None and entry.owner is owner and entry.deadline_ms == deadline_ms:
-                    self.fail(entry, message_id)
+                    self.fail(entry, message_id, reason="ack timeout")
         while self.delayed and self.delayed[0][0] <= now_ms:
             _, message_id = heapq.heappop(self.delayed)
             entry = self.entries.get(message_id)
@@ -127,34 +127,50 @@ class _Topic:
     def release(self, subscriber: Subscriber) -> int:
         """A stream ended: everything it had in flight is redelivered at once."""
         count = 0
-        for message_id, entry in self.entries.items():
+        for message_id, entry in list(self.entries.items()):  # fail() may remove entries
             if entry.owner is subscriber:
-                self.fail(entry, message_id)
+                self.fail(entry, message_id, reason="stream ended")
                 count += 1
         return count
 
-    def nack(self, message_ids: list[str], redeliver_at_ms: int) -> int:
-        """Client-reported failures of in-flight entries; returns how many were in flight."""
-        count = 0
+    def nack(self, message_ids: list[str], redeliver_at_ms: int, reason: str) -> tuple[int, int]:
+        """Client-reported failures of in-flight entries: (how many were in flight, how
+        many of those were dead-lettered)."""
+        nacked = dead = 0
         for message_id in dict.fromkeys(message_ids):
             entry = self.entries.get(message_id)
             if entry is not None and entry.owner is not None:
-                self.fail(entry, message_id, redeliver_at_ms)
-                count += 1
-        return count
+                nacked += 1
+                dead += self.fail(entry, message_id, redeliver_at_ms, reason or "nack")
+        return nacked, dead
 
-    def fail(self, entry: _Entry, message_id: str, redeliver_at_ms: int = 0) -> None:
-        """The one place a delivery attempt fails (ack timeout, stream end, nack): the
-        entry leaves its owner and is delivered again with `attempt + 1`, at once or,
-        after a nack with a backoff, once `redeliver_at_ms` has come."""
+    def fail(
+        self, entry: _Entry, message_id: str, redeliver_at_ms: int = 0, reason: str = ""
+    ) -> bool:
+        """The one place a delivery attempt fails (ack timeout, stream end, nack).
+
+        The entry leaves its owner. When this was its last allowed attempt (the message's
+        max_attempts, else Settings.max_attempts; 0: no limit) it goes to its dead-letter
+        topic (True). Otherwise it is delivered again with `attempt + 1`, at once or, after
+        a nack with a backoff, once `redeliver_at_ms` has come.
+        """
         assert entry.owner is not None
         entry.owner.in_flight -= 1
         entry.owner = None
+        limit = self.hub.engine.max_attempts(message_id)
+        if (
+            limit
+            and entry.attempt >= limit
+            and self.hub.dead_letter(self.name, message_id, entry.attempt, reason)
+        ):
+            del self.entries[message_id]
+            return True
         entry.attempt += 1
         if redeliver_at_ms:
             heapq.heappush(self.delayed, (redeliver_at_ms, message_id))
         else:
             self.redeliver.append(message_id)
+        return False
 
     def refill(self, wanted: int) -> None:
         """Read newly fired messages from the store when it may have some and room exists."""
@@ -322,8 +338,9 @@ class DeliveryHub:
 
     def nack(
         self, topic: str, message_ids: list[str], reason: str = "", redeliver_after_ms: int = 0
-    ) -> int:
-        """Give in-flight messages back as failed attempts; returns how many were in flight.
+    ) -> tuple[int, int]:
+        """Give in-flight messages back as failed attempts: (how many were in flight, how
+        many of those reached their max_attempts and were dead-lettered).
 
         Redelivered at once, or `redeliver_after_ms` later (held in memory: after a
         restart every un-acked message is delivered again at once anyway).
@@ -333,13 +350,37 @@ class DeliveryHub:
         with self._lock:
             dispatcher = self._topics.get(topic)
         if dispatcher is None:
-            return 0
+            return 0, 0
         with dispatcher.cond:
             redeliver_at_ms = self._now_ms() + redeliver_after_ms if redeliver_after_ms else 0
-            count = dispatcher.nack(message_ids, redeliver_at_ms)
-            if count:
+            nacked, dead = dispatcher.nack(message_ids, redeliver_at_ms, reason)
+            if nacked:
                 dispatcher.cond.notify_all()
-        return count
+        return nacked, dead
+
+    def dead_letter(self, topic: str, message_id: str, attempts: int, reason: str) -> bool:
+        """Hand a message that ran out of attempts to the writer (not waited for: this runs
+        under a dispatcher's lock); False when the writer refused it (then it is delivered
+        again). Its DLQ entry takes a new fire sequence while its old `ready` entry goes,
+        so for the backlog count it is one ack."""
+
+        def done(future) -> None:
+            error = future.exception()
+            if error is not None:  # the writer stopped: it stays FIRED, redelivered at start
+                log.warning(
+                    "dead_letter_failed", topic=topic, message_id=message_id, error=str(error)
+                )
+            elif future.result():
+                with self._lock:
+                    self._acked += 1
+
+        try:
+            future = self.engine.dead_letter_async(topic, message_id, attempts, reason)
+        except (ShuttingDown, Overloaded) as exc:
+            log.warning("dead_letter_refused", topic=topic, message_id=message_id, error=str(exc))
+            return False
+        future.add_done_callback(done)
+        return True
 
     def unacked(self) -> int:
         """Fired, not yet acked messages, service-wide."""

@@ -24,6 +24,7 @@ from timerwheel.v1 import timerwheel_pb2_grpc as pb_grpc
 from wheels.domain import (
     IfExists,
     InvalidArgument,
+    SendOptions,
     SendResult,
     SendSpec,
     Timer,
@@ -53,10 +54,10 @@ def when_from_proto(request, prefix: str = "") -> When:
 def spec_from_proto(request: pb.SendRequest, prefix: str = "") -> SendSpec:
     """A SendRequest as the engine's SendSpec; InvalidArgument when no time is given."""
     when = when_from_proto(request, prefix)
-    if request.if_exists:
+    if request.if_exists or request.HasField("max_attempts") or request.dead_letter_topic:
         return SendSpec(
             request.topic, request.body, when, dict(request.properties),
-            request.message_id, _if_exists(request.if_exists, prefix),
+            request.message_id, _if_exists(request.if_exists, prefix), _options(request),
         )  # fmt: skip
     return SendSpec(
         topic=request.topic,
@@ -66,6 +67,14 @@ def spec_from_proto(request: pb.SendRequest, prefix: str = "") -> SendSpec:
         properties=dict(request.properties) if len(request.properties) else {},
         message_id=request.message_id,
     )
+
+
+def _options(request: pb.SendRequest) -> SendOptions | None:
+    """The send options of a request, None when it has none (the usual case)."""
+    max_attempts = request.max_attempts if request.HasField("max_attempts") else None
+    if max_attempts is None and not request.dead_letter_topic:
+        return None
+    return SendOptions(max_attempts, request.dead_letter_topic)
 
 
 def _if_exists(value: int, prefix: str) -> IfExists:
@@ -174,11 +183,11 @@ class TimerService(pb_grpc.TimerServiceServicer):
 
     def Nack(self, request: pb.NackRequest, context: grpc.ServicerContext) -> pb.NackResponse:
         with rpc_errors(context, "Nack"):
-            nacked = self._hub.nack(
+            nacked, dead = self._hub.nack(
                 request.topic, list(request.message_ids), request.reason,
                 request.redeliver_after_ms,
             )  # fmt: skip
-            return pb.NackResponse(nacked=nacked)
+            return pb.NackResponse(nacked=nacked, dead_lettered=dead)
 
     def Subscribe(
         self, request: pb.SubscribeRequest, context: grpc.ServicerContext

@@ -15,6 +15,13 @@ column family       key                                           value
                                                                   records to remove after
                                                                   the retention period
 ``meta``            name (ASCII, see ``META_*``)                  8 B BE int, or a wheel key
+``extras``          message id (UTF-8)                            JSON (store.records
+                                                                  ``encode_extras``): send
+                                                                  options of the few
+                                                                  messages that have them
+                                                                  (max_attempts, dead-letter
+                                                                  topic); written with the
+                                                                  record, removed with it
 ==================  ============================================  ==========================
 
 A slot of a wheel level is the key range [encode(slot_start), encode(slot_end)): the
@@ -40,7 +47,10 @@ CF_WHEEL = {"hour": "wheel_hour", "minute": "wheel_minute", "second": "wheel_sec
 CF_READY = "ready"
 CF_EXPIRY = "expiry"
 CF_META = "meta"
-ALL_COLUMN_FAMILIES = (CF_MESSAGES, *CF_WHEEL.values(), CF_READY, CF_EXPIRY, CF_META)
+CF_EXTRAS = "extras"
+ALL_COLUMN_FAMILIES = (
+    CF_MESSAGES, *CF_WHEEL.values(), CF_READY, CF_EXPIRY, CF_META, CF_EXTRAS,
+)  # fmt: skip
 
 META_SCHEMA_VERSION = b"schema_version"
 META_NOW_MS = b"clock.now_ms"

@@ -9,15 +9,20 @@
 
 State changes (fire, ack, cancel) rewrite only the header: the rest of the record is
 copied as bytes, never decoded, which keeps the firing path cheap.
+
+The when_kind byte holds flags above its low seven bits: ``EXTRAS_FLAG`` says the message
+has an entry in the ``extras`` column family (its send options, `encode_extras`), so only
+those few messages cost a read there.
 """
 
 from __future__ import annotations
 
+import json
 import struct
 from collections.abc import Mapping
 from functools import lru_cache
 
-from wheels.domain import State, Timer, When, WhenKind
+from wheels.domain import SendOptions, State, Timer, When, WhenKind
 
 RECORD_VERSION = 1
 _HEADER = struct.Struct(">BBBqqqqqqq")
@@ -33,6 +38,9 @@ _SCHEDULED, _FIRED, _ACKED = int(State.SCHEDULED), int(State.FIRED), int(State.A
 _NEW_HEAD = bytes([RECORD_VERSION, _SCHEDULED])
 _NEW_FIELDS = struct.Struct(">Bqqq")  # when_kind, when_value, deliver_at_ms, created_at_ms
 _NEW_TAIL = bytes(_HEADER.size - len(_NEW_HEAD) - _NEW_FIELDS.size)
+_WHEN_KIND_OFFSET = 2
+EXTRAS_FLAG = 0x80  # in the when_kind byte: the message has an `extras` entry
+_KIND_MASK = 0x7F
 
 
 def encode_timer(timer: Timer) -> bytes:
@@ -91,7 +99,7 @@ def decode_timer(message_id: str, raw: bytes) -> Timer:
     return Timer(
         message_id=message_id, topic=topic, body=raw[offset:], properties=properties,
         deliver_at_ms=deliver_at_ms, created_at_ms=created_at_ms, state=_state(state),
-        when=When(_when_kind(when_kind), when_value), fired_at_ms=fired_at_ms,
+        when=When(_when_kind(when_kind & _KIND_MASK), when_value), fired_at_ms=fired_at_ms,
         acked_at_ms=acked_at_ms, cancelled_at_ms=cancelled_at_ms, ready_seq=seq,
     )  # fmt: skip
 
@@ -121,6 +129,28 @@ def is_scheduled(raw: bytes) -> bool:
     return raw[1] == _SCHEDULED
 
 
+def has_extras(raw: bytes) -> bool:
+    return bool(raw[_WHEN_KIND_OFFSET] & EXTRAS_FLAG)
+
+
+def with_extras_flag(raw: bytes) -> bytes:
+    """A new record marked as having an `extras` entry."""
+    patched = bytearray(raw)
+    patched[_WHEN_KIND_OFFSET] |= EXTRAS_FLAG
+    return bytes(patched)
+
+
+def encode_extras(options: SendOptions) -> bytes:
+    """Send options as stored in `extras`: compact JSON (few messages have them)."""
+    data = {"max_attempts": options.max_attempts, "dead_letter_topic": options.dead_letter_topic}
+    return json.dumps({k: v for k, v in data.items() if v not in (None, "")}).encode()
+
+
+def decode_extras(raw: bytes) -> SendOptions:
+    data = json.loads(raw)
+    return SendOptions(data.get("max_attempts"), data.get("dead_letter_topic", ""))
+
+
 def is_fired(raw: bytes) -> bool:
     return raw[1] == _FIRED
 
@@ -145,7 +175,7 @@ def as_fired(raw: bytes, fired_at_ms: int, ready_seq: int) -> bytes:
 def with_schedule(raw: bytes, when: When, deliver_at_ms: int) -> bytes:
     """The record moved to a new time (Reschedule): `when` and `deliver_at_ms` replaced."""
     fields = list(_HEADER.unpack_from(raw))
-    fields[2:5] = [when.kind, when.value, deliver_at_ms]
+    fields[2:5] = [when.kind | (fields[2] & EXTRAS_FLAG), when.value, deliver_at_ms]
     return _HEADER.pack(*fields) + raw[HEADER_BYTES:]
 
 

@@ -5,6 +5,9 @@ Properties checked after every clock step:
 - every timer fires exactly once, never before its time, and no later than the step
   that reached its time (one `run_until_idle` drain);
 - cancelled timers never fire; `get` reports the state the model expects;
+- a rescheduled timer fires once, at its new time (never its old one); a replaced one
+  (IfExists.REPLACE) delivers its new body once; KEEP changes nothing;
+- a dead-lettered message appears exactly once on its topic's DLQ;
 - ACKED/CANCELLED records stay queryable for the retention period, then disappear.
 Chunk sizes are tiny so cascades and drains are cut into many batches (and reopens
 land in the middle of them).
@@ -43,6 +46,7 @@ from wheels.domain import (
 from wheels.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
 
 TOPICS = ("orders", "reminders")
+DLQ_TOPICS = tuple(f"{topic}.dlq" for topic in TOPICS)
 RETENTION_MS = 2 * HOUR_MS
 SWEEP_SLACK_MS = 1_000  # the sweep runs at most once a second
 
@@ -74,7 +78,9 @@ class EngineModel(RuleBasedStateMachine):
         self.body: dict[str, bytes] = {}  # bodies given by replacing sends
         self.pending: list[tuple[int, str]] = []  # sorted (deliver_at_ms, id): the model wheel
         self.fired_seen: set[str] = set()
-        self.last_seq = dict.fromkeys(TOPICS, 0)
+        self.last_seq = dict.fromkeys(TOPICS + DLQ_TOPICS, 0)
+        self.dead_lettered: dict[str, tuple[str, int]] = {}  # id -> (its topic, attempts)
+        self.dlq_seen: set[str] = set()
         self.client_ids = 0
 
     def teardown(self) -> None:
@@ -91,6 +97,10 @@ class EngineModel(RuleBasedStateMachine):
     def _collect_fired(self) -> None:
         """Read every newly fired message and check it against the model."""
         now_ms = self.engine.now_ms()
+        for topic in DLQ_TOPICS:
+            for fired in self.engine.fetch_fired(topic, self.last_seq[topic], 10_000):
+                self.last_seq[topic] = max(self.last_seq[topic], fired.seq)
+                self._check_dead_letter(fired.timer)
         for topic in TOPICS:
             for fired in self.engine.fetch_fired(topic, self.last_seq[topic], 10_000):
                 timer = fired.timer
@@ -106,6 +116,18 @@ class EngineModel(RuleBasedStateMachine):
                 self.fired_seen.add(timer.message_id)
                 self.state[timer.message_id] = State.FIRED
                 self.pending.remove((timer.deliver_at_ms, timer.message_id))
+
+    def _check_dead_letter(self, timer) -> None:
+        """A dead letter appears once on the DLQ, after it fired on its own topic."""
+        message_id = timer.message_id
+        assert message_id in self.dead_lettered, f"{message_id} on a DLQ, never dead-lettered"
+        assert message_id not in self.dlq_seen, f"{message_id} twice on the DLQ"
+        assert message_id in self.fired_seen
+        origin, attempts = self.dead_lettered[message_id]
+        assert timer.properties["timerwheel.dead_letter.topic"] == origin
+        assert timer.properties["timerwheel.dead_letter.attempts"] == str(attempts)
+        assert timer.deliver_at_ms == self.deliver_at[message_id]
+        self.dlq_seen.add(message_id)
 
     # -- rules -------------------------------------------------------------------------
     @rule(target=timers, topic=st.sampled_from(TOPICS), delay_ms=delays)
@@ -206,6 +228,20 @@ class EngineModel(RuleBasedStateMachine):
             self.body[message_id] = body
             self._record_send(message_id, topic, result.deliver_at_ms)
         self._collect_fired()
+
+    @rule(message_id=timers, attempts=st.integers(1, 5))
+    def dead_letter(self, message_id: str, attempts: int) -> None:
+        """What delivery does when a message runs out of attempts (nacks, ack timeouts):
+        a FIRED message moves to its topic's DLQ, once; anything else is left alone."""
+        origin = self.topic[message_id].removesuffix(".dlq")
+        moved = self.engine.dead_letter(origin, message_id, attempts, "model")
+        in_origin = self.state.get(message_id) is State.FIRED and self.topic[message_id] == origin
+        assert moved == in_origin
+        if moved:
+            self.topic[message_id] = origin + ".dlq"
+            self.dead_lettered[message_id] = (origin, attempts)
+        self._collect_fired()
+        assert not moved or message_id in self.dlq_seen, "a dead letter is on its DLQ at once"
 
     @rule(message_id=timers)
     def cancel(self, message_id: str) -> None:

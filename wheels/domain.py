@@ -42,6 +42,14 @@ class When:
 
 
 @dataclass(frozen=True, slots=True)
+class SendOptions:
+    """What few sends carry beyond a time and a body (stored apart, see store.keys)."""
+
+    max_attempts: int | None = None  # None: Settings.max_attempts; 0: unlimited
+    dead_letter_topic: str = ""  # "": "<topic>.dlq"
+
+
+@dataclass(frozen=True, slots=True)
 class SendSpec:
     """What a producer asks for, before validation."""
 
@@ -51,6 +59,7 @@ class SendSpec:
     properties: Mapping[str, str] = field(default_factory=dict)
     message_id: str = ""
     if_exists: IfExists = IfExists.REJECT
+    options: SendOptions | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -78,6 +78,9 @@ class Settings:
     max_in_flight_limit: int = 100_000  # the most a subscriber may ask for
     delivery_batch_max: int = 500  # messages in one DeliveryBatch stream item
     delivery_batch_bytes: int = 1024 * 1024  # body bytes per batch (one message at least)
+    # Delivery attempts of a message without an ack before it moves to its dead-letter
+    # topic, when its send does not say (SendRequest.max_attempts); 0: unlimited.
+    max_attempts: int = 0
 
     # gRPC serving. Each Subscribe stream holds a thread of its own for its lifetime, so
     # the pool is grpc_workers + max_subscribers: streams can never starve unary calls.
@@ -108,6 +111,10 @@ class Settings:
                 raise SettingsError(
                     f"delay_levels_ms[level {i}]={level_ms!r}: must be a positive int"
                 )
+        if not isinstance(self.max_attempts, int) or self.max_attempts < 0:
+            raise SettingsError(
+                f"max_attempts={self.max_attempts!r}: must be 0 (unlimited) or more"
+            )
         if self.max_in_flight_default > self.max_in_flight_limit:
             raise SettingsError(
                 f"max_in_flight_default={self.max_in_flight_default}: must not exceed "

@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping
 from functools import lru_cache
 
-from wheels.domain import InvalidArgument, SendSpec, When, WhenKind
+from wheels.domain import InvalidArgument, SendOptions, SendSpec, When, WhenKind
 from wheels.settings import Settings
 
 # RocketMQ's topic charset (plus '.'), bounded by Settings.max_topic_len.
@@ -160,7 +160,44 @@ def validate_send(spec: SendSpec, now_ms: int, settings: Settings, prefix: str =
         raise InvalidArgument(
             prefix + "if_exists", spec.if_exists.name, "applies to a client-chosen message_id"
         )
-    return resolve_deliver_at_ms(spec.when, now_ms, settings, prefix)
+    deliver_at_ms = resolve_deliver_at_ms(spec.when, now_ms, settings, prefix)
+    if spec.options is not None:
+        validate_options(spec.topic, spec.options, settings, prefix)
+    return deliver_at_ms
+
+
+MAX_ATTEMPTS_LIMIT = 1_000
+
+
+def validate_options(topic: str, options: SendOptions, settings: Settings, prefix: str) -> None:
+    """max_attempts within 0..MAX_ATTEMPTS_LIMIT; a dead-letter topic that is a topic."""
+    max_attempts = options.max_attempts
+    if max_attempts is not None and not 0 <= max_attempts <= MAX_ATTEMPTS_LIMIT:
+        raise InvalidArgument(
+            prefix + "max_attempts", max_attempts,
+            f"must be 0..{MAX_ATTEMPTS_LIMIT} (0: unlimited; unset: the server's default)",
+        )  # fmt: skip
+    if options.dead_letter_topic:
+        validate_topic(options.dead_letter_topic, settings, prefix + "dead_letter_topic")
+        if options.dead_letter_topic == topic:
+            raise InvalidArgument(
+                prefix + "dead_letter_topic", topic, "must differ from the message's own topic"
+            )
+    elif len(topic) + len(DEAD_LETTER_SUFFIX) > settings.max_topic_len:
+        raise InvalidArgument(
+            prefix + "dead_letter_topic", "",
+            f"the default {topic + DEAD_LETTER_SUFFIX!r} is too long; name a shorter one",
+        )  # fmt: skip
+
+
+DEAD_LETTER_SUFFIX = ".dlq"
+
+
+def dead_letter_topic(topic: str, options: SendOptions | None) -> str:
+    """Where a message that ran out of attempts goes: its own choice, or `<topic>.dlq`."""
+    if options is not None and options.dead_letter_topic:
+        return options.dead_letter_topic
+    return topic + DEAD_LETTER_SUFFIX
 
 
 def validate_sends(specs: list[SendSpec], now_ms: int, settings: Settings) -> list[int]:
@@ -178,6 +215,7 @@ def validate_sends(specs: list[SendSpec], now_ms: int, settings: Settings) -> li
                 spec.properties
                 or spec.message_id
                 or spec.if_exists
+                or spec.options
                 or len(spec.body) > max_body
                 or _topic_problem(spec.topic, max_topic_len)
             ):

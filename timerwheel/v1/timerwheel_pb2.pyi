@@ -30,7 +30,7 @@ IF_EXISTS_REPLACE: IfExists
 IF_EXISTS_KEEP: IfExists
 
 class SendRequest(_message.Message):
-    __slots__ = ("topic", "body", "properties", "deliver_at_ms", "delay_ms", "delay_level", "message_id", "if_exists")
+    __slots__ = ("topic", "body", "properties", "deliver_at_ms", "delay_ms", "delay_level", "message_id", "if_exists", "max_attempts", "dead_letter_topic")
     class PropertiesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -46,6 +46,8 @@ class SendRequest(_message.Message):
     DELAY_LEVEL_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     IF_EXISTS_FIELD_NUMBER: _ClassVar[int]
+    MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTER_TOPIC_FIELD_NUMBER: _ClassVar[int]
     topic: str
     body: bytes
     properties: _containers.ScalarMap[str, str]
@@ -54,7 +56,9 @@ class SendRequest(_message.Message):
     delay_level: int
     message_id: str
     if_exists: IfExists
-    def __init__(self, topic: _Optional[str] = ..., body: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., deliver_at_ms: _Optional[int] = ..., delay_ms: _Optional[int] = ..., delay_level: _Optional[int] = ..., message_id: _Optional[str] = ..., if_exists: _Optional[_Union[IfExists, str]] = ...) -> None: ...
+    max_attempts: int
+    dead_letter_topic: str
+    def __init__(self, topic: _Optional[str] = ..., body: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., deliver_at_ms: _Optional[int] = ..., delay_ms: _Optional[int] = ..., delay_level: _Optional[int] = ..., message_id: _Optional[str] = ..., if_exists: _Optional[_Union[IfExists, str]] = ..., max_attempts: _Optional[int] = ..., dead_letter_topic: _Optional[str] = ...) -> None: ...
 
 class SendResponse(_message.Message):
     __slots__ = ("message_id", "deliver_at_ms")
