@@ -23,6 +23,7 @@ from engine.fired_cache import FiredCache
 from engine.ops import AckOp, CancelOp, DeadLetterOp, RescheduleOp, SendOp
 from engine.writer import FiredListener, Writer
 from store import keys, records
+from store.counts import PendingCounts
 from store.records import encode_new_many
 from store.rocks import RocksDatabase, RocksTuning
 from store.timer_store import TimerStore
@@ -123,7 +124,10 @@ class Engine:
             self._scheduler = Scheduler(state, leads)
         self._ids = MessageIds()
         self._fired_cache = FiredCache(self._scheduler.state.fire_seq, FIRED_CACHE_ENTRIES)
-        self._writer = Writer(settings, clock, self._store, self._scheduler, self._fired_cache.add)
+        self._counts = PendingCounts(self._database)
+        self._writer = Writer(
+            settings, clock, self._store, self._scheduler, self._fired_cache.add, self._counts
+        )
         self._fire_seq_base = self._scheduler.state.fire_seq
         self._unacked_base = sum(self._store.count_ready(t) for t in self._store.ready_topics())
         self._acked = 0
@@ -222,6 +226,21 @@ class Engine:
                 if limit is not None:
                     return limit
         return self.settings.max_attempts
+
+    def count(self, topic: str, from_ms: int = 0, to_ms: int = 0) -> tuple[int, int, int]:
+        """Pending (SCHEDULED) timers of `topic`: (count, from_ms, to_ms) of what was
+        counted. No range (both 0): the exact total. Else the whole minutes [from_ms,
+        to_ms) touches (to_ms 0: no upper bound), from per-minute counters (store.counts)."""
+        validate_topic(topic, self.settings)
+        if from_ms < 0:
+            raise InvalidArgument("from_ms", from_ms, "must not be negative")
+        if to_ms < 0 or (to_ms and to_ms <= from_ms):
+            raise InvalidArgument(
+                "to_ms", to_ms, f"must be greater than from_ms ({from_ms}), or 0: no bound"
+            )
+        if not from_ms and not to_ms:
+            return self._counts.total(topic), 0, 0
+        return self._counts.in_range(topic, from_ms, to_ms or keys.NO_TIME_BOUND_MS)
 
     def get(self, message_id: str) -> Timer:
         validate_message_id(message_id)

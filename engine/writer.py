@@ -10,8 +10,10 @@ One iteration, in order:
  2. tick: one chunk of every running cascade (top level first), one chunk of firing out
     of the second wheel, one chunk of the retention sweep;
  3. apply the queued operations (up to `max_group_ops`), each checked before staged;
- 4. stage the scheduler state into `meta` and commit the batch;
- 5. complete the operations' futures, then tell fired-listeners which topics fired.
+ 4. stage the scheduler state into `meta` and the pending-timer counters the batch
+    changed (`store.counts`, from the deltas steps 2-3 noted), and commit the batch;
+ 5. update the in-memory counters, complete the operations' futures, then tell
+    fired-listeners which topics fired.
 The tick comes first so operations are placed against the horizons as they will be
 committed. With nothing to do, the writer sleeps until the next due timer or cascade
 start, or until an operation arrives: the second wheel is drained continuously, not
@@ -33,6 +35,7 @@ import structlog
 from engine.ops import Op, WriterContext
 from store import keys
 from store.batch import StagedBatch
+from store.counts import PendingCounts
 from store.rocks import WalSyncFailed
 from store.timer_store import TimerStore
 from wheels.clock import Clock
@@ -57,12 +60,14 @@ class Writer:
         store: TimerStore,
         scheduler: Scheduler,
         on_commit_fired: Callable[[dict[str, list[tuple[int, bytes, bytes]]]], None],
+        counts: PendingCounts,
     ) -> None:
         self._settings = settings
         self._clock = clock
         self._store = store
         self._scheduler = scheduler
         self._on_commit_fired = on_commit_fired  # before listeners: they read what it keeps
+        self._counts = counts
         self._ctx = WriterContext(store, scheduler, settings.retention_ms)
         self._cond = threading.Condition()
         self._queue: deque[Op] = deque()
@@ -195,8 +200,10 @@ class Writer:
             self._store.prefetch(batch, [i for op in ops for i in op.reads()])
             more = self._tick(batch, now_ms)
             outcomes = [_apply(op, self._ctx, batch, now_ms) for op in ops]
+            counted: dict[bytes, int] = {}
             if batch.operations or ops or self._scheduler.state != saved:
                 self._store.stage_state(batch, self._scheduler.state)
+                counted = self._counts.stage(batch)
                 self._store.commit(batch)
         except WalSyncFailed as exc:
             # The batch is applied but maybe not durable: its scheduler state stays (it is
@@ -212,6 +219,8 @@ class Writer:
             for op in ops:
                 op.future.set_exception(exc)
             raise
+        if counted:
+            self._counts.committed(counted)
         for op, (ok, value) in zip(ops, outcomes, strict=True):
             if ok:
                 op.future.set_result(value)

@@ -39,6 +39,8 @@ class StagedBatch:
     fired_entries: dict[str, list[tuple[int, bytes, bytes]]] = field(default_factory=dict)
     fired: int = 0
     operations: int = 0
+    # Changes of the pending-timer counters, per minute counter key (store.counts).
+    count_deltas: dict[bytes, int] = field(default_factory=dict)
 
     @property
     def records(self) -> dict[bytes, bytes | None]:

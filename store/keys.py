@@ -22,6 +22,9 @@ column family       key                                           value
                                                                   (max_attempts, dead-letter
                                                                   topic); written with the
                                                                   record, removed with it
+``counts``          topic + 0x00 + minute start ms (8 B BE)       8 B BE int: SCHEDULED
+                    topic + 0x01 (the topic's total)              timers due in that minute
+                                                                  (store.counts); absent = 0
 ==================  ============================================  ==========================
 
 A slot of a wheel level is the key range [encode(slot_start), encode(slot_end)): the
@@ -48,14 +51,16 @@ CF_READY = "ready"
 CF_EXPIRY = "expiry"
 CF_META = "meta"
 CF_EXTRAS = "extras"
+CF_COUNTS = "counts"
 ALL_COLUMN_FAMILIES = (
-    CF_MESSAGES, *CF_WHEEL.values(), CF_READY, CF_EXPIRY, CF_META, CF_EXTRAS,
+    CF_MESSAGES, *CF_WHEEL.values(), CF_READY, CF_EXPIRY, CF_META, CF_EXTRAS, CF_COUNTS,
 )  # fmt: skip
 
 META_SCHEMA_VERSION = b"schema_version"
 META_NOW_MS = b"clock.now_ms"
 META_FIRE_FROM = b"fire.from"
 META_FIRE_SEQ = b"fire.seq"
+META_COUNTS_BUILT = b"counts.built"  # the `counts` family covers every wheel key
 SCHEMA_VERSION = 1
 
 
@@ -138,3 +143,28 @@ def prefix_end(prefix: bytes) -> bytes:
     """The smallest key greater than every key starting with `prefix` (an upper bound)."""
     # Topics are ASCII and never end in 0xff, so incrementing the last byte suffices.
     return prefix[:-1] + bytes([prefix[-1] + 1])
+
+
+COUNT_BUCKET_MS = 60_000
+NO_TIME_BOUND_MS = 2**63 - 1  # later than any deliver time: "no upper bound"
+TOTAL_MARK = b"\x01"  # sorts after every topic + 0x00 + minute key of the same topic
+
+
+def count_bucket_key(topic: bytes, bucket_start_ms: int) -> bytes:
+    """The `counts` key of one minute of one topic."""
+    return topic + TOPIC_SEPARATOR + U64.pack(bucket_start_ms)
+
+
+def count_total_key(topic: bytes) -> bytes:
+    return topic + TOTAL_MARK
+
+
+def count_keys(topic: bytes, deliver_at_ms: int) -> tuple[bytes, bytes]:
+    """The minute and total counters a timer of `topic` due at `deliver_at_ms` is in."""
+    bucket = count_bucket_key(topic, deliver_at_ms - deliver_at_ms % COUNT_BUCKET_MS)
+    return bucket, count_total_key(topic)
+
+
+def count_key_topic(key: bytes) -> bytes:
+    """The topic of a minute counter key."""
+    return key[: -(TIME_BYTES + 1)]

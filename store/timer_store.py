@@ -23,6 +23,7 @@ from wheels.scheduler import CascadeState, SchedulerState
 from wheels.wheel import LEVELS
 
 WheelEntry = tuple[bytes, bytes]  # (wheel key, topic)
+_BUCKET_MS = keys.COUNT_BUCKET_MS
 _FINAL_STATES = (State.ACKED, State.CANCELLED)
 
 
@@ -246,10 +247,14 @@ class TimerStore:
         writes, pack_time = batch.writes, keys.U64.pack
         batch.records.update(zip(message_ids, records_, strict=True))
         wheel_writes = {name: writes[family] for name, family in keys.CF_WHEEL.items()}
+        deltas, separator, bucket_ms = batch.count_deltas, keys.TOPIC_SEPARATOR, _BUCKET_MS
         for message_id, deliver_at_ms, topic, wheel in zip(
             message_ids, deliver_times_ms, topics, wheels, strict=True
         ):
-            wheel_writes[wheel][pack_time(deliver_at_ms) + message_id] = topic
+            time_bytes = pack_time(deliver_at_ms)
+            wheel_writes[wheel][time_bytes + message_id] = topic
+            bucket = topic + separator + pack_time(deliver_at_ms - deliver_at_ms % bucket_ms)
+            deltas[bucket] = deltas.get(bucket, 0) + 1
         batch.operations += len(message_ids)
 
     def stage_fire_new(
@@ -280,11 +285,15 @@ class TimerStore:
         wheel_writes, ready_writes = batch.writes[keys.CF_WHEEL[wheel]], batch.writes[keys.CF_READY]
         overlay, pack_seq, separator = batch.records, keys.U64.pack, keys.TOPIC_SEPARATOR
         per_topic: dict[bytes, list[tuple[int, bytes, bytes]]] = {}
+        deltas, unpack_time = batch.count_deltas, keys.U64.unpack_from
         seq = first_seq
         for (key, topic), message_id, raw in zip(entries, ids, raws, strict=True):
             wheel_writes[key] = None
             if raw is None or not records.is_scheduled(raw):
                 continue  # a stale key; cancel removes keys atomically, so this is defensive
+            deliver_at_ms = unpack_time(key)[0]
+            bucket = topic + separator + pack_seq(deliver_at_ms - deliver_at_ms % _BUCKET_MS)
+            deltas[bucket] = deltas.get(bucket, 0) - 1
             fired = records.as_fired(raw, now_ms, seq)
             overlay[message_id] = fired
             ready_writes[topic + separator + pack_seq(seq)] = message_id
@@ -342,9 +351,12 @@ class TimerStore:
     ) -> None:
         """Remove a SCHEDULED timer's wheel key (from each wheel that may hold it) before
         it is scheduled again or replaced; the caller stages its new record and key."""
-        key = keys.wheel_key(records.record_deliver_at_ms(raw), message_id)
+        deliver_at_ms = records.record_deliver_at_ms(raw)
+        key = keys.wheel_key(deliver_at_ms, message_id)
         for wheel in wheels:
             batch.writes[keys.CF_WHEEL[wheel]][key] = None
+        bucket, _ = keys.count_keys(records.record_topic(raw).encode(), deliver_at_ms)
+        batch.count_deltas[bucket] = batch.count_deltas.get(bucket, 0) - 1
 
     def stage_ack(
         self, batch: StagedBatch, message_id: str, raw: bytes, now_ms: int, expire_at_ms: int

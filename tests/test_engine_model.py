@@ -8,6 +8,7 @@ Properties checked after every clock step:
 - a rescheduled timer fires once, at its new time (never its old one); a replaced one
   (IfExists.REPLACE) delivers its new body once; KEEP changes nothing;
 - a dead-lettered message appears exactly once on its topic's DLQ;
+- the pending counters (Count) match the model: totals exactly, ranges by whole minutes;
 - ACKED/CANCELLED records stay queryable for the retention period, then disappear.
 Chunk sizes are tiny so cascades and drains are cut into many batches (and reopens
 land in the middle of them).
@@ -343,6 +344,20 @@ class EngineModel(RuleBasedStateMachine):
                     self.engine.get(message_id)
                 del self.finished_at[message_id]
                 del self.state[message_id]
+
+    @invariant()
+    def counts_match_the_pending_timers(self) -> None:
+        """Per-topic totals are exact; a range counts the whole minutes it touches."""
+        for topic in TOPICS:
+            due = [t for t, mid in self.pending if self.topic[mid] == topic]
+            assert self.engine.count(topic) == (len(due), 0, 0)
+            if due:
+                lo, hi = due[0] - 61_000, due[len(due) // 2] + 1
+                count, from_ms, to_ms = self.engine.count(topic, lo, hi)
+                assert from_ms <= lo and hi <= to_ms and (from_ms, to_ms) == (
+                    lo - lo % MINUTE_MS, hi + (-hi) % MINUTE_MS
+                )
+                assert count == sum(1 for t in due if from_ms <= t < to_ms)
 
     @invariant()
     def scheduled_never_fired(self) -> None:

@@ -1,0 +1,107 @@
+"""Pending-timer counters: per topic and per minute of deliver time, kept by the writer.
+
+`Count(topic, from_ms, to_ms)` is answered from these, never by listing timers. Every
+staged change of a SCHEDULED timer's wheel key adds a delta to its batch
+(`StagedBatch.count_deltas`): a new timer +1 in its minute, a fired, cancelled,
+rescheduled or replaced one -1 in its old minute. Cascades move keys between wheels
+and change no count. Before the batch commits, `stage` turns the deltas into absolute
+values in the ``counts`` column family, in the same WriteBatch, so the counters are
+exactly as durable as the timers; the values are kept in memory too (the writer's
+read-modify-write needs no read), updated only once the batch committed.
+
+Exactness: a topic's total (one ``topic + 0x01`` key) is exact. A time range is
+answered in whole minutes: the count covers every timer due in a minute that [from_ms,
+to_ms) touches, so it is exact when both ends are whole minutes and may include timers
+of the two edge minutes otherwise (the response says which minutes it covered).
+
+A store written before the counters existed has no ``counts.built`` marker in `meta`;
+it is counted once at open from the wheel keys (each holds its topic), then maintained.
+"""
+
+from __future__ import annotations
+
+import threading
+from itertools import islice
+
+from rocksdict import ReadOptions
+
+from store import keys
+from store.batch import StagedBatch
+from store.rocks import RocksDatabase
+
+BUCKET_MS = keys.COUNT_BUCKET_MS
+
+
+class PendingCounts:
+    def __init__(self, database: RocksDatabase) -> None:
+        # No column-family object is kept here: a live one would hold the database's LOCK
+        # after close (store.rocks.RocksDatabase.close).
+        self._database = database
+        self._lock = threading.Lock()  # readers of `_values` vs the writer's commit
+        self._values: dict[bytes, int] = {}
+        for key, value in database.families[keys.CF_COUNTS].items():
+            self._values[key] = keys.decode_u64(value)
+        if database.families[keys.CF_META].get(keys.META_COUNTS_BUILT) is None:
+            self._build()
+
+    def _build(self) -> None:
+        """Count an older store's wheels once (each wheel key holds its topic)."""
+        values: dict[bytes, int] = {}
+        for family in keys.CF_WHEEL.values():
+            for key, topic in self._database.families[family].items():
+                for counter in keys.count_keys(topic, keys.key_time_ms(key)):
+                    values[counter] = values.get(counter, 0) + 1
+        batch = StagedBatch()
+        batch.writes[keys.CF_COUNTS].update(
+            {key: keys.encode_u64(value) for key, value in values.items()}
+        )
+        batch.writes[keys.CF_META][keys.META_COUNTS_BUILT] = keys.encode_u64(1)
+        self._database.write(batch.to_write_batch(self._database.handles))
+        self._values = values
+
+    def stage(self, batch: StagedBatch) -> dict[bytes, int]:
+        """Stage the new absolute value of every counter the batch changes (its minute
+        deltas, and per topic their sum for the total); returns them, for `committed`
+        once the batch is durable."""
+        values = self._values
+        changed: dict[bytes, int] = {}
+        totals: dict[bytes, int] = {}
+        for key, delta in batch.count_deltas.items():
+            if delta:
+                changed[key] = values.get(key, 0) + delta
+                total = keys.count_total_key(keys.count_key_topic(key))
+                totals[total] = totals.get(total, 0) + delta
+        for key, delta in totals.items():
+            if delta:
+                changed[key] = values.get(key, 0) + delta
+        writes, encode = batch.writes[keys.CF_COUNTS], keys.encode_u64
+        for key, value in changed.items():
+            writes[key] = encode(value) if value > 0 else None
+        return changed
+
+    def committed(self, changed: dict[bytes, int]) -> None:
+        with self._lock:
+            for key, value in changed.items():
+                if value > 0:
+                    self._values[key] = value
+                else:
+                    self._values.pop(key, None)
+
+    def total(self, topic: str) -> int:
+        """Every pending timer of `topic`: exact."""
+        with self._lock:
+            return self._values.get(keys.count_total_key(topic.encode()), 0)
+
+    def in_range(self, topic: str, from_ms: int, to_ms: int) -> tuple[int, int, int]:
+        """(count, first minute start, end of last minute) for the whole minutes that
+        [from_ms, to_ms) touches, from the committed counters (one range scan)."""
+        lo_ms = from_ms - from_ms % BUCKET_MS
+        hi_ms = to_ms + (-to_ms) % BUCKET_MS
+        topic_bytes = topic.encode()
+        read_options = ReadOptions()  # kept referenced while iterating (store.timer_store)
+        read_options.set_iterate_upper_bound(keys.count_bucket_key(topic_bytes, hi_ms))
+        items = self._database.families[keys.CF_COUNTS].items(
+            from_key=keys.count_bucket_key(topic_bytes, lo_ms), read_opt=read_options
+        )
+        count = sum(keys.decode_u64(value) for _, value in islice(items, None))
+        return count, lo_ms, hi_ms
