@@ -206,14 +206,16 @@ class Engine:
             self._acked += len(acked)
         return acked
 
-    def dead_letter_async(self, topic: str, message_id: str, attempts: int, reason: str) -> Future:
-        """Move a FIRED message of `topic` to its dead-letter topic (see DeadLetterOp);
-        the future's result is False when it was acked meanwhile."""
-        op = DeadLetterOp(topic=topic, message_id=message_id, attempts=attempts, reason=reason)
-        return self._writer.submit(op)
-
     def dead_letter(self, topic: str, message_id: str, attempts: int, reason: str) -> bool:
-        return self._writer.wait(self.dead_letter_async(topic, message_id, attempts, reason))
+        """Move a FIRED message of `topic` to its dead-letter topic (see DeadLetterOp);
+        False when it was acked meanwhile. Its old `ready` entry goes while the DLQ one
+        takes a new fire sequence, so for the backlog count it is one ack."""
+        op = DeadLetterOp(topic=topic, message_id=message_id, attempts=attempts, reason=reason)
+        moved = self._writer.wait(self._writer.submit(op))
+        if moved:
+            with self._acked_lock:
+                self._acked += 1
+        return moved
 
     def max_attempts(self, message_id: str) -> int:
         """Delivery attempts `message_id` may have before it is dead-lettered (0: no limit):

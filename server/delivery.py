@@ -106,6 +106,7 @@ class _Topic:
         self.redeliver: deque[str] = deque()
         self.deadlines: deque[tuple[int, Subscriber, list[str]]] = deque()
         self.delayed: list[tuple[int, str]] = []  # heap of (redeliver at ms, id): nack backoff
+        self.dying: list[tuple[str, _Entry, str]] = []  # out of attempts: (id, entry, reason)
         self.subscribers = 0
 
     # -- called with cond held ------------------------------------------------------------
@@ -158,12 +159,9 @@ class _Topic:
         entry.owner.in_flight -= 1
         entry.owner = None
         limit = self.hub.engine.max_attempts(message_id)
-        if (
-            limit
-            and entry.attempt >= limit
-            and self.hub.dead_letter(self.name, message_id, entry.attempt, reason)
-        ):
+        if limit and entry.attempt >= limit:
             del self.entries[message_id]
+            self.dying.append((message_id, entry, reason))  # the hub moves it (dead_letters)
             return True
         entry.attempt += 1
         if redeliver_at_ms:
@@ -285,6 +283,15 @@ class DeliveryHub:
         """
         dispatcher = subscriber._dispatcher
         assert dispatcher is not None, "subscribe() first"
+        try:
+            return self._next_batch(dispatcher, subscriber, timeout_s)
+        finally:
+            if dispatcher.dying:  # ack timeouts that ran out of attempts
+                self.dead_letters(dispatcher)
+
+    def _next_batch(
+        self, dispatcher: _Topic, subscriber: Subscriber, timeout_s: float
+    ) -> list[Delivered] | None:
         until_s = time.monotonic() + timeout_s
         with dispatcher.cond:
             while True:
@@ -321,6 +328,8 @@ class DeliveryHub:
                 dispatcher.cond.notify_all()
         with self._lock:
             self._subscribers -= 1
+        if dispatcher.dying:
+            self.dead_letters(dispatcher)
         if returned:
             log.info("subscriber_left_unacked", topic=subscriber.topic, redelivered=returned)
 
@@ -356,31 +365,28 @@ class DeliveryHub:
             nacked, dead = dispatcher.nack(message_ids, redeliver_at_ms, reason)
             if nacked:
                 dispatcher.cond.notify_all()
+        if dead:
+            self.dead_letters(dispatcher)
         return nacked, dead
 
-    def dead_letter(self, topic: str, message_id: str, attempts: int, reason: str) -> bool:
-        """Hand a message that ran out of attempts to the writer (not waited for: this runs
-        under a dispatcher's lock); False when the writer refused it (then it is delivered
-        again). Its DLQ entry takes a new fire sequence while its old `ready` entry goes,
-        so for the backlog count it is one ack."""
+    def dead_letters(self, dispatcher: _Topic) -> None:
+        """Move the messages that ran out of attempts to their dead-letter topics.
 
-        def done(future) -> None:
-            error = future.exception()
-            if error is not None:  # the writer stopped: it stays FIRED, redelivered at start
-                log.warning(
-                    "dead_letter_failed", topic=topic, message_id=message_id, error=str(error)
-                )
-            elif future.result():
-                with self._lock:
-                    self._acked += 1
-
-        try:
-            future = self.engine.dead_letter_async(topic, message_id, attempts, reason)
-        except (ShuttingDown, Overloaded) as exc:
-            log.warning("dead_letter_refused", topic=topic, message_id=message_id, error=str(exc))
-            return False
-        future.add_done_callback(done)
-        return True
+        Called without the dispatcher's lock (the engine may be another process, and the
+        move waits for its group commit). One the engine cannot take now (stopping,
+        overloaded) goes back to the front and fails again on its next delivery.
+        """
+        with dispatcher.cond:
+            dying, dispatcher.dying = dispatcher.dying, []
+        for message_id, entry, reason in dying:
+            try:
+                self.engine.dead_letter(dispatcher.name, message_id, entry.attempt, reason)
+            except (ShuttingDown, Overloaded) as exc:
+                log.warning("dead_letter_refused", message_id=message_id, error=str(exc))
+                with dispatcher.cond:
+                    dispatcher.entries.setdefault(message_id, entry)
+                    dispatcher.redeliver.append(message_id)
+                    dispatcher.cond.notify_all()
 
     def unacked(self) -> int:
         """Fired, not yet acked messages, service-wide."""

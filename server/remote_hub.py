@@ -60,6 +60,11 @@ class RemoteHub:
     def ack(self, topic: str, message_ids: list[str]) -> int:
         return self._unary.call("ack", topic, message_ids)
 
+    def nack(
+        self, topic: str, message_ids: list[str], reason: str = "", redeliver_after_ms: int = 0
+    ) -> tuple[int, int]:
+        return self._unary.call("nack", topic, message_ids, reason, redeliver_after_ms)
+
     def unacked(self) -> int:
         return self._unary.call("unacked")
 

@@ -106,9 +106,7 @@ def test_nacks_up_to_max_attempts_move_the_message_to_its_dead_letter_topic(
         assert len(dead.deliveries) == 1
 
 
-def test_ack_timeouts_count_and_the_server_default_and_a_named_dlq_apply(
-    make_server, collectors
-):
+def test_ack_timeouts_count_and_the_server_default_and_a_named_dlq_apply(make_server, collectors):
     server = make_server(ack_timeout_ms=300, max_attempts=2)
     with _client(server) as client:
         slow = Collector(client, "slow", auto_ack=False)

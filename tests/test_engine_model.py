@@ -354,8 +354,10 @@ class EngineModel(RuleBasedStateMachine):
             if due:
                 lo, hi = due[0] - 61_000, due[len(due) // 2] + 1
                 count, from_ms, to_ms = self.engine.count(topic, lo, hi)
-                assert from_ms <= lo and hi <= to_ms and (from_ms, to_ms) == (
-                    lo - lo % MINUTE_MS, hi + (-hi) % MINUTE_MS
+                assert (
+                    from_ms <= lo
+                    and hi <= to_ms
+                    and (from_ms, to_ms) == (lo - lo % MINUTE_MS, hi + (-hi) % MINUTE_MS)
                 )
                 assert count == sum(1 for t in due if from_ms <= t < to_ms)
 
