@@ -181,6 +181,13 @@ class TimerService(pb_grpc.TimerServiceServicer):
             deliver_at_ms = self._engine.reschedule(request.message_id, when_from_proto(request))
             return pb.RescheduleResponse(deliver_at_ms=deliver_at_ms)
 
+    def Count(self, request: pb.CountRequest, context: grpc.ServicerContext) -> pb.CountResponse:
+        with rpc_errors(context, "Count"):
+            pending, from_ms, to_ms = self._engine.count(
+                request.topic, request.from_ms, request.to_ms
+            )
+            return pb.CountResponse(pending=pending, from_ms=from_ms, to_ms=to_ms)
+
     def Nack(self, request: pb.NackRequest, context: grpc.ServicerContext) -> pb.NackResponse:
         with rpc_errors(context, "Nack"):
             nacked, dead = self._hub.nack(

@@ -96,7 +96,7 @@ class PendingCounts:
         """(count, first minute start, end of last minute) for the whole minutes that
         [from_ms, to_ms) touches, from the committed counters (one range scan)."""
         lo_ms = from_ms - from_ms % BUCKET_MS
-        hi_ms = to_ms + (-to_ms) % BUCKET_MS
+        hi_ms = min(to_ms + (-to_ms) % BUCKET_MS, keys.NO_TIME_BOUND_MS)
         topic_bytes = topic.encode()
         read_options = ReadOptions()  # kept referenced while iterating (store.timer_store)
         read_options.set_iterate_upper_bound(keys.count_bucket_key(topic_bytes, hi_ms))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from conftest import wall_ms
 
@@ -43,3 +45,19 @@ def test_reschedule_refusals_exit_1_or_2(cli, client):
     assert code == 1 and "FAILED_PRECONDITION" in err and "FIRED" in err
     code, out, err = cli("reschedule", fired, "--delay", "soon")
     assert code == 2 and "--delay='soon'" in err and out == ""
+
+
+def test_count_total_range_and_json(cli, client):
+    base = wall_ms() + 3_600_000
+    base -= base % 60_000
+    for offset in (0, 60_000, 120_000):
+        client.send("counted", b"x", deliver_at_ms=base + offset)
+    code, out, _ = cli("count", "--topic", "counted")
+    assert code == 0 and out.strip() == "3 pending in counted"
+    code, out, _ = cli("count", "--topic", "counted", "--from", str(base), "--to",
+                       str(base + 120_000), "--json")  # fmt: skip
+    assert code == 0 and json.loads(out) == {
+        "topic": "counted", "pending": 2, "from_ms": base, "to_ms": base + 120_000,
+    }  # fmt: skip
+    code, _, err = cli("count", "--topic", "counted", "--from", "200", "--to", "100")
+    assert code == 1 and "INVALID_ARGUMENT" in err and "to_ms=100" in err

@@ -172,6 +172,12 @@ class TimerClient:
         request = pb.RescheduleRequest(message_id=message_id, **when)
         return self._unary(self.service.Reschedule, request).deliver_at_ms
 
+    def count(self, topic: str, from_ms: int = 0, to_ms: int = 0) -> pb.CountResponse:
+        """Pending timers of `topic`: the exact total, or those due in [from_ms, to_ms)
+        counted in whole minutes (the response says which range was counted)."""
+        request = pb.CountRequest(topic=topic, from_ms=from_ms, to_ms=to_ms)
+        return self._unary(self.service.Count, request)
+
     def nack(
         self,
         topic: str,

@@ -9,6 +9,7 @@ Same --target, --timeout and exit codes as the other client commands (`client_co
 from __future__ import annotations
 
 import argparse
+import json
 
 from cli.commands.client_commands import UsageError, _parser, format_ms, parse_time_ms
 from cli.config import parse_duration_ms
@@ -21,6 +22,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     when.add_argument("--delay", help="deliver after 250ms, 90s, 5m, 2h, 3d from now")
     when.add_argument("--at", help="deliver at epoch ms, now, +DURATION or ISO 8601")
     when.add_argument("--level", type=int, help="RocketMQ 4 delay level (1..18 by default)")
+
+    count = _parser(subparsers, "count", "count a topic's pending timers", _count)
+    count.add_argument("--topic", required=True)
+    count.add_argument("--from", dest="from_", default="0", help="epoch ms, ISO, now or +5m")
+    count.add_argument("--to", default="0", help="epoch ms, ISO or +1h; 0: no bound")
+    count.add_argument("--json", action="store_true", help="print one JSON object")
 
 
 def _reschedule(client, args: argparse.Namespace) -> int:
@@ -35,4 +42,25 @@ def _reschedule(client, args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from exc
     deliver_at_ms = client.reschedule(args.message_id, **when)
     print(f"{args.message_id}: delivers at {format_ms(deliver_at_ms)} ({deliver_at_ms} ms)")
+    return 0
+
+
+def _count(client, args: argparse.Namespace) -> int:
+    try:
+        from_ms = parse_time_ms(args.from_, "--from")
+        to_ms = parse_time_ms(args.to, "--to")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    answer = client.count(args.topic, from_ms, to_ms)
+    if args.json:
+        fields = {"pending": answer.pending, "from_ms": answer.from_ms, "to_ms": answer.to_ms}
+        print(json.dumps({"topic": args.topic, **fields}))
+    elif answer.from_ms or answer.to_ms:
+        to_text = format_ms(answer.to_ms) if answer.to_ms < 2**62 else "the end"
+        print(
+            f"{answer.pending} pending in {args.topic} due from "
+            f"{format_ms(answer.from_ms)} to {to_text} (whole minutes)"
+        )
+    else:
+        print(f"{answer.pending} pending in {args.topic}")
     return 0

@@ -296,3 +296,23 @@ class RescheduleResponse(_message.Message):
     DELIVER_AT_MS_FIELD_NUMBER: _ClassVar[int]
     deliver_at_ms: int
     def __init__(self, deliver_at_ms: _Optional[int] = ...) -> None: ...
+
+class CountRequest(_message.Message):
+    __slots__ = ("topic", "from_ms", "to_ms")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    FROM_MS_FIELD_NUMBER: _ClassVar[int]
+    TO_MS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    from_ms: int
+    to_ms: int
+    def __init__(self, topic: _Optional[str] = ..., from_ms: _Optional[int] = ..., to_ms: _Optional[int] = ...) -> None: ...
+
+class CountResponse(_message.Message):
+    __slots__ = ("pending", "from_ms", "to_ms")
+    PENDING_FIELD_NUMBER: _ClassVar[int]
+    FROM_MS_FIELD_NUMBER: _ClassVar[int]
+    TO_MS_FIELD_NUMBER: _ClassVar[int]
+    pending: int
+    from_ms: int
+    to_ms: int
+    def __init__(self, pending: _Optional[int] = ..., from_ms: _Optional[int] = ..., to_ms: _Optional[int] = ...) -> None: ...

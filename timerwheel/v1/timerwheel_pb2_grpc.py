@@ -80,6 +80,11 @@ class TimerServiceStub:
                 request_serializer=timerwheel_dot_v1_dot_timerwheel__pb2.RescheduleRequest.SerializeToString,
                 response_deserializer=timerwheel_dot_v1_dot_timerwheel__pb2.RescheduleResponse.FromString,
                 _registered_method=True)
+        self.Count = channel.unary_unary(
+                '/timerwheel.v1.TimerService/Count',
+                request_serializer=timerwheel_dot_v1_dot_timerwheel__pb2.CountRequest.SerializeToString,
+                response_deserializer=timerwheel_dot_v1_dot_timerwheel__pb2.CountResponse.FromString,
+                _registered_method=True)
 
 
 class TimerServiceServicer:
@@ -146,6 +151,14 @@ class TimerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Count(self, request, context):
+        """How many SCHEDULED timers a topic has, from counters the writer keeps per topic and
+        minute in the same batches as the timers (never by listing them).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TimerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -193,6 +206,11 @@ def add_TimerServiceServicer_to_server(servicer, server):
                     servicer.Reschedule,
                     request_deserializer=timerwheel_dot_v1_dot_timerwheel__pb2.RescheduleRequest.FromString,
                     response_serializer=timerwheel_dot_v1_dot_timerwheel__pb2.RescheduleResponse.SerializeToString,
+            ),
+            'Count': grpc.unary_unary_rpc_method_handler(
+                    servicer.Count,
+                    request_deserializer=timerwheel_dot_v1_dot_timerwheel__pb2.CountRequest.FromString,
+                    response_serializer=timerwheel_dot_v1_dot_timerwheel__pb2.CountResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -439,6 +457,33 @@ class TimerService:
             '/timerwheel.v1.TimerService/Reschedule',
             timerwheel_dot_v1_dot_timerwheel__pb2.RescheduleRequest.SerializeToString,
             timerwheel_dot_v1_dot_timerwheel__pb2.RescheduleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Count(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/timerwheel.v1.TimerService/Count',
+            timerwheel_dot_v1_dot_timerwheel__pb2.CountRequest.SerializeToString,
+            timerwheel_dot_v1_dot_timerwheel__pb2.CountResponse.FromString,
             options,
             channel_credentials,
             insecure,
