@@ -43,7 +43,6 @@ from wheels.scheduler import Scheduler, TimerKey
 from wheels.settings import Settings
 from wheels.validation import (
     resolve_deliver_at_ms,
-    validate_message_id,
     validate_message_ref,
     validate_sends,
     validate_topic,
@@ -99,8 +98,10 @@ def prepare_sends(
     if with_options:  # flagged records, and their `extras` entries (store.records)
         op.extras = [None] * len(specs)
         for index in with_options:
-            op.records[index] = records.with_extras_flag(op.records[index])
-            op.extras[index] = records.encode_extras(specs[index].options)
+            options = specs[index].options
+            series = options.repeat is not None
+            op.records[index] = records.with_extras_flag(op.records[index], series)
+            op.extras[index] = records.encode_extras(options, 1, deliver_times_ms[index])
     return op
 
 
@@ -183,7 +184,7 @@ class Engine:
             return max(self._unacked_base + fired - self._acked, 0)
 
     def cancel(self, message_id: str) -> State:
-        validate_message_id(message_id)
+        validate_message_ref(message_id)
         return self._writer.wait(self._writer.submit(CancelOp(message_id=message_id)))
 
     def reschedule(self, message_id: str, when: When) -> int:
@@ -198,7 +199,7 @@ class Engine:
         validate_topic(topic, self.settings)
         ids = list(message_ids)
         for index, message_id in enumerate(ids):
-            validate_message_id(message_id, f"message_ids[{index}]")
+            validate_message_ref(message_id, f"message_ids[{index}]")
         if not ids:
             return []
         acked = self._writer.wait(self._writer.submit(AckOp(topic=topic, message_ids=ids)))
@@ -245,13 +246,18 @@ class Engine:
         return self._counts.in_range(topic, from_ms, to_ms or keys.NO_TIME_BOUND_MS)
 
     def get(self, message_id: str) -> Timer:
-        validate_message_id(message_id)
+        validate_message_ref(message_id)
         timer = self._store.get(message_id)
         if timer is None:
             raise NotFound(f"message_id={message_id!r}: no such timer")
         if timer.state is State.SCHEDULED:
             candidates = [w.name for w in self._scheduler.wheel_candidates(timer.deliver_at_ms)]
             timer = replace(timer, wheel=self._store.find_wheel(timer, candidates) or candidates[0])
+            raw = self._store.get_record(message_id)
+            extras = self._store.get_extras(None, message_id.encode())
+            if raw is not None and records.is_series(raw) and extras is not None:
+                options, number, _ = records.decode_series(extras)
+                timer = replace(timer, repeat=options.repeat, next_occurrence=number)
         return timer
 
     def list_pending(

@@ -127,9 +127,7 @@ class SendOp(Op):
         for item in plan:
             if isinstance(item, _Replacement):  # REPLACE of a SCHEDULED timer: old key out
                 _unschedule(ctx, batch, item.send.message_id, item.old_record)
-                if records.has_extras(item.old_record):
-                    ctx.store.stage_extras(batch, item.send.message_id.encode(), None)
-                item = item.send
+                item = _replace_extras(ctx, batch, item)
             if isinstance(item, PreparedSend):
                 _stage_new(ctx, batch, item, now_ms)
                 item = SendResult(item.message_id, item.deliver_at_ms)
@@ -210,6 +208,21 @@ def _existing_result(
     return SendResult(timer.message_id, timer.deliver_at_ms)
 
 
+def _replace_extras(ctx: WriterContext, batch: StagedBatch, item: _Replacement) -> PreparedSend:
+    """The old timer's `extras` go; a series replacing a series continues its numbering,
+    so a new occurrence never takes the id of one still kept."""
+    send, message_id = item.send, item.send.message_id.encode()
+    if not records.has_extras(item.old_record):
+        return send
+    old_extras = ctx.store.get_extras(batch, message_id)
+    ctx.store.stage_extras(batch, message_id, None)
+    if records.is_series(item.old_record) and records.is_series(send.record) and old_extras:
+        number = records.decode_series(old_extras)[1]
+        options, _, at_ms = records.decode_series(send.extras or b"{}")
+        return send._replace(extras=records.encode_extras(options, number, at_ms))
+    return send
+
+
 def _unschedule(ctx: WriterContext, batch: StagedBatch, message_id: str, raw: bytes) -> None:
     """Take a SCHEDULED timer's key out of whichever wheel holds it."""
     candidates = ctx.scheduler.wheel_candidates(records.record_deliver_at_ms(raw))
@@ -239,7 +252,11 @@ def _stage_new(ctx: WriterContext, batch: StagedBatch, send: PreparedSend, now_m
     if send.extras is not None:
         ctx.store.stage_extras(batch, message_id, send.extras)
     wheel = ctx.scheduler.placement(send.deliver_at_ms)
-    if wheel is None:  # already due: fire at once, never through a wheel
+    if wheel is None and records.is_series(send.record):  # first occurrence due: fire it
+        batch.records[message_id] = send.record
+        seq = ctx.scheduler.take_fire_seqs(1)
+        batch.series_due.append((message_id, send.record, send.spec.topic, seq))
+    elif wheel is None:  # already due: fire at once, never through a wheel
         seq = ctx.scheduler.take_fire_seqs(1)
         fired = records.with_transition(send.record, State.FIRED, fired_at_ms=now_ms, ready_seq=seq)
         ctx.store.stage_fire_new(batch, message_id, fired, send.spec.topic, seq)
@@ -332,6 +349,11 @@ class RescheduleOp(Op):
             )
         assert self.when is not None
         _unschedule(ctx, batch, self.message_id, raw)
+        if records.is_series(raw):  # its next occurrence moves: keep its number
+            extras = ctx.store.get_extras(batch, self.message_id.encode())
+            options, number, _ = records.decode_series(extras or b"{}")
+            moved = records.encode_extras(options, number, self.deliver_at_ms)
+            ctx.store.stage_extras(batch, self.message_id.encode(), moved)
         record = records.with_schedule(raw, self.when, self.deliver_at_ms)
         spec = SendSpec(records.record_topic(raw), b"", self.when)
         moved = PreparedSend(spec, self.message_id, self.deliver_at_ms, True, record)

@@ -10,6 +10,8 @@ One iteration, in order:
  2. tick: one chunk of every running cascade (top level first), one chunk of firing out
     of the second wheel, one chunk of the retention sweep;
  3. apply the queued operations (up to `max_group_ops`), each checked before staged;
+    then fire the recurring series steps 2-3 found due (`engine.series`): each
+    occurrence and the series' move to its next time go into this same batch;
  4. stage the scheduler state into `meta` and the pending-timer counters the batch
     changed (`store.counts`, from the deltas steps 2-3 noted), and commit the batch;
  5. update the in-memory counters, complete the operations' futures, then tell
@@ -33,6 +35,7 @@ from concurrent.futures import Future
 import structlog
 
 from engine.ops import Op, WriterContext
+from engine.series import fire_due_series
 from store import keys
 from store.batch import StagedBatch
 from store.counts import PendingCounts
@@ -200,6 +203,8 @@ class Writer:
             self._store.prefetch(batch, [i for op in ops for i in op.reads()])
             more = self._tick(batch, now_ms)
             outcomes = [_apply(op, self._ctx, batch, now_ms) for op in ops]
+            if batch.series_due:  # due recurring series: occurrence out, next one in
+                fire_due_series(self._ctx, batch, now_ms)
             counted: dict[bytes, int] = {}
             if batch.operations or ops or self._scheduler.state != saved:
                 self._store.stage_state(batch, self._scheduler.state)

@@ -24,6 +24,8 @@ from timerwheel.v1 import timerwheel_pb2_grpc as pb_grpc
 from wheels.domain import (
     IfExists,
     InvalidArgument,
+    MissedPolicy,
+    Repeat,
     SendOptions,
     SendResult,
     SendSpec,
@@ -41,9 +43,12 @@ _WHEN_KINDS = {
 }
 
 
-def when_from_proto(request, prefix: str = "") -> When:
-    """The `when` oneof of a request; InvalidArgument when none is given."""
+def when_from_proto(request, prefix: str = "", optional: bool = False) -> When:
+    """The `when` oneof of a request; InvalidArgument when none is given (unless
+    `optional`: then now)."""
     kind = request.WhichOneof("when")
+    if kind is None and optional:
+        return When(WhenKind.DELAY, 0)
     if kind is None:
         raise InvalidArgument(
             prefix + "when", None, "give one of deliver_at_ms, delay_ms or delay_level"
@@ -53,6 +58,12 @@ def when_from_proto(request, prefix: str = "") -> When:
 
 def spec_from_proto(request: pb.SendRequest, prefix: str = "") -> SendSpec:
     """A SendRequest as the engine's SendSpec; InvalidArgument when no time is given."""
+    if request.HasField("repeat"):
+        when = when_from_proto(request, prefix, optional=True)
+        return SendSpec(
+            request.topic, request.body, when, dict(request.properties),
+            request.message_id, _if_exists(request.if_exists, prefix), _options(request),
+        )  # fmt: skip
     when = when_from_proto(request, prefix)
     if request.if_exists or request.HasField("max_attempts") or request.dead_letter_topic:
         return SendSpec(
@@ -72,9 +83,28 @@ def spec_from_proto(request: pb.SendRequest, prefix: str = "") -> SendSpec:
 def _options(request: pb.SendRequest) -> SendOptions | None:
     """The send options of a request, None when it has none (the usual case)."""
     max_attempts = request.max_attempts if request.HasField("max_attempts") else None
-    if max_attempts is None and not request.dead_letter_topic:
+    repeat = _repeat(request.repeat) if request.HasField("repeat") else None
+    if max_attempts is None and not request.dead_letter_topic and repeat is None:
         return None
-    return SendOptions(max_attempts, request.dead_letter_topic)
+    return SendOptions(max_attempts, request.dead_letter_topic, repeat)
+
+
+def _repeat(message: pb.Repeat) -> Repeat:
+    try:
+        missed = MissedPolicy(message.missed)
+    except ValueError:
+        raise InvalidArgument("repeat.missed", message.missed, "must be 0..1") from None
+    return Repeat(
+        every_ms=message.every_ms, cron=message.cron, time_zone=message.time_zone,
+        end_at_ms=message.end_at_ms, max_count=message.max_count, missed=missed,
+    )  # fmt: skip
+
+
+def repeat_message(repeat: Repeat) -> pb.Repeat:
+    return pb.Repeat(
+        every_ms=repeat.every_ms, cron=repeat.cron, time_zone=repeat.time_zone,
+        end_at_ms=repeat.end_at_ms, max_count=repeat.max_count, missed=int(repeat.missed),
+    )  # fmt: skip
 
 
 def _if_exists(value: int, prefix: str) -> IfExists:
@@ -101,6 +131,8 @@ def timer_message(timer: Timer, include_body: bool = True) -> pb.TimerMessage:
         fired_at_ms=timer.fired_at_ms,
         acked_at_ms=timer.acked_at_ms,
         cancelled_at_ms=timer.cancelled_at_ms,
+        repeat=repeat_message(timer.repeat) if timer.repeat is not None else None,
+        next_occurrence=timer.next_occurrence,
     )
 
 

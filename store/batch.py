@@ -41,6 +41,8 @@ class StagedBatch:
     operations: int = 0
     # Changes of the pending-timer counters, per minute counter key (store.counts).
     count_deltas: dict[bytes, int] = field(default_factory=dict)
+    # Recurring series found due: (id, record, topic, fire seq), fired by engine.series.
+    series_due: list[tuple[bytes, bytes, str, int]] = field(default_factory=list)
 
     @property
     def records(self) -> dict[bytes, bytes | None]:

@@ -10,19 +10,21 @@
 State changes (fire, ack, cancel) rewrite only the header: the rest of the record is
 copied as bytes, never decoded, which keeps the firing path cheap.
 
-The when_kind byte holds flags above its low seven bits: ``EXTRAS_FLAG`` says the message
+The when_kind byte holds flags above its low six bits: ``EXTRAS_FLAG`` says the message
 has an entry in the ``extras`` column family (its send options, `encode_extras`), so only
-those few messages cost a read there.
+those few messages cost a read there; ``SERIES_FLAG`` marks a recurring series, which
+the writer fires as an occurrence instead of firing the record itself.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import struct
 from collections.abc import Mapping
 from functools import lru_cache
 
-from wheels.domain import SendOptions, State, Timer, When, WhenKind
+from wheels.domain import MissedPolicy, Repeat, SendOptions, State, Timer, When, WhenKind
 
 RECORD_VERSION = 1
 _HEADER = struct.Struct(">BBBqqqqqqq")
@@ -33,6 +35,7 @@ _I64 = struct.Struct(">q")
 _FIRED_AT_OFFSET = 3 + 8 * 3  # after version, state, when_kind, when_value, deliver, created
 _ACKED_AT_OFFSET = 3 + 8 * 4
 _READY_SEQ_OFFSET = 3 + 8 * 6
+_DELIVER_AT_OFFSET = 3 + 8 * 1
 _SCHEDULED, _FIRED, _ACKED = int(State.SCHEDULED), int(State.FIRED), int(State.ACKED)
 # A new record's header in three parts: constant, the four fields a send sets, zeros.
 _NEW_HEAD = bytes([RECORD_VERSION, _SCHEDULED])
@@ -40,7 +43,8 @@ _NEW_FIELDS = struct.Struct(">Bqqq")  # when_kind, when_value, deliver_at_ms, cr
 _NEW_TAIL = bytes(_HEADER.size - len(_NEW_HEAD) - _NEW_FIELDS.size)
 _WHEN_KIND_OFFSET = 2
 EXTRAS_FLAG = 0x80  # in the when_kind byte: the message has an `extras` entry
-_KIND_MASK = 0x7F
+SERIES_FLAG = 0x40  # ... and it is a recurring series (its extras say how it repeats)
+_KIND_MASK = 0x3F
 
 
 def encode_timer(timer: Timer) -> bytes:
@@ -133,22 +137,51 @@ def has_extras(raw: bytes) -> bool:
     return bool(raw[_WHEN_KIND_OFFSET] & EXTRAS_FLAG)
 
 
-def with_extras_flag(raw: bytes) -> bytes:
-    """A new record marked as having an `extras` entry."""
+def is_series(raw: bytes) -> bool:
+    return bool(raw[_WHEN_KIND_OFFSET] & SERIES_FLAG)
+
+
+def with_extras_flag(raw: bytes, series: bool = False) -> bytes:
+    """A new record marked as having an `extras` entry (and as a series)."""
     patched = bytearray(raw)
-    patched[_WHEN_KIND_OFFSET] |= EXTRAS_FLAG
+    patched[_WHEN_KIND_OFFSET] |= EXTRAS_FLAG | (SERIES_FLAG if series else 0)
     return bytes(patched)
 
 
-def encode_extras(options: SendOptions) -> bytes:
-    """Send options as stored in `extras`: compact JSON (few messages have them)."""
-    data = {"max_attempts": options.max_attempts, "dead_letter_topic": options.dead_letter_topic}
-    return json.dumps({k: v for k, v in data.items() if v not in (None, "")}).encode()
+def with_deliver_at(raw: bytes, deliver_at_ms: int) -> bytes:
+    """The record due at a new time, all else kept (a series moving to its next time)."""
+    patched = bytearray(raw)
+    _I64.pack_into(patched, _DELIVER_AT_OFFSET, deliver_at_ms)
+    return bytes(patched)
+
+
+def encode_extras(options: SendOptions, next_number: int = 1, next_at_ms: int = 0) -> bytes:
+    """Send options as stored in `extras`: compact JSON (few messages have them). A series
+    also keeps the number and schedule time of its next occurrence there."""
+    data: dict = {}
+    if options.max_attempts is not None:
+        data["max_attempts"] = options.max_attempts
+    if options.dead_letter_topic:
+        data["dead_letter_topic"] = options.dead_letter_topic
+    if options.repeat is not None:
+        repeat = dataclasses.asdict(options.repeat)
+        repeat["missed"] = int(options.repeat.missed)
+        data.update(repeat={k: v for k, v in repeat.items() if v}, n=next_number, at=next_at_ms)
+    return json.dumps(data, separators=(",", ":")).encode()
 
 
 def decode_extras(raw: bytes) -> SendOptions:
+    return decode_series(raw)[0]
+
+
+def decode_series(raw: bytes) -> tuple[SendOptions, int, int]:
+    """(options, number of the next occurrence, its schedule time) from `extras`."""
     data = json.loads(raw)
-    return SendOptions(data.get("max_attempts"), data.get("dead_letter_topic", ""))
+    repeat = data.get("repeat")
+    if repeat is not None:
+        repeat = Repeat(**{**repeat, "missed": MissedPolicy(repeat.get("missed", 0))})
+    options = SendOptions(data.get("max_attempts"), data.get("dead_letter_topic", ""), repeat)
+    return options, data.get("n", 0), data.get("at", 0)
 
 
 def is_fired(raw: bytes) -> bool:
@@ -175,7 +208,7 @@ def as_fired(raw: bytes, fired_at_ms: int, ready_seq: int) -> bytes:
 def with_schedule(raw: bytes, when: When, deliver_at_ms: int) -> bytes:
     """The record moved to a new time (Reschedule): `when` and `deliver_at_ms` replaced."""
     fields = list(_HEADER.unpack_from(raw))
-    fields[2:5] = [when.kind | (fields[2] & EXTRAS_FLAG), when.value, deliver_at_ms]
+    fields[2:5] = [when.kind | (fields[2] & ~_KIND_MASK), when.value, deliver_at_ms]
     return _HEADER.pack(*fields) + raw[HEADER_BYTES:]
 
 

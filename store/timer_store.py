@@ -294,6 +294,10 @@ class TimerStore:
             deliver_at_ms = unpack_time(key)[0]
             bucket = topic + separator + pack_seq(deliver_at_ms - deliver_at_ms % _BUCKET_MS)
             deltas[bucket] = deltas.get(bucket, 0) - 1
+            if records.is_series(raw):  # fires an occurrence instead (engine.series)
+                batch.series_due.append((message_id, raw, topic.decode(), seq))
+                seq += 1
+                continue
             fired = records.as_fired(raw, now_ms, seq)
             overlay[message_id] = fired
             ready_writes[topic + separator + pack_seq(seq)] = message_id
@@ -365,6 +369,14 @@ class TimerStore:
         ready = keys.ready_key(records.record_topic(raw), records.record_ready_seq(raw))
         batch.writes[keys.CF_READY][ready] = None
         batch.records[message_id.encode()] = records.as_acked(raw, now_ms)
+        batch.writes[keys.CF_EXPIRY][keys.wheel_key(expire_at_ms, message_id)] = b""
+        batch.operations += 1
+
+    def stage_retire(
+        self, batch: StagedBatch, message_id: str, record: bytes, expire_at_ms: int
+    ) -> None:
+        """A finished series: its final record, kept until `expire_at_ms` (no wheel key)."""
+        batch.records[message_id.encode()] = record
         batch.writes[keys.CF_EXPIRY][keys.wheel_key(expire_at_ms, message_id)] = b""
         batch.operations += 1
 

@@ -9,6 +9,8 @@ Properties checked after every clock step:
   (IfExists.REPLACE) delivers its new body once; KEEP changes nothing;
 - a dead-lettered message appears exactly once on its topic's DLQ;
 - the pending counters (Count) match the model: totals exactly, ranges by whole minutes;
+- a recurring series fires each occurrence once, in order, at its schedule's time (by
+  its missed policy), never early, never after a cancel or past max_count;
 - ACKED/CANCELLED records stay queryable for the retention period, then disappear.
 Chunk sizes are tiny so cascades and drains are cut into many batches (and reopens
 land in the middle of them).
@@ -38,7 +40,10 @@ from wheels.clock import VirtualClock
 from wheels.domain import (
     FailedPrecondition,
     IfExists,
+    MissedPolicy,
     NotFound,
+    Repeat,
+    SendOptions,
     SendSpec,
     State,
     When,
@@ -59,8 +64,30 @@ delays = st.one_of(
 )
 
 
+class Series:
+    """The model of one recurring series: what it may fire and what it fired."""
+
+    def __init__(self, topic: str, repeat: Repeat, first_ms: int) -> None:
+        self.topic, self.repeat, self.first_ms = topic, repeat, first_ms
+        self.fired: list[tuple[int, int]] = []  # (deliver_at_ms, fired_at_ms) by number
+        self.cancelled = False
+
+    def expected_next_ms(self) -> int:
+        """When occurrence len(fired)+1 is due, from the previous one and its fire time."""
+        if not self.fired:
+            return self.first_ms
+        (at_ms, fired_at_ms), every = self.fired[-1], self.repeat.every_ms
+        if at_ms + every > fired_at_ms or self.repeat.missed is MissedPolicy.FIRE_EACH:
+            return at_ms + every
+        return at_ms + every * ((fired_at_ms - at_ms) // every + 1)
+
+    def done(self) -> bool:
+        return self.cancelled or len(self.fired) >= self.repeat.max_count
+
+
 class EngineModel(RuleBasedStateMachine):
     timers = Bundle("timers")
+    series_ids = Bundle("series")
 
     def __init__(self) -> None:
         super().__init__()
@@ -82,6 +109,7 @@ class EngineModel(RuleBasedStateMachine):
         self.last_seq = dict.fromkeys(TOPICS + DLQ_TOPICS, 0)
         self.dead_lettered: dict[str, tuple[str, int]] = {}  # id -> (its topic, attempts)
         self.dlq_seen: set[str] = set()
+        self.series: dict[str, Series] = {}
         self.client_ids = 0
 
     def teardown(self) -> None:
@@ -106,6 +134,9 @@ class EngineModel(RuleBasedStateMachine):
             for fired in self.engine.fetch_fired(topic, self.last_seq[topic], 10_000):
                 timer = fired.timer
                 self.last_seq[topic] = max(self.last_seq[topic], fired.seq)
+                if "#" in timer.message_id:
+                    self._check_occurrence(timer, now_ms)
+                    continue
                 assert timer.message_id not in self.fired_seen, f"{timer.message_id} fired twice"
                 assert self.state[timer.message_id] is State.SCHEDULED, (
                     f"{timer.message_id} fired in model state {self.state[timer.message_id]}"
@@ -117,6 +148,35 @@ class EngineModel(RuleBasedStateMachine):
                 self.fired_seen.add(timer.message_id)
                 self.state[timer.message_id] = State.FIRED
                 self.pending.remove((timer.deliver_at_ms, timer.message_id))
+
+    def _check_occurrence(self, timer, now_ms: int) -> None:
+        """Occurrences of a series fire in order, each once, at their schedule's time
+        (never early), none after a cancel or past max_count."""
+        series_id, number = timer.message_id.split("#")
+        series = self.series[series_id]
+        assert not series.done(), f"{timer.message_id} after the series ended"
+        assert int(number) == len(series.fired) + 1, f"{timer.message_id} out of order or twice"
+        assert timer.deliver_at_ms == series.expected_next_ms(), timer
+        assert timer.deliver_at_ms <= timer.fired_at_ms <= now_ms, "occurrence fired early"
+        assert timer.topic == series.topic
+        series.fired.append((timer.deliver_at_ms, timer.fired_at_ms))
+
+    def _check_series(self, now_ms: int) -> None:
+        """After a drain, no series is overdue; each reports the state the model expects."""
+        for series_id, series in self.series.items():
+            try:
+                timer = self.engine.get(series_id)
+            except NotFound:  # retention removed a finished or cancelled series
+                assert series.done()
+                continue
+            if series.cancelled:
+                assert timer.state is State.CANCELLED
+            elif series.done():
+                assert timer.state is State.ACKED
+            else:
+                assert timer.state is State.SCHEDULED
+                assert timer.deliver_at_ms == series.expected_next_ms() > now_ms, series_id
+                assert timer.next_occurrence == len(series.fired) + 1
 
     def _check_dead_letter(self, timer) -> None:
         """A dead letter appears once on the DLQ, after it fired on its own topic."""
@@ -244,6 +304,43 @@ class EngineModel(RuleBasedStateMachine):
         self._collect_fired()
         assert not moved or message_id in self.dlq_seen, "a dead letter is on its DLQ at once"
 
+    @rule(
+        target=series_ids,
+        topic=st.sampled_from(TOPICS),
+        start_ms=st.one_of(st.integers(0, 1_500), st.integers(0, 3 * HOUR_MS)),
+        every_ms=st.one_of(
+            st.integers(1_000, 90_000), st.integers(1, 48).map(lambda h: h * HOUR_MS // 4)
+        ),
+        max_count=st.integers(1, 6),
+        missed=st.sampled_from(MissedPolicy),
+    )
+    def send_series(self, topic, start_ms, every_ms, max_count, missed) -> str:
+        series_id = f"series-{len(self.series) + 1}"
+        repeat = Repeat(every_ms=every_ms, max_count=max_count, missed=missed)
+        spec = SendSpec(
+            topic, b"tick", When(WhenKind.DELAY, start_ms), {}, series_id,
+            options=SendOptions(repeat=repeat),
+        )  # fmt: skip
+        result = self.engine.send(spec)
+        assert result.deliver_at_ms == self.engine.now_ms() + start_ms
+        self.series[series_id] = Series(topic, repeat, result.deliver_at_ms)
+        self._collect_fired()
+        return series_id
+
+    @rule(series_id=series_ids)
+    def cancel_series(self, series_id: str) -> None:
+        series = self.series[series_id]
+        if series.done() and not series.cancelled:
+            with pytest.raises((FailedPrecondition, NotFound)):
+                self.engine.cancel(series_id)
+        else:
+            try:
+                assert self.engine.cancel(series_id) is State.CANCELLED
+            except NotFound:
+                assert series.cancelled  # its retention ended
+            series.cancelled = True
+        self._collect_fired()
+
     @rule(message_id=timers)
     def cancel(self, message_id: str) -> None:
         expected = self.state.get(message_id)
@@ -332,6 +429,7 @@ class EngineModel(RuleBasedStateMachine):
         now_ms = self.engine.now_ms()
         overdue = [mid for t, mid in self.pending if t <= now_ms]
         assert not overdue, f"due by {now_ms} but not fired after a drain: {overdue[:5]}"
+        self._check_series(now_ms)
         self._check_retention(now_ms)
 
     def _check_retention(self, now_ms: int) -> None:
@@ -350,6 +448,11 @@ class EngineModel(RuleBasedStateMachine):
         """Per-topic totals are exact; a range counts the whole minutes it touches."""
         for topic in TOPICS:
             due = [t for t, mid in self.pending if self.topic[mid] == topic]
+            due += [  # a running series counts as one pending timer, at its next time
+                s.expected_next_ms() for s in self.series.values()
+                if s.topic == topic and not s.done()
+            ]  # fmt: skip
+            due.sort()
             assert self.engine.count(topic) == (len(due), 0, 0)
             if due:
                 lo, hi = due[0] - 61_000, due[len(due) // 2] + 1

@@ -41,12 +41,33 @@ class When:
     value: int
 
 
+class MissedPolicy(IntEnum):
+    """What a recurring series does with occurrences whose time passed while the server
+    was down (or busy); values equal the proto enum `timerwheel.v1.MissedPolicy`."""
+
+    FIRE_ONCE = 0  # the overdue occurrence fires once; the missed ones after it are skipped
+    FIRE_EACH = 1  # every missed occurrence fires, each with its own id and time
+
+
+@dataclass(frozen=True, slots=True)
+class Repeat:
+    """A recurring series: a fixed interval or a cron expression (in `time_zone`)."""
+
+    every_ms: int = 0
+    cron: str = ""
+    time_zone: str = ""  # IANA name for cron; "": UTC
+    end_at_ms: int = 0  # 0: no end; else no occurrence after this time
+    max_count: int = 0  # 0: unlimited; else at most this many occurrences
+    missed: MissedPolicy = MissedPolicy.FIRE_ONCE
+
+
 @dataclass(frozen=True, slots=True)
 class SendOptions:
     """What few sends carry beyond a time and a body (stored apart, see store.keys)."""
 
     max_attempts: int | None = None  # None: Settings.max_attempts; 0: unlimited
     dead_letter_topic: str = ""  # "": "<topic>.dlq"
+    repeat: Repeat | None = None  # a recurring series
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +100,8 @@ class Timer:
     cancelled_at_ms: int = 0
     ready_seq: int = 0
     wheel: str = ""  # "hour" / "minute" / "second" while SCHEDULED, else ""
+    repeat: Repeat | None = None  # a series (Get fills these in)
+    next_occurrence: int = 0  # of a series: the number of its next occurrence
 
     def same_request(self, spec: SendSpec) -> bool:
         """True when `spec` is a retry of the send that created this timer."""

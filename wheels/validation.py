@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from functools import lru_cache
 
 from wheels.domain import InvalidArgument, SendOptions, SendSpec, When, WhenKind
+from wheels.recurrence import validate_repeat
 from wheels.settings import Settings
 
 # RocketMQ's topic charset (plus '.'), bounded by Settings.max_topic_len.
@@ -163,6 +164,8 @@ def validate_send(spec: SendSpec, now_ms: int, settings: Settings, prefix: str =
     deliver_at_ms = resolve_deliver_at_ms(spec.when, now_ms, settings, prefix)
     if spec.options is not None:
         validate_options(spec.topic, spec.options, settings, prefix)
+        if spec.options.repeat is not None:  # a series: its first occurrence's time
+            deliver_at_ms = validate_repeat(spec.options.repeat, deliver_at_ms, settings, prefix)
     return deliver_at_ms
 
 

@@ -15,6 +15,11 @@ class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ACKED: _ClassVar[State]
     CANCELLED: _ClassVar[State]
 
+class MissedPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    MISSED_FIRE_ONCE: _ClassVar[MissedPolicy]
+    MISSED_FIRE_EACH: _ClassVar[MissedPolicy]
+
 class IfExists(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     IF_EXISTS_REJECT: _ClassVar[IfExists]
@@ -25,12 +30,14 @@ SCHEDULED: State
 FIRED: State
 ACKED: State
 CANCELLED: State
+MISSED_FIRE_ONCE: MissedPolicy
+MISSED_FIRE_EACH: MissedPolicy
 IF_EXISTS_REJECT: IfExists
 IF_EXISTS_REPLACE: IfExists
 IF_EXISTS_KEEP: IfExists
 
 class SendRequest(_message.Message):
-    __slots__ = ("topic", "body", "properties", "deliver_at_ms", "delay_ms", "delay_level", "message_id", "if_exists", "max_attempts", "dead_letter_topic")
+    __slots__ = ("topic", "body", "properties", "deliver_at_ms", "delay_ms", "delay_level", "message_id", "if_exists", "max_attempts", "dead_letter_topic", "repeat")
     class PropertiesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -48,6 +55,7 @@ class SendRequest(_message.Message):
     IF_EXISTS_FIELD_NUMBER: _ClassVar[int]
     MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     DEAD_LETTER_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    REPEAT_FIELD_NUMBER: _ClassVar[int]
     topic: str
     body: bytes
     properties: _containers.ScalarMap[str, str]
@@ -58,7 +66,24 @@ class SendRequest(_message.Message):
     if_exists: IfExists
     max_attempts: int
     dead_letter_topic: str
-    def __init__(self, topic: _Optional[str] = ..., body: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., deliver_at_ms: _Optional[int] = ..., delay_ms: _Optional[int] = ..., delay_level: _Optional[int] = ..., message_id: _Optional[str] = ..., if_exists: _Optional[_Union[IfExists, str]] = ..., max_attempts: _Optional[int] = ..., dead_letter_topic: _Optional[str] = ...) -> None: ...
+    repeat: Repeat
+    def __init__(self, topic: _Optional[str] = ..., body: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., deliver_at_ms: _Optional[int] = ..., delay_ms: _Optional[int] = ..., delay_level: _Optional[int] = ..., message_id: _Optional[str] = ..., if_exists: _Optional[_Union[IfExists, str]] = ..., max_attempts: _Optional[int] = ..., dead_letter_topic: _Optional[str] = ..., repeat: _Optional[_Union[Repeat, _Mapping]] = ...) -> None: ...
+
+class Repeat(_message.Message):
+    __slots__ = ("every_ms", "cron", "time_zone", "end_at_ms", "max_count", "missed")
+    EVERY_MS_FIELD_NUMBER: _ClassVar[int]
+    CRON_FIELD_NUMBER: _ClassVar[int]
+    TIME_ZONE_FIELD_NUMBER: _ClassVar[int]
+    END_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_COUNT_FIELD_NUMBER: _ClassVar[int]
+    MISSED_FIELD_NUMBER: _ClassVar[int]
+    every_ms: int
+    cron: str
+    time_zone: str
+    end_at_ms: int
+    max_count: int
+    missed: MissedPolicy
+    def __init__(self, every_ms: _Optional[int] = ..., cron: _Optional[str] = ..., time_zone: _Optional[str] = ..., end_at_ms: _Optional[int] = ..., max_count: _Optional[int] = ..., missed: _Optional[_Union[MissedPolicy, str]] = ...) -> None: ...
 
 class SendResponse(_message.Message):
     __slots__ = ("message_id", "deliver_at_ms")
@@ -196,7 +221,7 @@ class NackResponse(_message.Message):
     def __init__(self, nacked: _Optional[int] = ..., dead_lettered: _Optional[int] = ...) -> None: ...
 
 class TimerMessage(_message.Message):
-    __slots__ = ("message_id", "topic", "body", "properties", "deliver_at_ms", "created_at_ms", "state", "wheel", "fired_at_ms", "acked_at_ms", "cancelled_at_ms")
+    __slots__ = ("message_id", "topic", "body", "properties", "deliver_at_ms", "created_at_ms", "state", "wheel", "fired_at_ms", "acked_at_ms", "cancelled_at_ms", "repeat", "next_occurrence")
     class PropertiesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -215,6 +240,8 @@ class TimerMessage(_message.Message):
     FIRED_AT_MS_FIELD_NUMBER: _ClassVar[int]
     ACKED_AT_MS_FIELD_NUMBER: _ClassVar[int]
     CANCELLED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    REPEAT_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OCCURRENCE_FIELD_NUMBER: _ClassVar[int]
     message_id: str
     topic: str
     body: bytes
@@ -226,7 +253,9 @@ class TimerMessage(_message.Message):
     fired_at_ms: int
     acked_at_ms: int
     cancelled_at_ms: int
-    def __init__(self, message_id: _Optional[str] = ..., topic: _Optional[str] = ..., body: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., deliver_at_ms: _Optional[int] = ..., created_at_ms: _Optional[int] = ..., state: _Optional[_Union[State, str]] = ..., wheel: _Optional[str] = ..., fired_at_ms: _Optional[int] = ..., acked_at_ms: _Optional[int] = ..., cancelled_at_ms: _Optional[int] = ...) -> None: ...
+    repeat: Repeat
+    next_occurrence: int
+    def __init__(self, message_id: _Optional[str] = ..., topic: _Optional[str] = ..., body: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., deliver_at_ms: _Optional[int] = ..., created_at_ms: _Optional[int] = ..., state: _Optional[_Union[State, str]] = ..., wheel: _Optional[str] = ..., fired_at_ms: _Optional[int] = ..., acked_at_ms: _Optional[int] = ..., cancelled_at_ms: _Optional[int] = ..., repeat: _Optional[_Union[Repeat, _Mapping]] = ..., next_occurrence: _Optional[int] = ...) -> None: ...
 
 class ExportRequest(_message.Message):
     __slots__ = ("out_dir", "max_rows_per_file")

@@ -1,0 +1,95 @@
+"""Recurring series: validation and the times of occurrences. Pure (croniter, zoneinfo).
+
+A series fires occurrence 1 at its first time, then occurrence n+1 at the next time of
+its schedule after occurrence n's time: `every_ms` later, or the next match of its cron
+expression in its time zone (croniter, which handles daylight-saving changes). Missed
+occurrences (their time passed before the writer got to them, e.g. while the server was
+down) follow `Repeat.missed`: FIRE_EACH fires each of them, FIRE_ONCE fires the overdue
+one and continues with the first time after now.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from functools import lru_cache
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import croniter
+
+from wheels.domain import InvalidArgument, MissedPolicy, Repeat
+from wheels.settings import Settings
+
+
+def validate_repeat(repeat: Repeat, start_ms: int, settings: Settings, prefix: str) -> int:
+    """Check every field of `repeat`; return the series' first occurrence time: `start_ms`
+    for an interval, the first cron match at or after it for a cron expression."""
+    field = prefix + "repeat."
+    if repeat.cron and repeat.every_ms:
+        raise InvalidArgument(
+            field + "every_ms", repeat.every_ms, "give every_ms or cron, not both"
+        )
+    if repeat.cron:
+        if not croniter.is_valid(repeat.cron):
+            raise InvalidArgument(
+                field + "cron", repeat.cron,
+                "is not a cron expression (minute hour day-of-month month day-of-week)",
+            )  # fmt: skip
+        _zone(repeat.time_zone, field)
+        first = next_after(repeat, start_ms - 1)
+    else:
+        if repeat.time_zone:
+            raise InvalidArgument(field + "time_zone", repeat.time_zone, "applies to cron only")
+        if not 0 < repeat.every_ms <= settings.max_delay_ms:
+            raise InvalidArgument(
+                field + "every_ms", repeat.every_ms,
+                f"must be 1..{settings.max_delay_ms} (give every_ms or cron)",
+            )  # fmt: skip
+        first = start_ms
+    if repeat.max_count < 0:
+        raise InvalidArgument(field + "max_count", repeat.max_count, "must be 0 (no limit) or more")
+    if repeat.end_at_ms < 0 or (repeat.end_at_ms and repeat.end_at_ms < first):
+        raise InvalidArgument(
+            field + "end_at_ms", repeat.end_at_ms,
+            f"ends before the first occurrence at {first} (0: no end)",
+        )  # fmt: skip
+    if first - start_ms > settings.max_delay_ms:
+        raise InvalidArgument(
+            field + "cron", repeat.cron, f"first matches at {first}, beyond the maximum delay"
+        )
+    return first
+
+
+def next_after(repeat: Repeat, t_ms: int) -> int:
+    """The first time of the schedule strictly after `t_ms`."""
+    if not repeat.cron:
+        return t_ms + repeat.every_ms
+    zone = _zone(repeat.time_zone, "repeat.")
+    start = datetime.fromtimestamp(t_ms / 1000, zone)
+    return int(croniter(repeat.cron, start).get_next(float) * 1000)
+
+
+def next_occurrence_ms(repeat: Repeat, at_ms: int, now_ms: int) -> int:
+    """When the occurrence after the one at `at_ms` is due, by the missed policy."""
+    following = next_after(repeat, at_ms)
+    if following > now_ms or repeat.missed is MissedPolicy.FIRE_EACH:
+        return following
+    if not repeat.cron:  # skip whole intervals at once
+        return at_ms + repeat.every_ms * ((now_ms - at_ms) // repeat.every_ms + 1)
+    return next_after(repeat, now_ms)
+
+
+def finished(repeat: Repeat, next_number: int, next_at_ms: int) -> bool:
+    """True when occurrence `next_number`, due at `next_at_ms`, is past the series' end."""
+    if repeat.max_count and next_number > repeat.max_count:
+        return True
+    return bool(repeat.end_at_ms) and next_at_ms > repeat.end_at_ms
+
+
+@lru_cache(maxsize=256)
+def _zone(name: str, field: str) -> ZoneInfo | type[UTC]:
+    if not name:
+        return UTC
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise InvalidArgument(field + "time_zone", name, "is not an IANA time zone") from None
