@@ -3,6 +3,10 @@
 After each kill the data dir is reopened and every acknowledged timer must be present
 exactly once: as a SCHEDULED record with exactly one wheel key, or as a FIRED record
 with exactly one `ready` entry. At the end, every acknowledged timer fires exactly once.
+
+The child also runs a recurring series firing every 100 ms (real time): after every kill
+its occurrences so far are 1..k, each once and at its own time, and the series waits for
+k+1 (no occurrence lost or doubled); at the end all of them have fired, each once.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+
+from helpers.crash_child import SERIES_COUNT, SERIES_EVERY_MS, SERIES_ID
 
 from engine.engine import Engine
 from store import keys
@@ -76,7 +82,8 @@ def presence(engine: Engine) -> tuple[Counter, Counter]:
     return in_wheels, in_ready
 
 
-def check_exactly_once(data_dir: str, acked: set[str]) -> dict[State, int]:
+def check_exactly_once(data_dir: str, acked: set[str]) -> tuple[dict[State, int], int]:
+    """States of the acknowledged timers, and how many occurrences the series fired."""
     engine = Engine(
         Settings(data_dir=data_dir, sync_writes=False), VirtualClock(BASE_MS), background=False
     )
@@ -92,9 +99,24 @@ def check_exactly_once(data_dir: str, acked: set[str]) -> dict[State, int]:
                 assert state is State.FIRED
                 assert (in_wheels[message_id], in_ready[message_id]) == (0, 1), message_id
         assert max(in_wheels.values(), default=1) == 1 and max(in_ready.values(), default=1) == 1
-        return dict(states)
+        return dict(states), check_series(engine, in_wheels, in_ready)
     finally:
         engine.close()
+
+
+def check_series(engine: Engine, in_wheels: Counter, in_ready: Counter) -> int:
+    """Occurrences 1..k fired once each at their own times; the series waits for k+1."""
+    series = engine.get(SERIES_ID)  # the child created it before its first batch
+    assert series.state is State.SCHEDULED and in_wheels[SERIES_ID] == 1
+    fired = series.next_occurrence - 1
+    first_ms = BASE_MS + SERIES_EVERY_MS
+    assert series.deliver_at_ms == first_ms + fired * SERIES_EVERY_MS
+    for number in range(1, fired + 1):
+        occurrence = engine.get(f"{SERIES_ID}#{number}")
+        assert occurrence.state is State.FIRED and in_ready[occurrence.message_id] == 1
+        assert occurrence.deliver_at_ms == first_ms + (number - 1) * SERIES_EVERY_MS
+    assert not any(key.startswith(f"{SERIES_ID}#{fired + 1}") for key in in_ready)
+    return fired
 
 
 def test_sigkill_during_cascades_and_fires_loses_nothing_acknowledged(tmp_path):
@@ -102,10 +124,14 @@ def test_sigkill_during_cascades_and_fires_loses_nothing_acknowledged(tmp_path):
     rng = random.Random(7)
     anchor_s = time.time()
     acked: set[str] = set()
+    occurrences = [0]
     for _ in range(3):
         acked.update(run_child_until_killed(data_dir, anchor_s, rng))
-        states = check_exactly_once(data_dir, acked)
+        states, fired = check_exactly_once(data_dir, acked)
         assert sum(states.values()) == len(acked)
+        assert fired >= occurrences[-1]
+        occurrences.append(fired)
+    assert occurrences[-1] > 0, "the series never fired"
     assert states.get(State.FIRED, 0) > 0 and states.get(State.SCHEDULED, 0) > 0, states
 
     # Finally: far in the future every acknowledged timer fires, each exactly once.
@@ -118,5 +144,8 @@ def test_sigkill_during_cascades_and_fires_loses_nothing_acknowledged(tmp_path):
         fired = Counter(f.timer.message_id for f in engine.fetch_fired("crash", 0, 10**7))
         assert set(fired) >= acked
         assert max(fired.values()) == 1
+        occurrences = {f"{SERIES_ID}#{n}" for n in range(1, SERIES_COUNT + 1)}
+        assert {m for m in fired if m.startswith(f"{SERIES_ID}#")} == occurrences
+        assert engine.get(SERIES_ID).state is State.ACKED  # done after max_count
     finally:
         engine.close()

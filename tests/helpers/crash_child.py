@@ -1,7 +1,8 @@
 """Child process for the crash test: an engine under load, printing what was acknowledged.
 
 Runs on a clock that goes `speed` times faster than real time, so minute cascades (and an
-hour cascade) happen within the seconds before the parent kills it. Each printed line is
+hour cascade) happen within the seconds before the parent kills it. It also keeps a
+recurring series (`SERIES_ID`) firing every 100 ms of real time. Each printed line is
 a batch of message ids whose send_batch call returned, i.e. that the producer was told
 are stored; the parent checks every one of them after SIGKILL.
 """
@@ -13,8 +14,21 @@ import sys
 import time
 
 from engine.engine import Engine
-from wheels.domain import SendSpec, When, WhenKind
+from wheels.domain import MissedPolicy, Repeat, SendOptions, SendSpec, When, WhenKind
 from wheels.settings import MINUTE_MS, Settings
+
+SERIES_ID = "series-crash"
+SERIES_EVERY_MS = MINUTE_MS  # at the parent's speed of 600: every 100 ms of real time
+SERIES_COUNT = 400
+
+
+def series_spec(base_ms: int) -> SendSpec:
+    """The same send at every start: the restarted child's resend is idempotent."""
+    repeat = Repeat(every_ms=SERIES_EVERY_MS, max_count=SERIES_COUNT, missed=MissedPolicy.FIRE_EACH)
+    return SendSpec(
+        "crash", b"tick", When(WhenKind.DELIVER_AT, base_ms + SERIES_EVERY_MS), {}, SERIES_ID,
+        options=SendOptions(repeat=repeat),
+    )  # fmt: skip
 
 
 class ScaledClock:
@@ -37,6 +51,8 @@ def main() -> None:
     settings = Settings(data_dir=data_dir, sync_writes=True, cascade_chunk=500, fire_chunk=500)
     engine = Engine(settings, ScaledClock(base_ms, anchor_s, speed))
     rng = random.Random()
+    engine.send(series_spec(base_ms))
+    print(f"series {SERIES_ID}", flush=True)
     print("ready", flush=True)
     while True:
         specs = [
