@@ -131,6 +131,12 @@ def test_serve_flags_become_settings(tmp_path, monkeypatch):
     assert settings.host == "127.0.0.1"  # default
 
 
+def test_serve_process_flags(tmp_path):
+    settings = serve.settings_from_args(_serve_args("--workers", "3"))
+    assert settings.workers == 3 and settings.single_process is False
+    assert serve.settings_from_args(_serve_args("--single-process")).single_process is True
+
+
 def test_serve_refuses_bad_settings_before_starting(tmp_path, capsys):
     args = _serve_args("--data-dir", str(tmp_path / "d"), "--port", "99999")
     assert serve.run(args) == 2

@@ -9,6 +9,7 @@ def test_defaults_are_the_documented_ones():
     settings = Settings()
     assert (settings.data_dir, settings.host, settings.port) == ("./data", "127.0.0.1", 7070)
     assert settings.sync_writes is True
+    assert settings.workers == 0 and settings.single_process is False  # 0: one per core
     assert settings.retention_ms == 3 * 24 * 3600 * 1000
     assert settings.max_delay_ms == 400 * 24 * 3600 * 1000
     assert settings.max_body_bytes == 4 * 1024 * 1024
@@ -29,6 +30,8 @@ def test_defaults_are_the_documented_ones():
         ({"delay_levels_ms": (1000, 0)}, "level 2]=0"),
         ({"minute_cascade_lead_ms": 60_000}, "minute_cascade_lead_ms=60000"),
         ({"hour_cascade_lead_ms": 5_000}, "hour_cascade_lead_ms=5000"),
+        ({"workers": -1}, "workers=-1"),
+        ({"workers": 1000}, "workers=1000"),
     ],
 )
 def test_bad_settings_are_refused_naming_the_value(changes, shown):

@@ -54,6 +54,14 @@ def test_workers_2_runs_every_process_and_sigterm_stops_them_all(tmp_path, serve
     assert "engine_closed" in names
 
 
+def test_single_process_runs_no_children(tmp_path, serve_process):
+    server = serve_process(tmp_path / "data", "--single-process")
+    assert server.children == {}
+    assert psutil.Process(server.proc.pid).children(recursive=True) == []
+    with server.client() as client:
+        assert client.send("one", b"x", delay_ms=60_000).message_id
+
+
 def test_sigkill_of_the_supervisor_leaves_no_orphans(tmp_path, serve_process):
     server = serve_process(tmp_path / "data", "--workers", "2")
     children = [psutil.Process(pid) for pid in server.children.values()]
