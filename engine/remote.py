@@ -51,7 +51,7 @@ class RemoteEngine:
     def fetch_fired(self, topic: str, after_seq: int, limit: int) -> list[FiredTimer]:
         """Read undecoded from the engine process and decoded here, off its GIL."""
         return [
-            FiredTimer(seq, records.decode_timer(message_id.decode(), raw), raw)
+            FiredTimer(seq, records.decode_delivery(message_id.decode(), raw), raw)
             for seq, message_id, raw in self._calls.call("fetch_fired_raw", topic, after_seq, limit)
         ]
 

@@ -49,7 +49,7 @@ class RemoteHub:
         if rows is None:
             return None
         return [
-            Delivered(FiredTimer(seq, records.decode_timer(message_id, raw)), attempt)
+            Delivered(FiredTimer(seq, records.decode_delivery(message_id, raw)), attempt)
             for seq, message_id, raw, attempt in rows
         ]
 

@@ -24,7 +24,16 @@ import struct
 from collections.abc import Mapping
 from functools import lru_cache
 
-from wheels.domain import MissedPolicy, Repeat, SendOptions, State, Timer, When, WhenKind
+from wheels.domain import (
+    DeliveryView,
+    MissedPolicy,
+    Repeat,
+    SendOptions,
+    State,
+    Timer,
+    When,
+    WhenKind,
+)
 
 RECORD_VERSION = 1
 _HEADER = struct.Struct(">BBBqqqqqqq")
@@ -106,6 +115,18 @@ def decode_timer(message_id: str, raw: bytes) -> Timer:
         when=When(_when_kind(when_kind & _KIND_MASK), when_value), fired_at_ms=fired_at_ms,
         acked_at_ms=acked_at_ms, cancelled_at_ms=cancelled_at_ms, ready_seq=seq,
     )  # fmt: skip
+
+
+def decode_delivery(message_id: str, raw: bytes) -> DeliveryView:
+    """What delivering a fired record needs, without building a `Timer` (no enums, no
+    frozen dataclass): 1.2 against 4.5 us a message. The delivery process and the workers
+    decode every fired message, so this is their hot path."""
+    _, _, _, _, deliver_at_ms, _, fired_at_ms, _, _, _ = _HEADER.unpack_from(raw)
+    topic, offset = _decode_str16(raw, HEADER_BYTES)
+    if raw[offset : offset + 2] == b"\x00\x00":  # no properties: most messages
+        return DeliveryView(message_id, topic, raw[offset + 2 :], {}, deliver_at_ms, fired_at_ms)
+    properties, offset = _decode_properties(raw, offset)
+    return DeliveryView(message_id, topic, raw[offset:], properties, deliver_at_ms, fired_at_ms)
 
 
 def record_state(raw: bytes) -> State:

@@ -36,6 +36,15 @@ def test_record_round_trips(timer):
     assert records.record_ready_seq(raw) == timer.ready_seq
 
 
+@given(timers)
+def test_delivery_view_has_the_timer_fields_a_delivery_carries(timer):
+    view = records.decode_delivery(timer.message_id, records.encode_timer(timer))
+    assert view == (
+        timer.message_id, timer.topic, timer.body, dict(timer.properties),
+        timer.deliver_at_ms, timer.fired_at_ms,
+    )  # fmt: skip
+
+
 @given(timers, st.integers(1, 2**62), st.integers(1, 2**62))
 def test_transition_rewrites_only_state_and_given_timestamps(timer, fired_at_ms, seq):
     raw = records.encode_timer(timer)
