@@ -200,10 +200,11 @@ def _existing_result(
             )
         return _Replacement(send, raw)
     if not timer.same_request(send.spec):
+        # Nothing of the stored message is shown: the id may belong to another client,
+        # and its topic, time or state are not this caller's to learn.
         raise AlreadyExists(
-            f"message_id={send.message_id!r}: already used by a different message "
-            f"(topic={timer.topic!r}, deliver_at_ms={timer.deliver_at_ms}, "
-            f"state={timer.state.name})"
+            f"message_id={send.message_id!r}: already used by a different message; "
+            "a retry must repeat the original topic, body, properties and time exactly"
         )
     return SendResult(timer.message_id, timer.deliver_at_ms)
 

@@ -23,6 +23,7 @@ import grpc
 
 from loadtest.accounting import Tally, histogram_of, merge_counts
 from timerwheel.client import TimerClient
+from timerwheel.credentials import PLAIN, Connection
 
 MAX_PENDING_ACKS = 32  # acks in flight per stream before the stream waits for the oldest
 
@@ -35,6 +36,7 @@ class ConsumerPlan:
     max_in_flight: int
     rpc_timeout_s: float
     hard_timeout_s: float  # the longest this process runs after the start
+    connection: Connection = PLAIN  # TLS and token for a secured server
 
 
 class Stream:
@@ -110,7 +112,10 @@ def merge_tallies(tallies: list[Tally]) -> dict:
 
 def consumer_main(plan: ConsumerPlan, channels) -> None:
     """Process entry point: subscribe, say ready, consume until told to stop, report."""
-    client = TimerClient(plan.target, timeout_s=plan.rpc_timeout_s)
+    client = TimerClient(
+        plan.target, timeout_s=plan.rpc_timeout_s,
+        tls=plan.connection.tls, token=plan.connection.token,
+    )  # fmt: skip
     streams: list[Stream] = []
     try:
         client.wait_ready(timeout_s=30)

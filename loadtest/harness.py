@@ -40,6 +40,7 @@ from loadtest.producer import ProducerPlan, producer_main
 from loadtest.scenarios import Scenario
 from loadtest.server_proc import SpawnedServer, StatsSampler
 from timerwheel.client import TimerClient
+from timerwheel.credentials import PLAIN, Connection
 
 log = structlog.get_logger("timerwheel.loadtest")
 
@@ -68,15 +69,22 @@ def run(
     serve_flags: Sequence[str] = (),
     keep_data: bool = False,
     progress: bool = True,
+    connection: Connection = PLAIN,
 ) -> dict:
     """Run `scenario` and return its figures (see loadtest.figures); never raises on a
-    failed accounting (that is in the figures' `problems`), only on a harness failure."""
+    failed accounting (that is in the figures' `problems`), only on a harness failure.
+
+    `connection` (TLS, token) is how every process dials a secured `target`; the token
+    needs role admin, since the harness sends, consumes and reads Stats."""
     load_before = os.getloadavg()
     with _server(target, serve_flags, keep_data) as (address, spawned):
-        client = TimerClient(address, timeout_s=scenario.rpc_timeout_s)
+        client = TimerClient(
+            address, timeout_s=scenario.rpc_timeout_s,
+            tls=connection.tls, token=connection.token,
+        )  # fmt: skip
         try:
             _connect(client, address)
-            outcome = Run(scenario, address, progress).execute(client, spawned)
+            outcome = Run(scenario, address, progress, connection).execute(client, spawned)
         finally:
             client.close()
     return figures(scenario, outcome, load_before, os.getloadavg(), target or "spawned")
@@ -103,9 +111,12 @@ def _server(
 
 
 class Run:
-    def __init__(self, scenario: Scenario, target: str, show_progress: bool) -> None:
+    def __init__(
+        self, scenario: Scenario, target: str, show_progress: bool, connection: Connection
+    ) -> None:
         self.scenario = scenario
         self.target = target
+        self.connection = connection
         self.show_progress = show_progress
         self.ctx = mp.get_context("spawn")
         producers, consumers = scenario.producers, scenario.consumers
@@ -155,7 +166,7 @@ class Run:
         for index in range(scenario.consumers):
             plan = ConsumerPlan(
                 index, self.target, self._topics_of(index), scenario.max_in_flight,
-                scenario.rpc_timeout_s, hard_timeout_s,
+                scenario.rpc_timeout_s, hard_timeout_s, self.connection,
             )  # fmt: skip
             self._spawn(consumer_main, plan, f"lt-consumer-{index}")
         for index in range(scenario.producers):
@@ -178,7 +189,7 @@ class Run:
             delay_ms=s.scaled_delay_ms, burst_offset_ms=burst_offset_ms,
             burst_window_ms=s.burst_window_ms, cancel_share=s.cancel_share,
             max_outstanding=s.max_outstanding, rpc_timeout_s=s.rpc_timeout_s,
-            seed=int(self.run_id, 16) + index,
+            seed=int(self.run_id, 16) + index, connection=self.connection,
         )  # fmt: skip
 
     def _spawn(self, main, plan, name: str) -> None:

@@ -34,6 +34,7 @@ from loadtest.accounting import (
 )
 from loadtest.pacing import DeliverTimes, Pacer, encode_body, padding_for
 from timerwheel.client import TimerClient
+from timerwheel.credentials import PLAIN, Connection
 from timerwheel.v1 import timerwheel_pb2 as pb
 
 # Codes after which the server certainly stored nothing (a batch is all or none).
@@ -71,6 +72,7 @@ class ProducerPlan:
     max_outstanding: int
     rpc_timeout_s: float
     seed: int
+    connection: Connection = PLAIN  # TLS and token for a secured server
 
 
 class Producer:
@@ -243,7 +245,10 @@ class Producer:
 
 def producer_main(plan: ProducerPlan, channels) -> None:
     """Process entry point: connect, say ready, wait for the start, send, report."""
-    client = TimerClient(plan.target, timeout_s=plan.rpc_timeout_s)
+    client = TimerClient(
+        plan.target, timeout_s=plan.rpc_timeout_s,
+        tls=plan.connection.tls, token=plan.connection.token,
+    )  # fmt: skip
     try:
         client.wait_ready(timeout_s=30)
         producer = Producer(plan, client)

@@ -1,9 +1,12 @@
-"""TimerAdmin: operator endpoints (Stats, Export), proto <-> engine translation only."""
+"""TimerAdmin: operator endpoints (Stats, Export), proto <-> engine translation only.
+
+Export writes only below the server's export root (store.export_root): switched off
+(FAILED_PRECONDITION) when none is configured, one at a time, and only with room to spare.
+"""
 
 from __future__ import annotations
 
 import contextlib
-import os
 
 import grpc
 import psutil
@@ -12,19 +15,11 @@ from engine.engine import Engine
 from server.delivery import DeliveryHub
 from server.errors import rpc_errors
 from store import keys
+from store.export_root import dir_bytes, resolve_in_root
 from timerwheel.v1 import timerwheel_pb2 as pb
 from timerwheel.v1 import timerwheel_pb2_grpc as pb_grpc
 from wheels.domain import FailedPrecondition, InvalidArgument
-
-
-def dir_bytes(path: str) -> int:
-    """Bytes of the regular files under `path` (RocksDB's SSTs, WAL, manifest)."""
-    total = 0
-    for root, _, files in os.walk(path):
-        for name in files:
-            with contextlib.suppress(FileNotFoundError):  # compaction removed it meanwhile
-                total += os.stat(os.path.join(root, name)).st_size
-    return total
+from wheels.security_settings import SecuritySettings
 
 
 def server_processes(root_pid: int | None) -> list[psutil.Process]:
@@ -51,9 +46,13 @@ def _cpu_and_rss(processes: list[psutil.Process]) -> tuple[float, int]:
 
 
 class TimerAdmin(pb_grpc.TimerAdminServicer):
-    def __init__(self, engine: Engine, hub: DeliveryHub, root_pid: int | None = None) -> None:
+    def __init__(
+        self, engine: Engine, hub: DeliveryHub, security: SecuritySettings,
+        root_pid: int | None = None,
+    ) -> None:  # fmt: skip
         self._engine = engine
         self._hub = hub
+        self._security = security
         self._root_pid = root_pid
 
     def Stats(self, request: pb.StatsRequest, context: grpc.ServicerContext) -> pb.StatsResponse:
@@ -74,17 +73,25 @@ class TimerAdmin(pb_grpc.TimerAdminServicer):
 
     def Export(self, request: pb.ExportRequest, context: grpc.ServicerContext) -> pb.ExportResponse:
         with rpc_errors(context, "Export"):
-            if not request.out_dir:
-                raise InvalidArgument("out_dir", request.out_dir, "must name a directory")
+            root = self._security.export_root
+            if not root:
+                raise FailedPrecondition(
+                    "Export is switched off on this server: start it with --export-root DIR "
+                    "(exports are then written only below DIR), or export a stopped "
+                    "server's store with `timerwheel export --data-dir`"
+                )
             if request.max_rows_per_file < 0:
                 raise InvalidArgument(
                     "max_rows_per_file", request.max_rows_per_file, "must be >= 0 (0: default)"
                 )
-            try:
-                summary = self._engine.export(request.out_dir, request.max_rows_per_file)
-            except OSError as exc:  # e.g. no permission on, or no space in, out_dir
+            out_dir = resolve_in_root(root, request.out_dir)
+            reserve = self._security.export_reserve_bytes
+            try:  # one at a time and the space check: the engine's (it may be remote)
+                summary = self._engine.export(out_dir, request.max_rows_per_file, reserve)
+            except OSError as exc:  # e.g. no permission below the root
                 raise FailedPrecondition(
-                    f"out_dir={request.out_dir!r}: cannot write the export: {exc}"
+                    f"out_dir={request.out_dir!r}: cannot write the export: "
+                    f"{exc.strerror or type(exc).__name__}"
                 ) from exc
             return pb.ExportResponse(
                 out_dir=summary.out_dir,

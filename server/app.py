@@ -30,10 +30,13 @@ from engine.engine import Engine
 from engine.system_clock import SystemClock
 from server.admin_service import TimerAdmin
 from server.delivery import DeliveryHub
+from server.guard import RequestGuard
+from server.protection import UNPROTECTED, Protection, listen, load_protection, log_protection
 from server.service import TimerService
 from timerwheel.v1 import timerwheel_pb2 as pb
 from timerwheel.v1 import timerwheel_pb2_grpc as pb_grpc
 from wheels.clock import Clock
+from wheels.security_settings import SecuritySettings
 from wheels.settings import Settings
 
 log = structlog.get_logger("timerwheel.server")
@@ -47,11 +50,12 @@ def bind_address(host: str, port: int) -> str:
 
 def build_grpc_server(
     settings: Settings, engine: object, hub: object, *, reuse_port: bool = False,
-    stats_root_pid: int | None = None,
+    stats_root_pid: int | None = None, protection: Protection = UNPROTECTED,
 ) -> tuple[grpc.Server, health.HealthServicer]:  # fmt: skip
     """The gRPC server with every service on it, not yet bound: TimerService and TimerAdmin
     over `engine` and `hub` (in-process objects, or the remote ones of a worker process),
-    health and reflection.
+    health and reflection, behind the request guard (server.guard: tokens and roles from
+    `protection`, undecodable requests).
 
     `reuse_port`: the worker processes of `timerwheel serve --workers N` all listen on one
     port (SO_REUSEPORT; the kernel spreads connections over them). Off otherwise, so a
@@ -67,9 +71,11 @@ def build_grpc_server(
             ("grpc.max_send_message_length", -1),
             ("grpc.so_reuseport", 1 if reuse_port else 0),
         ],
+        interceptors=[RequestGuard(protection.tokens, engine.topic_of)],
     )
     pb_grpc.add_TimerServiceServicer_to_server(TimerService(engine, hub), server)
-    pb_grpc.add_TimerAdminServicer_to_server(TimerAdmin(engine, hub, stats_root_pid), server)
+    admin = TimerAdmin(engine, hub, protection.security, stats_root_pid)
+    pb_grpc.add_TimerAdminServicer_to_server(admin, server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
@@ -84,20 +90,28 @@ def set_serving(health_servicer: health.HealthServicer) -> None:
 
 
 class TimerServer:
-    """One service instance: engine + delivery hub + gRPC server, bound at construction."""
+    """One service instance: engine + delivery hub + gRPC server, bound at construction.
 
-    def __init__(self, settings: Settings, clock: Clock | None = None) -> None:
+    Security (docs/security.md) is checked before the store is opened: a non-loopback
+    host without TLS and tokens (unless `insecure`), an unreadable certificate or token
+    file, or a missing export root raise SettingsError and nothing is opened or bound.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        clock: Clock | None = None,
+        security: SecuritySettings | None = None,
+    ) -> None:
         self.settings = settings
+        self.protection = load_protection(settings.host, security or SecuritySettings())
         self.engine = Engine(settings, clock or SystemClock())
         self.hub: DeliveryHub | None = None
         try:
             self.hub = DeliveryHub(self.engine, settings)
             self._grpc = self._build_grpc()
             address = bind_address(settings.host, settings.port)
-            try:
-                self.port = self._grpc.add_insecure_port(address)
-            except RuntimeError as exc:
-                raise OSError(f"cannot listen on {address}: {exc}") from exc
+            self.port = listen(self._grpc, address, self.protection.security)
         except BaseException:
             if self.hub is not None:
                 self.hub.close()
@@ -107,7 +121,9 @@ class TimerServer:
         self._stop_lock = threading.Lock()
 
     def _build_grpc(self) -> grpc.Server:
-        server, self.health = build_grpc_server(self.settings, self.engine, self.hub)
+        server, self.health = build_grpc_server(
+            self.settings, self.engine, self.hub, protection=self.protection
+        )
         return server
 
     @property
@@ -123,6 +139,7 @@ class TimerServer:
             data_dir=self.settings.data_dir, workers=self.settings.grpc_workers,
             max_subscribers=self.settings.max_subscribers,
         )  # fmt: skip
+        log_protection(self.protection)
         return self
 
     def stop(self, grace_s: float | None = None) -> None:

@@ -39,6 +39,7 @@ import structlog
 
 from engine.host import run_engine_process
 from server.delivery_host import run_delivery_process
+from server.protection import UNPROTECTED, Protection
 from server.worker import run_worker_process
 from wheels.settings import Settings
 
@@ -81,7 +82,10 @@ def check_port(host: str, port: int) -> int:
 
 
 class Supervisor:
-    def __init__(self, settings: Settings, workers: int, log_args: tuple[str, str]) -> None:
+    def __init__(
+        self, settings: Settings, workers: int, log_args: tuple[str, str],
+        protection: Protection = UNPROTECTED,
+    ) -> None:  # fmt: skip
         self._context = multiprocessing.get_context("spawn")
         self._runtime_dir = tempfile.mkdtemp(prefix="timerwheel-")
         engine_path = os.path.join(self._runtime_dir, "engine.sock")
@@ -97,7 +101,8 @@ class Supervisor:
             Child("delivery", 0, run_delivery_process,
                   (settings, engine_path, delivery_path, authkey, pid, log_args)),
             *(Child("worker", index, run_worker_process,
-                    (settings, index, engine_path, delivery_path, authkey, pid, log_args))
+                    (settings, index, engine_path, delivery_path, authkey, pid, log_args,
+                     protection))
               for index in range(workers)),
         ]  # fmt: skip
         self._stopping = threading.Event()

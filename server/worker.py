@@ -21,6 +21,7 @@ from engine.proc import become_child, wait_for_stop
 from engine.remote import RemoteEngine
 from engine.system_clock import SystemClock
 from server.app import bind_address, build_grpc_server, set_serving
+from server.protection import Protection, listen
 from server.remote_hub import RemoteHub
 from wheels.settings import Settings
 
@@ -29,9 +30,10 @@ log = structlog.get_logger("timerwheel.worker")
 
 def run_worker_process(
     settings: Settings, index: int, engine_path: str, delivery_path: str, authkey: bytes,
-    parent_pid: int, log_args: tuple[str, str], ready: Connection,
+    parent_pid: int, log_args: tuple[str, str], protection: Protection, ready: Connection,
 ) -> None:  # fmt: skip
-    """Entry point of worker `index` (multiprocessing, spawn)."""
+    """Entry point of worker `index` (multiprocessing, spawn). `protection` was loaded and
+    checked by `timerwheel serve` before any process started (server.protection)."""
     from cli.log_config import configure_logging
 
     stop = become_child(parent_pid)
@@ -39,13 +41,13 @@ def run_worker_process(
     engine = RemoteEngine(settings, CallClient(engine_path, authkey, "engine"), SystemClock())
     hub = RemoteHub(delivery_path, authkey)
     server, health = build_grpc_server(
-        settings, engine, hub, reuse_port=True, stats_root_pid=parent_pid
+        settings, engine, hub, reuse_port=True, stats_root_pid=parent_pid, protection=protection
     )
     address = bind_address(settings.host, settings.port)
     try:
-        port = server.add_insecure_port(address)
-    except RuntimeError as exc:
-        ready.send(("failed", f"cannot listen on {address}: {exc}"))
+        port = listen(server, address, protection.security)
+    except Exception as exc:  # OSError, or TLS files changed since the start's check
+        ready.send(("failed", str(exc)))
         raise SystemExit(1) from exc
     server.start()
     set_serving(health)

@@ -25,6 +25,7 @@ import pytest
 from server.app import TimerServer
 from timerwheel.client import RemoteError, TimerClient
 from timerwheel.v1 import timerwheel_pb2 as pb
+from wheels.security_settings import SecuritySettings
 from wheels.settings import Settings
 
 WAIT_S = 10.0  # generous: the suite runs beside other work on 2 cores
@@ -37,13 +38,16 @@ def wall_ms() -> int:
 # == in-process server ======================================================================
 @pytest.fixture
 def make_server(tmp_path: Path) -> Iterator[Callable[..., TimerServer]]:
-    """`make_server(**settings)`: a started server on port 0 over a data dir in tmp_path."""
+    """`make_server(**settings)`: a started server on port 0 over a data dir in tmp_path
+    (`security=SecuritySettings(...)` for TLS, tokens or an export root)."""
     servers: list[TimerServer] = []
 
-    def make(data_dir: str | None = None, **changes: object) -> TimerServer:
+    def make(
+        data_dir: str | None = None, security: SecuritySettings | None = None, **changes: object
+    ) -> TimerServer:
         changes.setdefault("sync_writes", False)  # fsync per commit is tested by the crash tests
         settings = Settings(data_dir=data_dir or str(tmp_path / "data"), port=0, **changes)
-        server = TimerServer(settings).start()
+        server = TimerServer(settings, security=security).start()
         servers.append(server)
         return server
 

@@ -318,17 +318,21 @@ def test_export_cli_from_a_stopped_data_dir(store_dir, tmp_path, capsys):
     assert "is not empty" in capsys.readouterr().err
 
 
-def test_export_cli_from_a_live_server(server, tmp_path, capsys):
-    """--target: the running server (TimerAdmin.Export) writes the cut."""
+def test_export_cli_from_a_live_server(make_server, tmp_path, capsys):
+    """--target: the running server (TimerAdmin.Export) writes the cut below its export root."""
     from cli.main import main
     from timerwheel.client import TimerClient
+    from wheels.security_settings import SecuritySettings
 
+    root = tmp_path / "exports"
+    root.mkdir()
+    server = make_server(security=SecuritySettings(export_root=str(root), export_reserve_bytes=0))
     with TimerClient(server.target, timeout_s=30) as client:
         for i in range(3):
             client.send("cli", b"body", delay_ms=3_600_000 + i)
-    out_dir = str(tmp_path / "export")
-    assert main(["export", "--target", server.target, "--out", out_dir]) == 0
+    out_dir = str(root / "export")
+    assert main(["export", "--target", server.target, "--out", "export"]) == 0
     assert f"to {out_dir} in" in capsys.readouterr().out
     assert load_manifest(out_dir)["totals"]["families"]["messages"]["rows"] == 3
-    assert main(["export", "--target", server.target, "--out", out_dir]) == 1
+    assert main(["export", "--target", server.target, "--out", "export"]) == 1
     assert "is not empty" in capsys.readouterr().err

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import grpc
 from conftest import WAIT_S, Collector, status_of, wall_ms
@@ -13,6 +14,7 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
 )
 
 from timerwheel.client import TimerClient
+from wheels.security_settings import SecuritySettings
 
 
 def test_health_answers_serving(client):
@@ -58,19 +60,58 @@ def test_stats_reports_process_store_and_backlog(client, collectors):
     assert collector.ids() == [fired.message_id] and client.stats().unacked == 0
 
 
-def test_export_writes_a_cut_on_the_server(client, tmp_path):
-    sent = client.send_batch([TimerClient.request("e", b"x", delay_ms=60_000) for _ in range(30)])
-    out = tmp_path / "export"
-    result = client.export(str(out))
-    assert result.out_dir == str(out) and result.files >= 1 and result.rows >= 2 * len(sent)
-    assert abs(result.cut_at_ms - wall_ms()) < WAIT_S * 1000 and result.seconds >= 0
-    manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest  # the format itself is store.export's to test
-    assert any(name.endswith(".sst") for name in os.listdir(out))
+def _exporting_server(make_server, tmp_path, reserve_bytes: int = 0):
+    root = tmp_path / "exports"
+    root.mkdir(exist_ok=True)
+    security = SecuritySettings(export_root=str(root), export_reserve_bytes=reserve_bytes)
+    server = make_server(security=security)
+    return server, TimerClient(server.target, timeout_s=WAIT_S), root
 
-    again = status_of(lambda: client.export(str(out)))
-    assert again.code == grpc.StatusCode.FAILED_PRECONDITION and str(out) in again.details
-    empty = status_of(lambda: client.export(""))
-    assert empty.code == grpc.StatusCode.INVALID_ARGUMENT and "out_dir=''" in empty.details
-    rows = status_of(lambda: client.export(str(tmp_path / "other"), max_rows_per_file=-1))
-    assert rows.code == grpc.StatusCode.INVALID_ARGUMENT and "max_rows_per_file=-1" in rows.details
+
+def test_export_writes_a_cut_below_the_export_root(make_server, tmp_path):
+    _, client, root = _exporting_server(make_server, tmp_path)
+    with client:
+        sent = client.send_batch([TimerClient.request("e", b"x", delay_ms=60_000)] * 30)
+        result = client.export("nightly/one")
+        out = root / "nightly" / "one"
+        assert result.out_dir == str(out) and result.files >= 1 and result.rows >= 2 * len(sent)
+        assert abs(result.cut_at_ms - wall_ms()) < WAIT_S * 1000 and result.seconds >= 0
+        manifest = json.loads((out / "manifest.json").read_text())
+        assert manifest  # the format itself is store.export's to test
+        assert any(name.endswith(".sst") for name in os.listdir(out))
+
+        again = status_of(lambda: client.export("nightly/one"))
+        assert again.code == grpc.StatusCode.FAILED_PRECONDITION and "not empty" in again.details
+        empty = status_of(lambda: client.export(""))
+        assert empty.code == grpc.StatusCode.INVALID_ARGUMENT and "out_dir=''" in empty.details
+        rows = status_of(lambda: client.export("other", max_rows_per_file=-1))
+        assert rows.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert "max_rows_per_file=-1" in rows.details
+        assert sorted(os.listdir(root)) == ["nightly"]  # the refusals wrote nothing
+
+
+def test_export_is_off_without_an_export_root(client, tmp_path):
+    error = status_of(lambda: client.export("x"))
+    assert error.code == grpc.StatusCode.FAILED_PRECONDITION
+    assert "--export-root" in error.details
+
+
+def test_export_is_refused_when_it_would_eat_the_reserve(make_server, tmp_path):
+    free = shutil.disk_usage(tmp_path).free
+    _, client, root = _exporting_server(make_server, tmp_path, reserve_bytes=free + 1)
+    with client:
+        error = status_of(lambda: client.export("big"))
+    assert error.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "export_reserve_bytes" in error.details
+    assert os.listdir(root) == []
+
+
+def test_one_export_at_a_time(make_server, tmp_path):
+    server, client, root = _exporting_server(make_server, tmp_path)
+    with client:
+        with server.engine.export_slot.take():  # an export in progress holds the slot
+            busy = status_of(lambda: client.export("second"))
+            assert busy.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "already running" in busy.details
+            assert os.listdir(root) == []
+        assert client.export("second").out_dir == str(root / "second")  # free again

@@ -153,6 +153,9 @@ def test_idempotent_resend(client):
         )
         assert error.code == grpc.StatusCode.ALREADY_EXISTS
         assert "order-1" in error.details
+        # The stored message's content stays hidden: the id may be someone else's.
+        for secret in ("orders", str(first.deliver_at_ms), "SCHEDULED"):
+            assert secret not in error.details
     assert client.get("order-1").body == b"x"
 
     fired = client.send("orders", b"now", delay_ms=0, message_id="order-2")

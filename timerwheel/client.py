@@ -11,6 +11,9 @@ server's message. For throughput, build requests once with `TimerClient.request(
 use `send_batch` / `send_batch_future` (one RPC, one group commit per batch), and
 `consume`, which acks each batch with a pipelined (non-blocking) Ack. The raw stubs are
 `client.service`, `client.admin` and `client.health` for anything else.
+
+A secured server (docs/security.md): `TimerClient(target, tls=Tls(ca_file=...),
+token=...)`; see `timerwheel.credentials`.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from timerwheel.credentials import Tls, open_channel
 from timerwheel.v1 import timerwheel_pb2 as pb
 from timerwheel.v1 import timerwheel_pb2_grpc as pb_grpc
 from wheels.domain import SendResult, State, TimerwheelError
@@ -73,10 +77,18 @@ class Subscription:
 
 
 class TimerClient:
-    def __init__(self, target: str = DEFAULT_TARGET, *, timeout_s: float | None = 30.0) -> None:
+    def __init__(
+        self,
+        target: str = DEFAULT_TARGET,
+        *,
+        timeout_s: float | None = 30.0,
+        tls: Tls | bool | None = None,
+        token: str | None = None,
+    ) -> None:
+        """`tls`: a `Tls` (or True: the system's trusted roots); `token`: the bearer token."""
         self.target = target
         self.timeout_s = timeout_s
-        self.channel = grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
+        self.channel = open_channel(target, tls, token, CHANNEL_OPTIONS)
         self.service = pb_grpc.TimerServiceStub(self.channel)
         self.admin = pb_grpc.TimerAdminStub(self.channel)
         self.health = health_pb2_grpc.HealthStub(self.channel)

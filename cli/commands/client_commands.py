@@ -7,7 +7,9 @@
     timerwheel cancel MESSAGE_ID
     timerwheel list --topic orders [--from +0s] [--to +1h] [--limit 100] [--all] [--json]
 
-Every command takes --target HOST:PORT (default $TIMERWHEEL_TARGET or 127.0.0.1:7070).
+Every command takes --target HOST:PORT (default $TIMERWHEEL_TARGET or 127.0.0.1:7070),
+and for a secured server --tls-ca FILE [--tls-cert FILE --tls-key FILE] and
+--token-file FILE (or $TIMERWHEEL_TOKEN); see docs/security.md.
 Exit codes: 0 done, 1 refused by the server (not found, bad input, unreachable: the
 message says which), 2 bad command line.
 """
@@ -23,6 +25,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from cli.config import parse_duration_ms
+from cli.connection import add_connection_flags, connection_from_args
 from wheels.domain import State
 
 DEFAULT_TARGET = "127.0.0.1:7070"
@@ -69,6 +72,7 @@ def _parser(subparsers: argparse._SubParsersAction, name: str, text: str, func: 
         help="HOST:PORT of the server (default $TIMERWHEEL_TARGET or 127.0.0.1:7070)",
     )  # fmt: skip
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds per call")
+    add_connection_flags(parser)
     parser.set_defaults(func=lambda args: _run(name, func, args))
     return parser
 
@@ -78,7 +82,14 @@ def _run(name: str, func: Callable, args: argparse.Namespace) -> int:
     from timerwheel.client import RemoteError, TimerClient  # grpc only when a command runs
 
     try:
-        with TimerClient(args.target, timeout_s=args.timeout) as client:
+        try:
+            connection = connection_from_args(args)
+            client = TimerClient(
+                args.target, timeout_s=args.timeout, tls=connection.tls, token=connection.token
+            )
+        except ValueError as exc:
+            raise UsageError(str(exc)) from exc
+        with client:
             return func(client, args)
     except UsageError as exc:
         print(f"timerwheel {name}: {exc}", file=sys.stderr)

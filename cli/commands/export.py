@@ -1,18 +1,21 @@
 """`timerwheel export`: a consistent cut of the store as SST files plus manifest.json.
 
-    timerwheel export --out DIR --data-dir DATA    # a stopped store, read directly
-    timerwheel export --out DIR --target HOST:PORT # a running server (TimerAdmin.Export)
+    timerwheel export --out DIR --data-dir DATA     # a stopped store, read directly
+    timerwheel export --out NAME --target HOST:PORT # a running server (TimerAdmin.Export)
 
-With --target the *server* writes DIR, so DIR is a path on the server's machine.
+With --target the *server* writes the export, and only below its export root
+(`serve --export-root ROOT`, off by default): NAME is a folder relative to ROOT, e.g.
+`nightly/2026-01-01`. A secured server also takes --tls-ca, --tls-cert/--tls-key and
+--token-file (an admin token); see docs/security.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 
+from cli.connection import add_connection_flags, connection_from_args
 from wheels.domain import TimerwheelError
 
 
@@ -26,11 +29,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--data-dir", help="a stopped server's data dir, exported directly")
     source.add_argument("--target", help="HOST:PORT of a running server, which writes --out")
-    parser.add_argument("--out", required=True, help="output dir: must be new or empty")
+    parser.add_argument(
+        "--out", required=True,
+        help="output dir, new or empty (with --target: relative to the server's export root)",
+    )  # fmt: skip
     parser.add_argument(
         "--max-rows-per-file", type=int, default=0,
         help="rows per SST file (0: the default, 500000)",
     )  # fmt: skip
+    add_connection_flags(parser)
     parser.set_defaults(func=run)
 
 
@@ -67,12 +74,18 @@ def _export_stopped(args: argparse.Namespace) -> int:
 def _export_live(args: argparse.Namespace) -> int:
     from timerwheel.client import TimerClient  # the gRPC client (TimerAdmin.Export)
 
-    # The server writes the files; an absolute path means the same on both ends when they
-    # share a machine (for a remote server, give a path on that machine).
-    out_dir = os.path.abspath(args.out)
-    print(f"asking {args.target} to export to {out_dir} ...", file=sys.stderr, flush=True)
-    with TimerClient(args.target, timeout_s=None) as client:
-        result = client.export(out_dir, args.max_rows_per_file)
+    try:
+        connection = connection_from_args(args)
+        client = TimerClient(
+            args.target, timeout_s=None, tls=connection.tls, token=connection.token
+        )
+    except ValueError as exc:
+        print(f"timerwheel export: {exc}", file=sys.stderr)
+        return 2
+    # The server resolves --out below its export root; no local path means anything there.
+    print(f"asking {args.target} to export to {args.out} ...", file=sys.stderr, flush=True)
+    with client:
+        result = client.export(args.out, args.max_rows_per_file)
     rate = result.rows / 2 / result.seconds if result.seconds else 0.0
     print(
         f"server {args.target} exported {result.rows:,} rows ({result.files} files) to "

@@ -6,6 +6,7 @@
     timerwheel loadtest --scenario cancel --cancel-share 0.5
     timerwheel loadtest --scenario backlog --count 10000000
     timerwheel loadtest --scenario tdmq --target 127.0.0.1:7070   # a running server
+    timerwheel loadtest --scenario smoke --target HOST:PORT --tls-ca ca.pem --token-file admin.token
 
 Without --target a server is spawned (`timerwheel serve` on a temporary data dir,
 127.0.0.1, port 0) and always stopped afterwards; --serve-flag passes flags to it, e.g.
@@ -20,6 +21,7 @@ import argparse
 import ipaddress
 import sys
 
+from cli.connection import add_connection_flags, connection_from_args
 from loadtest.scenarios import SCENARIOS, ScenarioError, scenario
 
 # flag -> (Scenario field, type, help)
@@ -68,6 +70,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     for flag, (name, kind, text) in OVERRIDES.items():
         parser.add_argument(flag, dest=name, type=kind, help=text)
+    add_connection_flags(parser)  # for --target: the token needs role admin
     parser.set_defaults(func=run)
 
 
@@ -86,7 +89,8 @@ def run(args: argparse.Namespace) -> int:
         chosen = scenario(args.scenario).with_overrides(
             **{name: getattr(args, name) for name, _, _ in OVERRIDES.values()}
         )
-    except ScenarioError as exc:
+        connection = connection_from_args(args)
+    except (ScenarioError, ValueError) as exc:
         print(f"timerwheel loadtest: {exc}", file=sys.stderr)
         return 2
     from cli.log_config import configure_logging
@@ -97,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         fig = harness.run(
             chosen, target=args.target, serve_flags=args.serve_flag, keep_data=args.keep_data,
-            progress=not args.no_progress,
+            progress=not args.no_progress, connection=connection,
         )  # fmt: skip
     except (RuntimeError, TimeoutError, OSError) as exc:  # the harness itself could not run
         print(f"timerwheel loadtest: {exc}", file=sys.stderr)

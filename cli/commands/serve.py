@@ -5,12 +5,17 @@
     timerwheel serve --port 0 --port-file /tmp/tw.port   # any free port, written there
     timerwheel serve --config timerwheel.toml --ack-timeout 10s --set max_unacked=50000
     timerwheel serve --workers 4                      # 4 gRPC processes (default: one per core)
+    timerwheel serve --host 0.0.0.0 --tls-cert server.pem --tls-key server.key \
+        --auth-tokens tokens.toml [--tls-client-ca clients-ca.pem] [--export-root /srv/exports]
 
 Settings: defaults < --config TOML < TIMERWHEEL_<SETTING> environment < flags (see
 cli.config). The server runs as processes (server.supervisor): the engine (RocksDB and the
 single writer), delivery, and --workers gRPC workers sharing the port; --single-process
 runs it all in this one. SIGTERM or Ctrl-C stops it gracefully: no new calls, calls in
 progress finish, queued writes are committed, RocksDB is closed; the next start resumes.
+
+Security (docs/security.md): a host other than loopback needs TLS and tokens, or
+--insecure; TimerAdmin.Export is off until --export-root names where it may write.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import structlog
 
 from cli.config import load_settings, parse_assignment
 from cli.log_config import FORMATS, LEVELS, configure_logging
+from wheels.security_settings import SecuritySettings
 from wheels.settings import SettingsError
 
 log = structlog.get_logger("timerwheel.serve")
@@ -71,6 +77,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--set", dest="assignments", action="append", default=[], metavar="NAME=VALUE",
         help="any other setting by its Settings name, e.g. --set delivery_batch_max=1000",
     )  # fmt: skip
+    _register_security(parser)
     parser.add_argument("--port-file", help="write the bound port here once serving")
     parser.add_argument("--log-level", choices=LEVELS, default="info")
     parser.add_argument(
@@ -94,9 +101,46 @@ def settings_from_args(args: argparse.Namespace):
     return load_settings(args.config, overrides=overrides)
 
 
+def _register_security(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("security (docs/security.md)")
+    group.add_argument("--tls-cert", metavar="FILE", help="server certificate chain (PEM)")
+    group.add_argument("--tls-key", metavar="FILE", help="private key of --tls-cert (PEM)")
+    group.add_argument(
+        "--tls-client-ca", metavar="FILE",
+        help="mutual TLS: accept only clients with a certificate signed by this CA",
+    )  # fmt: skip
+    group.add_argument(
+        "--auth-tokens", metavar="FILE",
+        help="TOML file of bearer tokens and their roles (producer, consumer, admin)",
+    )  # fmt: skip
+    group.add_argument(
+        "--insecure", action="store_true",
+        help="allow a non-loopback --host without TLS and tokens (logged as a warning)",
+    )  # fmt: skip
+    group.add_argument(
+        "--export-root", metavar="DIR",
+        help="TimerAdmin.Export writes only below DIR (Export is off without it)",
+    )  # fmt: skip
+    group.add_argument(
+        "--export-reserve", metavar="BYTES", type=int,
+        help="refuse an export that would leave less free space than this (default 1 GiB)",
+    )  # fmt: skip
+
+
+def security_from_args(args: argparse.Namespace) -> SecuritySettings:
+    values = {
+        "tls_cert_file": args.tls_cert, "tls_key_file": args.tls_key,
+        "tls_client_ca_file": args.tls_client_ca, "auth_tokens_file": args.auth_tokens,
+        "export_root": args.export_root, "export_reserve_bytes": args.export_reserve,
+    }  # fmt: skip
+    given = {name: value for name, value in values.items() if value is not None}
+    return SecuritySettings(insecure=args.insecure, **given)
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         settings = settings_from_args(args)
+        security = security_from_args(args)
     except SettingsError as exc:
         print(f"timerwheel serve: {exc}", file=sys.stderr)
         return 2
@@ -110,19 +154,26 @@ def run(args: argparse.Namespace) -> int:
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
+        from server.protection import load_protection  # heavy imports after the cheap checks
+
+        try:  # before anything is opened or bound (and before any process starts)
+            protection = load_protection(settings.host, security)
+        except SettingsError as exc:
+            print(f"timerwheel serve: {exc}", file=sys.stderr)
+            return 2
         if settings.single_process:
-            return _serve_in_process(settings, args, stop, received)
-        return _serve_processes(settings, args, stop, received)
+            return _serve_in_process(settings, security, args, stop, received)
+        return _serve_processes(settings, protection, args, stop, received)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
 
-def _serve_in_process(settings, args, stop: threading.Event, received: list[str]) -> int:
+def _serve_in_process(settings, security, args, stop: threading.Event, received: list[str]) -> int:
     from server.app import TimerServer  # heavy imports after the cheap checks
 
     try:
-        server = TimerServer(settings)
+        server = TimerServer(settings, security=security)
     except Exception as exc:
         log.error("server_start_failed", error=str(exc), data_dir=settings.data_dir)
         return 1
@@ -138,16 +189,18 @@ def _serve_in_process(settings, args, stop: threading.Event, received: list[str]
     return 0
 
 
-def _serve_processes(settings, args, stop: threading.Event, received: list[str]) -> int:
+def _serve_processes(settings, protection, args, stop: threading.Event, received: list[str]) -> int:
+    from server.protection import log_protection
     from server.supervisor import StartFailed, Supervisor
 
     workers = settings.workers or os.cpu_count() or 1
     log_args = (args.log_level, "json" if _log_is_json(args.log_format) else "console")
     try:
-        supervisor = Supervisor(settings, workers, log_args).start()
+        supervisor = Supervisor(settings, workers, log_args, protection).start()
     except StartFailed as exc:
         log.error("server_start_failed", error=str(exc), data_dir=settings.data_dir)
         return 1
+    log_protection(protection)
     code = 0
     try:
         if args.port_file:

@@ -1,0 +1,150 @@
+"""Who may call what: the role table and the topic checks of each TimerService method.
+
+| method    | producer        | consumer        | admin |
+|-----------|-----------------|-----------------|-------|
+| Send, SendBatch, List, Count | its topics | - | yes  |
+| Cancel, Reschedule | its topics (by id) | -   | yes   |
+| Get       | its topics (by id) | its topics (by id) | yes |
+| Subscribe, Ack, Nack | -    | its topics      | yes   |
+| TimerAdmin (Export, Stats) and any method not listed | - | - | yes |
+
+"Its topics" is a token's `topics` prefixes (no prefixes: every topic). A request that
+names a topic is checked before it runs; for a send that is its topic and, when given,
+its dead-letter topic. Cancel, Get and Reschedule name only an id, so the stored timer's
+topic is looked up: when it is outside the token's prefixes the answer is the same
+NOT_FOUND an unknown id gets, so nothing about other topics' messages leaks, not even
+that the id exists. A send with a client-chosen id that another topic's message holds is
+refused with the ALREADY_EXISTS a conflicting resend gets (so if_exists REPLACE or KEEP
+cannot overwrite or read it). An Ack or Nack for another topic's ids needs no look-up:
+the engine acts only on ids in flight on the request's topic, which is checked here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import grpc
+
+from server.tokens import Principal, Role
+
+SERVICE_PREFIX = "/timerwheel.v1."
+TIMER_SERVICE = "/timerwheel.v1.TimerService/"
+
+FieldValues = Callable[[object], list[tuple[str, str]]]  # request -> [(field, value)]
+TopicOfId = Callable[[str], str | None]  # stored timer's topic, None when there is none
+
+
+class Denied(Exception):
+    """The call is refused: `code` and a message naming the method and the role."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _unknown(message_id: str) -> Denied:
+    """Word for word what the engine answers for an id it does not hold."""
+    return Denied(grpc.StatusCode.NOT_FOUND, f"message_id={message_id!r}: no such timer")
+
+
+def _taken(message_id: str) -> Denied:
+    """Word for word what the engine answers for a client id used by other content."""
+    return Denied(
+        grpc.StatusCode.ALREADY_EXISTS,
+        f"message_id={message_id!r}: already used by a different message; "
+        "a retry must repeat the original topic, body, properties and time exactly",
+    )
+
+
+@dataclass(frozen=True)
+class Rule:
+    roles: frozenset[Role]
+    topics: FieldValues | None = None  # topics the request names
+    ids: FieldValues | None = None  # ids whose stored timer must be on the token's topics
+    foreign_id: Callable[[str], Denied] = _unknown  # the answer when one is not
+
+
+def _topic(request) -> list[tuple[str, str]]:
+    return [("topic", request.topic)]
+
+
+def _message_id(request) -> list[tuple[str, str]]:
+    return [("message_id", request.message_id)]
+
+
+def _sends(request) -> list:
+    """(field prefix, SendRequest) of a Send or SendBatch request."""
+    if not hasattr(request, "messages"):
+        return [("", request)]
+    many = len(request.messages) > 1
+    return [(f"messages[{i}]." if many else "", m) for i, m in enumerate(request.messages)]
+
+
+def _send_topics(request) -> list[tuple[str, str]]:
+    named = []
+    for prefix, send in _sends(request):
+        named.append((prefix + "topic", send.topic))
+        if send.dead_letter_topic:
+            named.append((prefix + "dead_letter_topic", send.dead_letter_topic))
+    return named
+
+
+def _send_ids(request) -> list[tuple[str, str]]:
+    return [(p + "message_id", s.message_id) for p, s in _sends(request) if s.message_id]
+
+
+_P, _C, _A = Role.PRODUCER, Role.CONSUMER, Role.ADMIN
+_SENDS = Rule(frozenset({_P, _A}), _send_topics, _send_ids, _taken)
+_BY_ID = {"ids": _message_id}
+RULES: dict[str, Rule] = {
+    TIMER_SERVICE + "Send": _SENDS,
+    TIMER_SERVICE + "SendBatch": _SENDS,
+    TIMER_SERVICE + "Cancel": Rule(frozenset({_P, _A}), **_BY_ID),
+    TIMER_SERVICE + "Reschedule": Rule(frozenset({_P, _A}), **_BY_ID),
+    TIMER_SERVICE + "Get": Rule(frozenset({_P, _C, _A}), **_BY_ID),
+    TIMER_SERVICE + "List": Rule(frozenset({_P, _A}), _topic),
+    TIMER_SERVICE + "Count": Rule(frozenset({_P, _A}), _topic),
+    TIMER_SERVICE + "Subscribe": Rule(frozenset({_C, _A}), _topic),
+    TIMER_SERVICE + "Ack": Rule(frozenset({_C, _A}), _topic),
+    TIMER_SERVICE + "Nack": Rule(frozenset({_C, _A}), _topic),
+}
+ADMIN_ONLY = Rule(frozenset({_A}))  # TimerAdmin, and any method added without a rule
+
+
+def rule_for(method: str) -> Rule:
+    return RULES.get(method, ADMIN_ONLY)
+
+
+def check_role(principal: Principal, method: str, rule: Rule) -> None:
+    if principal.role not in rule.roles:
+        allowed = ", ".join(sorted(role.value for role in rule.roles))
+        raise Denied(
+            grpc.StatusCode.PERMISSION_DENIED,
+            f"{short_name(method)} is not allowed for {principal.describe()}; "
+            f"it needs role {allowed}",
+        )
+
+
+def check_request(
+    principal: Principal, method: str, rule: Rule, request, topic_of_id: TopicOfId
+) -> None:
+    """Raise Denied when the request reaches outside the token's topic prefixes."""
+    if not principal.topics:
+        return
+    for field, topic in rule.topics(request) if rule.topics else ():
+        if not principal.may_use(topic):
+            raise Denied(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"{short_name(method)}: {field}={topic!r} is outside the topics of "
+                f"{principal.describe()}, which may use topics starting {list(principal.topics)}",
+            )
+    for _, message_id in rule.ids(request) if rule.ids else ():
+        topic = topic_of_id(message_id)
+        if topic is not None and not principal.may_use(topic):
+            raise rule.foreign_id(message_id)
+
+
+def short_name(method: str) -> str:
+    """`/timerwheel.v1.TimerService/Send` -> `TimerService.Send`."""
+    return method.rsplit(".", 1)[-1].replace("/", ".")

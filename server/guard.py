@@ -1,0 +1,178 @@
+"""The one server interceptor in front of the timerwheel services: decode, then authorize.
+
+Decoding. grpcio deserializes a request before any handler runs and answers INTERNAL
+"Exception deserializing request!" when that fails, e.g. for a string field that is not
+UTF-8. The guard wraps each method's deserializer so a failure becomes a marker value,
+and the wrapped handler answers it with INVALID_ARGUMENT naming the method and message
+type: the client's bytes are the problem, not the server.
+
+Authorization (only when the server has a token file). The bearer token comes from the
+call's metadata (`authorization: Bearer <token>`). No token, or an unknown one:
+UNAUTHENTICATED. A role the method does not allow: PERMISSION_DENIED, checked before the
+request is even decoded. Topics outside the token's prefixes: see `server.access`. Every
+refusal names the method and the token's name and role, never the token.
+
+Health and reflection are not guarded: an orchestrator's probe carries no token, and
+reflection describes only the public API (proto/), which holds nothing secret.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import grpc
+import structlog
+
+from server.access import (
+    SERVICE_PREFIX,
+    Denied,
+    TopicOfId,
+    check_request,
+    check_role,
+    rule_for,
+    short_name,
+)
+from server.tokens import Principal, TokenTable
+
+log = structlog.get_logger("timerwheel.guard")
+
+BEARER = "bearer "
+
+
+class Undecodable:
+    """What the wrapped deserializer returns for bytes that do not parse."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+def tolerant(deserializer: Callable[[bytes], object]) -> Callable[[bytes], object]:
+    def deserialize(data: bytes) -> object:
+        try:
+            return deserializer(data)
+        except Exception as exc:  # protobuf's DecodeError, or anything a parser raises
+            return Undecodable(str(exc) or type(exc).__name__)
+
+    return deserialize
+
+
+class RequestGuard(grpc.ServerInterceptor):
+    def __init__(self, tokens: TokenTable | None, topic_of_id: TopicOfId) -> None:
+        self._tokens = tokens
+        self._topic_of_id = topic_of_id
+
+    def intercept_service(self, continuation, details):
+        handler = continuation(details)
+        method = details.method
+        if handler is None or not method.startswith(SERVICE_PREFIX):
+            return handler  # unknown methods (UNIMPLEMENTED), health, reflection
+        if handler.request_streaming:
+            return handler  # none of ours stream requests; nothing to wrap
+        try:
+            principal = self._authenticate(method, details.invocation_metadata)
+        except Denied as denied:
+            return _refusal(handler, denied)
+        check = self._request_check(principal, method)
+        return _wrapped(handler, method, check)
+
+    def _authenticate(self, method: str, metadata) -> Principal | None:
+        """The caller's principal (None when the server has no tokens); Denied if refused."""
+        if self._tokens is None:
+            return None
+        values = [value for key, value in metadata or () if key == "authorization"]
+        bearer = values[0] if len(values) == 1 and isinstance(values[0], str) else ""
+        if not bearer.lower().startswith(BEARER) or not bearer[len(BEARER) :].strip():
+            _log_denied(method, None, "no bearer token")
+            raise Denied(
+                grpc.StatusCode.UNAUTHENTICATED,
+                f"{short_name(method)}: no bearer token; send metadata "
+                "'authorization: Bearer <token>' (CLI: --token-file or TIMERWHEEL_TOKEN)",
+            )
+        principal = self._tokens.authenticate(bearer[len(BEARER) :].strip())
+        if principal is None:
+            _log_denied(method, None, "unknown token")
+            raise Denied(
+                grpc.StatusCode.UNAUTHENTICATED,
+                f"{short_name(method)}: the bearer token is not one this server knows",
+            )
+        try:
+            check_role(principal, method, rule_for(method))
+        except Denied:
+            _log_denied(method, principal, "role")
+            raise
+        return principal
+
+    def _request_check(self, principal: Principal | None, method: str):
+        if principal is None or not principal.topics:
+            return None
+        rule = rule_for(method)
+
+        def check(request) -> None:
+            try:
+                check_request(principal, method, rule, request, self._topic_of_id)
+            except Denied as denied:
+                if denied.code is grpc.StatusCode.PERMISSION_DENIED:
+                    _log_denied(method, principal, "topic")
+                raise
+
+        return check
+
+
+def _wrapped(handler, method: str, check) -> grpc.RpcMethodHandler:
+    """The handler with a tolerant deserializer and the checks before its behaviour."""
+
+    def admit(request, context) -> None:
+        if isinstance(request, Undecodable):
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"{short_name(method)}: the request does not decode ({request.reason}); "
+                "string fields must be valid UTF-8",
+            )
+        if check is not None:
+            try:
+                check(request)
+            except Denied as denied:
+                context.abort(denied.code, str(denied))
+
+    deserialize = tolerant(handler.request_deserializer)
+    if handler.response_streaming:
+        inner_stream = handler.unary_stream
+
+        def stream(request, context):
+            admit(request, context)
+            yield from inner_stream(request, context)
+
+        return grpc.unary_stream_rpc_method_handler(
+            stream, deserialize, handler.response_serializer
+        )
+    inner = handler.unary_unary
+
+    def unary(request, context):
+        admit(request, context)
+        return inner(request, context)
+
+    return grpc.unary_unary_rpc_method_handler(unary, deserialize, handler.response_serializer)
+
+
+def _refusal(handler, denied: Denied) -> grpc.RpcMethodHandler:
+    """A handler that refuses without decoding the request (it may be huge)."""
+
+    def refuse(_request, context):
+        context.abort(denied.code, str(denied))
+
+    def ignore(_data: bytes) -> object:
+        return denied  # not decoded; grpcio takes None for a failed decode, so not None
+
+    if handler.response_streaming:
+        return grpc.unary_stream_rpc_method_handler(refuse, ignore, handler.response_serializer)
+    return grpc.unary_unary_rpc_method_handler(refuse, ignore, handler.response_serializer)
+
+
+def _log_denied(method: str, principal: Principal | None, why: str) -> None:
+    log.warning(
+        "rpc_denied", method=short_name(method), why=why,
+        token=principal.name if principal else None,
+        role=principal.role.value if principal else None,
+    )  # fmt: skip

@@ -1,0 +1,93 @@
+"""Security settings: TLS files, the token file, the export root, and the exposure rule.
+
+A frozen dataclass validated once, like `wheels.settings.Settings`; every message shows
+the bad value. Only names and numbers live here: reading the files (certificates, the
+token TOML) is the server's job (`server.tokens`, `server.app`), so this module stays
+free of I/O. `exposure_check` is the rule that keeps a server from being reachable from
+the network without protection (docs/security.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+from dataclasses import dataclass
+
+from wheels.settings import SettingsError
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class SecuritySettings:
+    # TLS: the server's certificate chain and key (PEM). Both or neither.
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    # Mutual TLS: clients must present a certificate signed by this CA (PEM).
+    tls_client_ca_file: str = ""
+    # Bearer tokens and their roles (TOML, see server.tokens). Empty: no authentication.
+    auth_tokens_file: str = ""
+    # Allow a non-loopback bind without TLS and tokens (logged as a warning at start).
+    insecure: bool = False
+    # TimerAdmin.Export writes only under this directory; empty: Export is switched off.
+    export_root: str = ""
+    # An export is refused when it would leave less free space than this on the disk.
+    export_reserve_bytes: int = GIB
+
+    def __post_init__(self) -> None:
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise SettingsError(
+                f"tls_cert_file={self.tls_cert_file!r}, tls_key_file={self.tls_key_file!r}: "
+                "give both (--tls-cert and --tls-key) or neither"
+            )
+        if self.tls_client_ca_file and not self.tls_cert_file:
+            raise SettingsError(
+                f"tls_client_ca_file={self.tls_client_ca_file!r}: mutual TLS needs the "
+                "server's own certificate too (--tls-cert and --tls-key)"
+            )
+        reserve = self.export_reserve_bytes
+        if not isinstance(reserve, int) or isinstance(reserve, bool) or reserve < 0:
+            raise SettingsError(f"export_reserve_bytes={reserve!r}: must be an integer >= 0")
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.tls_cert_file)
+
+    @property
+    def auth(self) -> bool:
+        return bool(self.auth_tokens_file)
+
+    def replace(self, **changes: object) -> SecuritySettings:
+        return dataclasses.replace(self, **changes)
+
+
+def is_loopback_host(host: str) -> bool:
+    """`localhost` or a loopback IP (127.0.0.0/8, ::1). Any other name counts as exposed:
+    what it resolves to is not known here, and guessing wrong would expose the server."""
+    cleaned = host.strip().strip("[]")
+    if cleaned.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(cleaned).is_loopback
+    except ValueError:
+        return False
+
+
+def exposure_check(host: str, security: SecuritySettings) -> str | None:
+    """Refuse (SettingsError) a non-loopback bind that lacks TLS or tokens, unless
+    `insecure`; then return the warning to log at start. None when nothing is wrong."""
+    if is_loopback_host(host) or (security.tls and security.auth):
+        return None
+    missing = " and ".join(
+        name
+        for name, present in (("TLS (--tls-cert/--tls-key)", security.tls),
+                              ("tokens (--auth-tokens)", security.auth))
+        if not present
+    )  # fmt: skip
+    if not security.insecure:
+        raise SettingsError(
+            f"host={host!r}: not a loopback address, and the server has no {missing}; "
+            "anyone who can reach the port could read, cancel and take every message. "
+            "Add them, bind 127.0.0.1, or give --insecure to serve like this anyway"
+        )
+    return f"serving {host!r} without {missing} (--insecure): anyone who reaches it has full access"
