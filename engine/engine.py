@@ -20,8 +20,10 @@ from dataclasses import replace
 import structlog
 
 from engine.fired_cache import FiredCache
-from engine.ops import AckOp, CancelOp, DeadLetterOp, RescheduleOp, SendOp
+from engine.move_ops import DeadLetterOp, RescheduleOp
+from engine.ops import AckOp, CancelOp, SendOp
 from engine.writer import FiredListener, Writer
+from store import extras as extras_cf
 from store import keys, records
 from store.counts import PendingCounts
 from store.export_root import ExportSlot, check_space
@@ -232,7 +234,7 @@ class Engine:
         its send's max_attempts, else the server's default."""
         raw = self._store.get_record(message_id)
         if raw is not None and records.has_extras(raw):
-            extras = self._store.get_extras(None, message_id.encode())
+            extras = extras_cf.get_extras(self._store, None, message_id.encode())
             if extras is not None:
                 limit = records.decode_extras(extras).max_attempts
                 if limit is not None:
@@ -263,7 +265,7 @@ class Engine:
             candidates = [w.name for w in self._scheduler.wheel_candidates(timer.deliver_at_ms)]
             timer = replace(timer, wheel=self._store.find_wheel(timer, candidates) or candidates[0])
             raw = self._store.get_record(message_id)
-            extras = self._store.get_extras(None, message_id.encode())
+            extras = extras_cf.get_extras(self._store, None, message_id.encode())
             if raw is not None and records.is_series(raw) and extras is not None:
                 options, number, _ = records.decode_series(extras)
                 timer = replace(timer, repeat=options.repeat, next_occurrence=number)

@@ -7,9 +7,10 @@ leaves the batch untouched; its future is completed only after the batch is dura
 from __future__ import annotations
 
 from concurrent.futures import Future
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from store import extras as extras_cf
 from store import records
 from store.batch import StagedBatch
 from store.timer_store import TimerStore
@@ -25,9 +26,6 @@ from wheels.domain import (
     WhenKind,
 )
 from wheels.scheduler import Scheduler
-from wheels.validation import dead_letter_topic
-
-DEAD_LETTER_PREFIX = "timerwheel.dead_letter."  # properties a dead letter carries
 
 
 class PreparedSend(NamedTuple):
@@ -126,10 +124,10 @@ class SendOp(Op):
         results = []
         for item in plan:
             if isinstance(item, _Replacement):  # REPLACE of a SCHEDULED timer: old key out
-                _unschedule(ctx, batch, item.send.message_id, item.old_record)
+                unschedule(ctx, batch, item.send.message_id, item.old_record)
                 item = _replace_extras(ctx, batch, item)
             if isinstance(item, PreparedSend):
-                _stage_new(ctx, batch, item, now_ms)
+                stage_new(ctx, batch, item, now_ms)
                 item = SendResult(item.message_id, item.deliver_at_ms)
             results.append(item)
         return results
@@ -215,8 +213,8 @@ def _replace_extras(ctx: WriterContext, batch: StagedBatch, item: _Replacement) 
     send, message_id = item.send, item.send.message_id.encode()
     if not records.has_extras(item.old_record):
         return send
-    old_extras = ctx.store.get_extras(batch, message_id)
-    ctx.store.stage_extras(batch, message_id, None)
+    old_extras = extras_cf.get_extras(ctx.store, batch, message_id)
+    extras_cf.stage_extras(batch, message_id, None)
     if records.is_series(item.old_record) and records.is_series(send.record) and old_extras:
         number = records.decode_series(old_extras)[1]
         options, _, at_ms = records.decode_series(send.extras or b"{}")
@@ -224,7 +222,7 @@ def _replace_extras(ctx: WriterContext, batch: StagedBatch, item: _Replacement) 
     return send
 
 
-def _unschedule(ctx: WriterContext, batch: StagedBatch, message_id: str, raw: bytes) -> None:
+def unschedule(ctx: WriterContext, batch: StagedBatch, message_id: str, raw: bytes) -> None:
     """Take a SCHEDULED timer's key out of whichever wheel holds it."""
     candidates = ctx.scheduler.wheel_candidates(records.record_deliver_at_ms(raw))
     ctx.store.stage_unschedule(batch, message_id, raw, [w.name for w in candidates])
@@ -235,7 +233,7 @@ def _stage_all_new(ctx: WriterContext, batch: StagedBatch, op: SendOp, now_ms: i
     wheels = ctx.scheduler.wheel_names(op.deliver_times_ms)
     if None in wheels:  # some are already due: those take the one-by-one path
         for send in op.prepared():
-            _stage_new(ctx, batch, send, now_ms)
+            stage_new(ctx, batch, send, now_ms)
         return
     message_ids = [message_id.encode() for message_id in op.message_ids]
     ctx.store.stage_schedule_many(
@@ -245,13 +243,13 @@ def _stage_all_new(ctx: WriterContext, batch: StagedBatch, op: SendOp, now_ms: i
     if op.extras:
         for message_id, extras in zip(message_ids, op.extras, strict=True):
             if extras is not None:
-                ctx.store.stage_extras(batch, message_id, extras)
+                extras_cf.stage_extras(batch, message_id, extras)
 
 
-def _stage_new(ctx: WriterContext, batch: StagedBatch, send: PreparedSend, now_ms: int) -> None:
+def stage_new(ctx: WriterContext, batch: StagedBatch, send: PreparedSend, now_ms: int) -> None:
     message_id = send.message_id.encode()
     if send.extras is not None:
-        ctx.store.stage_extras(batch, message_id, send.extras)
+        extras_cf.stage_extras(batch, message_id, send.extras)
     wheel = ctx.scheduler.placement(send.deliver_at_ms)
     if wheel is None and records.is_series(send.record):  # first occurrence due: fire it
         batch.records[message_id] = send.record
@@ -324,80 +322,3 @@ class AckOp(Op):
             ctx.store.stage_ack(batch, message_id, raw, now_ms, expire_at_ms)
             acked.append(message_id)
         return acked
-
-
-@dataclass
-class RescheduleOp(Op):
-    """Move a SCHEDULED timer to a new time: old wheel key out, record updated, new key in
-    (or fired at once when the new time has come), all in this one batch."""
-
-    message_id: str = ""
-    when: When | None = None
-    deliver_at_ms: int = 0  # resolved from `when` in the caller's thread
-
-    def reads(self) -> list[bytes]:
-        return [self.message_id.encode()]
-
-    def apply(self, ctx: WriterContext, batch: StagedBatch, now_ms: int) -> int:
-        raw = ctx.store.lookup(batch, self.message_id.encode())
-        if raw is None:
-            raise NotFound(f"message_id={self.message_id!r}: no such timer")
-        state = records.record_state(raw)
-        if state is not State.SCHEDULED:
-            raise FailedPrecondition(
-                f"message_id={self.message_id!r}: already {state.name}; "
-                "only a SCHEDULED timer can be rescheduled"
-            )
-        assert self.when is not None
-        _unschedule(ctx, batch, self.message_id, raw)
-        if records.is_series(raw):  # its next occurrence moves: keep its number
-            extras = ctx.store.get_extras(batch, self.message_id.encode())
-            options, number, _ = records.decode_series(extras or b"{}")
-            moved = records.encode_extras(options, number, self.deliver_at_ms)
-            ctx.store.stage_extras(batch, self.message_id.encode(), moved)
-        record = records.with_schedule(raw, self.when, self.deliver_at_ms)
-        spec = SendSpec(records.record_topic(raw), b"", self.when)
-        moved = PreparedSend(spec, self.message_id, self.deliver_at_ms, True, record)
-        _stage_new(ctx, batch, moved, now_ms)
-        return self.deliver_at_ms
-
-
-@dataclass
-class DeadLetterOp(Op):
-    """A FIRED message that ran out of delivery attempts moves to its dead-letter topic:
-    same id and body, its `ready` entry moved to the DLQ topic under a new fire sequence,
-    and properties ``timerwheel.dead_letter.{topic,attempts,reason,at_ms}`` added. Its
-    send options go (the DLQ holds it with unlimited attempts). Skipped (False) when
-    the message is no longer FIRED on `topic`: acked or moved meanwhile."""
-
-    topic: str = ""
-    message_id: str = ""
-    attempts: int = 0
-    reason: str = ""
-
-    def reads(self) -> list[bytes]:
-        return [self.message_id.encode()]
-
-    def apply(self, ctx: WriterContext, batch: StagedBatch, now_ms: int) -> bool:
-        message_id = self.message_id.encode()
-        raw = ctx.store.lookup(batch, message_id)
-        if raw is None or not records.is_fired(raw) or records.record_topic(raw) != self.topic:
-            return False
-        options = None
-        if records.has_extras(raw):
-            extras = ctx.store.get_extras(batch, message_id)
-            options = records.decode_extras(extras) if extras else None
-        timer = records.decode_timer(self.message_id, raw)
-        target = dead_letter_topic(self.topic, options)
-        properties = {
-            **timer.properties,
-            DEAD_LETTER_PREFIX + "topic": self.topic,
-            DEAD_LETTER_PREFIX + "attempts": str(self.attempts),
-            DEAD_LETTER_PREFIX + "reason": self.reason,
-            DEAD_LETTER_PREFIX + "at_ms": str(now_ms),
-        }
-        seq = ctx.scheduler.take_fire_seqs(1)
-        moved = replace(timer, topic=target, properties=properties, fired_at_ms=now_ms)
-        record = records.encode_timer(replace(moved, ready_seq=seq))
-        ctx.store.stage_dead_letter(batch, message_id, raw, record, target, seq)
-        return True

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from engine.ops import WriterContext
+from store import extras as extras_cf
 from store import records
 from store.batch import StagedBatch
 from wheels.domain import SendOptions, State, When, WhenKind
@@ -48,7 +49,7 @@ def _fire_one(
     ctx: WriterContext, batch: StagedBatch, now_ms: int, message_id: bytes, raw: bytes,
     topic: str, seq: int,
 ) -> None:  # fmt: skip
-    extras = ctx.store.get_extras(batch, message_id)
+    extras = extras_cf.get_extras(ctx.store, batch, message_id)
     assert extras is not None, f"series {message_id!r} has no extras entry"
     options, number, at_ms = records.decode_series(extras)
     repeat = options.repeat
@@ -60,7 +61,7 @@ def _fire_one(
         at_ms = next_occurrence_ms(repeat, at_ms, now_ms)
         if finished(repeat, number, at_ms):
             retired = records.with_transition(raw, State.ACKED, acked_at_ms=now_ms)
-            ctx.store.stage_retire(batch, series_id, retired, now_ms + ctx.retention_ms)
+            extras_cf.stage_retire(batch, series_id, retired, now_ms + ctx.retention_ms)
             return
         if at_ms > now_ms or fired == MAX_CATCH_UP:
             break
@@ -72,7 +73,7 @@ def _fire_one(
         batch, message_id, records.with_deliver_at(raw, fire_at_ms), fire_at_ms,
         topic.encode(), wheel.name,
     )  # fmt: skip
-    ctx.store.stage_extras(batch, message_id, records.encode_extras(options, number, at_ms))
+    extras_cf.stage_extras(batch, message_id, records.encode_extras(options, number, at_ms))
 
 
 def _stage_occurrence(
@@ -92,5 +93,5 @@ def _stage_occurrence(
     if options.max_attempts is not None or options.dead_letter_topic:
         delivery = SendOptions(options.max_attempts, options.dead_letter_topic)
         record = records.with_extras_flag(record)
-        ctx.store.stage_extras(batch, occurrence_key, records.encode_extras(delivery))
+        extras_cf.stage_extras(batch, occurrence_key, records.encode_extras(delivery))
     ctx.store.stage_fire_new(batch, occurrence_key, record, series.topic, seq)

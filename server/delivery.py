@@ -12,9 +12,9 @@ there until it is acked. This module only decides *who* gets *what* next, in mem
   constant, so deadlines come in order): expiry is one deque pop per batch, not a heap.
 * Redelivery: when the deadline passes without an ack, when the subscriber's stream
   ends, or when a client nacks it, an un-acked entry has failed an attempt. Every failed
-  attempt goes through one method, `_Topic.fail`: the entry goes to the front
+  attempt goes through one function, `server.attempts.fail`: the entry goes to the front
   (`redeliver`) with `attempt + 1`, or, for a nack with a backoff, into `delayed` until
-  its time comes.
+  its time comes, or, out of attempts, to its dead-letter topic.
 * Several subscribers of one topic share one dispatcher: each message is in flight at one
   subscriber at a time; whoever has room takes the next batch.
 * After a restart, the cursor starts at 0, so every fired-but-unacked message (the
@@ -31,7 +31,6 @@ engine sees every fire and every ack, wherever the hub runs.
 
 from __future__ import annotations
 
-import heapq
 import queue
 import threading
 import time
@@ -42,6 +41,7 @@ from dataclasses import dataclass, field
 import structlog
 
 from engine.engine import Engine
+from server import attempts
 from wheels.domain import FiredTimer, InvalidArgument, Overloaded, ShuttingDown
 from wheels.settings import Settings
 from wheels.validation import validate_nack, validate_topic
@@ -118,57 +118,17 @@ class _Topic:
             for message_id in ids:
                 entry = self.entries.get(message_id)
                 if entry is not None and entry.owner is owner and entry.deadline_ms == deadline_ms:
-                    self.fail(entry, message_id, reason="ack timeout")
-        while self.delayed and self.delayed[0][0] <= now_ms:
-            _, message_id = heapq.heappop(self.delayed)
-            entry = self.entries.get(message_id)
-            if entry is not None and entry.owner is None:
-                self.redeliver.append(message_id)
+                    attempts.fail(self, entry, message_id, reason="ack timeout")
+        attempts.backoffs_ended(self, now_ms)
 
     def release(self, subscriber: Subscriber) -> int:
         """A stream ended: everything it had in flight is redelivered at once."""
         count = 0
         for message_id, entry in list(self.entries.items()):  # fail() may remove entries
             if entry.owner is subscriber:
-                self.fail(entry, message_id, reason="stream ended")
+                attempts.fail(self, entry, message_id, reason="stream ended")
                 count += 1
         return count
-
-    def nack(self, message_ids: list[str], redeliver_at_ms: int, reason: str) -> tuple[int, int]:
-        """Client-reported failures of in-flight entries: (how many were in flight, how
-        many of those were dead-lettered)."""
-        nacked = dead = 0
-        for message_id in dict.fromkeys(message_ids):
-            entry = self.entries.get(message_id)
-            if entry is not None and entry.owner is not None:
-                nacked += 1
-                dead += self.fail(entry, message_id, redeliver_at_ms, reason or "nack")
-        return nacked, dead
-
-    def fail(
-        self, entry: _Entry, message_id: str, redeliver_at_ms: int = 0, reason: str = ""
-    ) -> bool:
-        """The one place a delivery attempt fails (ack timeout, stream end, nack).
-
-        The entry leaves its owner. When this was its last allowed attempt (the message's
-        max_attempts, else Settings.max_attempts; 0: no limit) it goes to its dead-letter
-        topic (True). Otherwise it is delivered again with `attempt + 1`, at once or, after
-        a nack with a backoff, once `redeliver_at_ms` has come.
-        """
-        assert entry.owner is not None
-        entry.owner.in_flight -= 1
-        entry.owner = None
-        limit = self.hub.engine.max_attempts(message_id)
-        if limit and entry.attempt >= limit:
-            del self.entries[message_id]
-            self.dying.append((message_id, entry, reason))  # the hub moves it (dead_letters)
-            return True
-        entry.attempt += 1
-        if redeliver_at_ms:
-            heapq.heappush(self.delayed, (redeliver_at_ms, message_id))
-        else:
-            self.redeliver.append(message_id)
-        return False
 
     def refill(self, wanted: int) -> None:
         """Read newly fired messages from the store when it may have some and room exists."""
@@ -287,7 +247,7 @@ class DeliveryHub:
             return self._next_batch(dispatcher, subscriber, timeout_s)
         finally:
             if dispatcher.dying:  # ack timeouts that ran out of attempts
-                self.dead_letters(dispatcher)
+                attempts.move_dead_letters(self.engine, dispatcher)
 
     def _next_batch(
         self, dispatcher: _Topic, subscriber: Subscriber, timeout_s: float
@@ -329,7 +289,7 @@ class DeliveryHub:
         with self._lock:
             self._subscribers -= 1
         if dispatcher.dying:
-            self.dead_letters(dispatcher)
+            attempts.move_dead_letters(self.engine, dispatcher)
         if returned:
             log.info("subscriber_left_unacked", topic=subscriber.topic, redelivered=returned)
 
@@ -362,31 +322,12 @@ class DeliveryHub:
             return 0, 0
         with dispatcher.cond:
             redeliver_at_ms = self._now_ms() + redeliver_after_ms if redeliver_after_ms else 0
-            nacked, dead = dispatcher.nack(message_ids, redeliver_at_ms, reason)
+            nacked, dead = attempts.nack(dispatcher, message_ids, redeliver_at_ms, reason)
             if nacked:
                 dispatcher.cond.notify_all()
         if dead:
-            self.dead_letters(dispatcher)
+            attempts.move_dead_letters(self.engine, dispatcher)
         return nacked, dead
-
-    def dead_letters(self, dispatcher: _Topic) -> None:
-        """Move the messages that ran out of attempts to their dead-letter topics.
-
-        Called without the dispatcher's lock (the engine may be another process, and the
-        move waits for its group commit). One the engine cannot take now (stopping,
-        overloaded) goes back to the front and fails again on its next delivery.
-        """
-        with dispatcher.cond:
-            dying, dispatcher.dying = dispatcher.dying, []
-        for message_id, entry, reason in dying:
-            try:
-                self.engine.dead_letter(dispatcher.name, message_id, entry.attempt, reason)
-            except (ShuttingDown, Overloaded) as exc:
-                log.warning("dead_letter_refused", message_id=message_id, error=str(exc))
-                with dispatcher.cond:
-                    dispatcher.entries.setdefault(message_id, entry)
-                    dispatcher.redeliver.append(message_id)
-                    dispatcher.cond.notify_all()
 
     def unacked(self) -> int:
         """Fired, not yet acked messages, service-wide."""

@@ -41,13 +41,12 @@ class TimerStore:
         self._ready = cf[keys.CF_READY]
         self._expiry = cf[keys.CF_EXPIRY]
         self._meta = cf[keys.CF_META]
-        self._extras = cf[keys.CF_EXTRAS]
         self._wheels = {name: cf[family] for name, family in keys.CF_WHEEL.items()}
 
     def close(self) -> None:
         """Drop every column-family reference, then close the database (releases the LOCK)."""
         for name in [n for n, v in vars(self).items() if n.startswith(("_messages", "_ready",
-                     "_expiry", "_meta", "_wheels", "_extras"))]:  # fmt: skip
+                     "_expiry", "_meta", "_wheels"))]:  # fmt: skip
             delattr(self, name)
         self.database.close()
 
@@ -338,18 +337,6 @@ class TimerStore:
         batch.writes[keys.CF_EXPIRY][keys.wheel_key(expire_at_ms, message_id)] = b""
         batch.operations += 1
 
-    def stage_extras(self, batch: StagedBatch, message_id: bytes, extras: bytes | None) -> None:
-        """Write (None: remove) a message's `extras` entry, its send options."""
-        batch.writes[keys.CF_EXTRAS][message_id] = extras
-
-    def get_extras(self, batch: StagedBatch | None, message_id: bytes) -> bytes | None:
-        """A message's `extras` entry, as `batch` (if given) will leave it."""
-        if batch is not None:
-            staged = batch.writes[keys.CF_EXTRAS]
-            if message_id in staged:
-                return staged[message_id]
-        return self._extras.get(message_id)
-
     def stage_unschedule(
         self, batch: StagedBatch, message_id: str, raw: bytes, wheels: Iterable[str]
     ) -> None:
@@ -371,26 +358,6 @@ class TimerStore:
         batch.records[message_id.encode()] = records.as_acked(raw, now_ms)
         batch.writes[keys.CF_EXPIRY][keys.wheel_key(expire_at_ms, message_id)] = b""
         batch.operations += 1
-
-    def stage_retire(
-        self, batch: StagedBatch, message_id: str, record: bytes, expire_at_ms: int
-    ) -> None:
-        """A finished series: its final record, kept until `expire_at_ms` (no wheel key)."""
-        batch.records[message_id.encode()] = record
-        batch.writes[keys.CF_EXPIRY][keys.wheel_key(expire_at_ms, message_id)] = b""
-        batch.operations += 1
-
-    def stage_dead_letter(
-        self, batch: StagedBatch, message_id: bytes, raw: bytes, record: bytes, topic: str,
-        seq: int,
-    ) -> None:  # fmt: skip
-        """Move a FIRED message to `topic` (its DLQ): old ready entry out, the new record
-        FIRED there under `seq`, its `extras` entry (if any) removed."""
-        old_ready = keys.ready_key(records.record_topic(raw), records.record_ready_seq(raw))
-        batch.writes[keys.CF_READY][old_ready] = None
-        if records.has_extras(raw):
-            batch.writes[keys.CF_EXTRAS][message_id] = None
-        self.stage_fire_new(batch, message_id, record, topic, seq)
 
     def stage_sweep(self, batch: StagedBatch, lo: bytes, now_ms: int, limit: int) -> bytes | None:
         """Remove ACKED/CANCELLED records whose retention ended by `now_ms`.

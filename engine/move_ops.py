@@ -1,0 +1,92 @@
+"""Writer operations that move an existing message: to a new time (Reschedule) or to its
+dead-letter topic. Like every operation (`engine.ops`), each checks before it stages."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from engine.ops import Op, PreparedSend, WriterContext, stage_new, unschedule
+from store import extras as extras_cf
+from store import records
+from store.batch import StagedBatch
+from wheels.domain import FailedPrecondition, NotFound, SendSpec, State, When
+from wheels.validation import dead_letter_topic
+
+DEAD_LETTER_PREFIX = "timerwheel.dead_letter."  # properties a dead letter carries
+
+
+@dataclass
+class RescheduleOp(Op):
+    """Move a SCHEDULED timer to a new time: old wheel key out, record updated, new key in
+    (or fired at once when the new time has come), all in this one batch."""
+
+    message_id: str = ""
+    when: When | None = None
+    deliver_at_ms: int = 0  # resolved from `when` in the caller's thread
+
+    def reads(self) -> list[bytes]:
+        return [self.message_id.encode()]
+
+    def apply(self, ctx: WriterContext, batch: StagedBatch, now_ms: int) -> int:
+        raw = ctx.store.lookup(batch, self.message_id.encode())
+        if raw is None:
+            raise NotFound(f"message_id={self.message_id!r}: no such timer")
+        state = records.record_state(raw)
+        if state is not State.SCHEDULED:
+            raise FailedPrecondition(
+                f"message_id={self.message_id!r}: already {state.name}; "
+                "only a SCHEDULED timer can be rescheduled"
+            )
+        assert self.when is not None
+        unschedule(ctx, batch, self.message_id, raw)
+        if records.is_series(raw):  # its next occurrence moves: keep its number
+            extras = extras_cf.get_extras(ctx.store, batch, self.message_id.encode())
+            options, number, _ = records.decode_series(extras or b"{}")
+            moved = records.encode_extras(options, number, self.deliver_at_ms)
+            extras_cf.stage_extras(batch, self.message_id.encode(), moved)
+        record = records.with_schedule(raw, self.when, self.deliver_at_ms)
+        spec = SendSpec(records.record_topic(raw), b"", self.when)
+        moved = PreparedSend(spec, self.message_id, self.deliver_at_ms, True, record)
+        stage_new(ctx, batch, moved, now_ms)
+        return self.deliver_at_ms
+
+
+@dataclass
+class DeadLetterOp(Op):
+    """A FIRED message that ran out of delivery attempts moves to its dead-letter topic:
+    same id and body, its `ready` entry moved to the DLQ topic under a new fire sequence,
+    and properties ``timerwheel.dead_letter.{topic,attempts,reason,at_ms}`` added. Its
+    send options go (the DLQ holds it with unlimited attempts). Skipped (False) when
+    the message is no longer FIRED on `topic`: acked or moved meanwhile."""
+
+    topic: str = ""
+    message_id: str = ""
+    attempts: int = 0
+    reason: str = ""
+
+    def reads(self) -> list[bytes]:
+        return [self.message_id.encode()]
+
+    def apply(self, ctx: WriterContext, batch: StagedBatch, now_ms: int) -> bool:
+        message_id = self.message_id.encode()
+        raw = ctx.store.lookup(batch, message_id)
+        if raw is None or not records.is_fired(raw) or records.record_topic(raw) != self.topic:
+            return False
+        options = None
+        if records.has_extras(raw):
+            extras = extras_cf.get_extras(ctx.store, batch, message_id)
+            options = records.decode_extras(extras) if extras else None
+        timer = records.decode_timer(self.message_id, raw)
+        target = dead_letter_topic(self.topic, options)
+        properties = {
+            **timer.properties,
+            DEAD_LETTER_PREFIX + "topic": self.topic,
+            DEAD_LETTER_PREFIX + "attempts": str(self.attempts),
+            DEAD_LETTER_PREFIX + "reason": self.reason,
+            DEAD_LETTER_PREFIX + "at_ms": str(now_ms),
+        }
+        seq = ctx.scheduler.take_fire_seqs(1)
+        moved = replace(timer, topic=target, properties=properties, fired_at_ms=now_ms)
+        record = records.encode_timer(replace(moved, ready_seq=seq))
+        extras_cf.stage_dead_letter(ctx.store, batch, message_id, raw, record, target, seq)
+        return True

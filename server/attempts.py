@@ -1,0 +1,86 @@
+"""Failed delivery attempts, in one place: ack timeouts, ended streams and nacks.
+
+A dispatcher (`server.delivery._Topic`) calls `fail` with its lock held for each
+in-flight entry whose attempt failed. The entry leaves its owner and, by its limit (the
+message's max_attempts, else `Settings.max_attempts`; 0: no limit), is either delivered
+again with `attempt + 1` (at once, or after a nack's backoff, kept in the dispatcher's
+`delayed` heap) or, when this was its last allowed attempt, queued in `dying`.
+`move_dead_letters` then hands those to the engine without the lock (the engine may be
+another process, and the move waits for its group commit). Attempt counts live in
+memory: after a restart they start again at 1.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import TYPE_CHECKING
+
+import structlog
+
+from wheels.domain import Overloaded, ShuttingDown
+
+if TYPE_CHECKING:
+    from server.delivery import _Entry, _Topic
+
+log = structlog.get_logger("timerwheel.delivery")
+
+
+def fail(
+    topic: _Topic, entry: _Entry, message_id: str, redeliver_at_ms: int = 0, reason: str = ""
+) -> bool:
+    """One failed attempt of an in-flight entry; True when it is out of attempts."""
+    assert entry.owner is not None
+    entry.owner.in_flight -= 1
+    entry.owner = None
+    limit = topic.hub.engine.max_attempts(message_id)
+    if limit and entry.attempt >= limit:
+        del topic.entries[message_id]
+        topic.dying.append((message_id, entry, reason))
+        return True
+    entry.attempt += 1
+    if redeliver_at_ms:
+        heapq.heappush(topic.delayed, (redeliver_at_ms, message_id))
+    else:
+        topic.redeliver.append(message_id)
+    return False
+
+
+def nack(
+    topic: _Topic, message_ids: list[str], redeliver_at_ms: int, reason: str
+) -> tuple[int, int]:
+    """Client-reported failures: (ids that were in flight, of those out of attempts)."""
+    nacked = dead = 0
+    for message_id in dict.fromkeys(message_ids):
+        entry = topic.entries.get(message_id)
+        if entry is not None and entry.owner is not None:
+            nacked += 1
+            dead += fail(topic, entry, message_id, redeliver_at_ms, reason or "nack")
+    return nacked, dead
+
+
+def backoffs_ended(topic: _Topic, now_ms: int) -> None:
+    """Nacked entries whose backoff ended go to the front."""
+    while topic.delayed and topic.delayed[0][0] <= now_ms:
+        _, message_id = heapq.heappop(topic.delayed)
+        entry = topic.entries.get(message_id)
+        if entry is not None and entry.owner is None:
+            topic.redeliver.append(message_id)
+
+
+def move_dead_letters(engine, topic: _Topic) -> None:
+    """Move the entries out of attempts to their dead-letter topics (lock not held).
+
+    One the engine cannot take now (stopping, overloaded) goes back to the front and
+    fails again on its next delivery.
+    """
+    with topic.cond:
+        dying, topic.dying = topic.dying, []
+    for message_id, entry, reason in dying:
+        try:
+            engine.dead_letter(topic.name, message_id, entry.attempt, reason)
+        except (ShuttingDown, Overloaded) as exc:
+            log.warning("dead_letter_refused", message_id=message_id, error=str(exc))
+            with topic.cond:
+                topic.entries.setdefault(message_id, entry)
+                topic.redeliver.append(message_id)
+                topic.cond.notify_all()
