@@ -61,3 +61,31 @@ def test_count_total_range_and_json(cli, client):
     }  # fmt: skip
     code, _, err = cli("count", "--topic", "counted", "--from", "200", "--to", "100")
     assert code == 1 and "INVALID_ARGUMENT" in err and "to_ms=100" in err
+
+
+def test_send_with_repeat_replace_and_dead_letter_options(cli, client):
+    code, out, err = cli("send", "--topic", "jobs", "--id", "nightly", "--cron", "0 5 * * *",
+                         "--tz", "Europe/Paris", "--max-count", "3", "--json")  # fmt: skip
+    assert code == 0, err
+    series = client.get("nightly")
+    assert (series.repeat.cron, series.repeat.time_zone, series.repeat.max_count) == (
+        "0 5 * * *", "Europe/Paris", 3,
+    )  # fmt: skip
+    assert json.loads(out)["deliver_at_ms"] == series.deliver_at_ms
+    code, _, _ = cli(
+        "send", "--topic", "jobs", "--id", "tick", "--every", "90s", "--missed", "each"
+    )
+    assert code == 0 and client.get("tick").repeat.every_ms == 90_000
+    assert client.get("tick").repeat.missed == 1
+
+    code, _, _ = cli("send", "--topic", "jobs", "--id", "deb", "--delay", "1h", "--body", "v1")
+    code, _, _ = cli("send", "--topic", "jobs", "--id", "deb", "--delay", "2h", "--body", "v2",
+                     "--if-exists", "replace", "--max-attempts", "3")  # fmt: skip
+    assert code == 0 and client.get("deb").body == b"v2"
+
+    code, _, err = cli("send", "--topic", "jobs", "--id", "bad", "--cron", "nope")
+    assert code == 1 and "repeat.cron='nope'" in err
+    code, _, err = cli("send", "--topic", "jobs", "--delay", "1s", "--max-attempts", "-1")
+    assert code == 1 and "max_attempts=-1" in err
+    code, _, err = cli("send", "--topic", "jobs")
+    assert code == 2 and "--delay, --at, --level" in err
