@@ -10,6 +10,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from engine.series import fire_due_series
 from store import extras as extras_cf
 from store import records
 from store.batch import StagedBatch
@@ -255,6 +256,7 @@ def stage_new(ctx: WriterContext, batch: StagedBatch, send: PreparedSend, now_ms
         batch.records[message_id] = send.record
         seq = ctx.scheduler.take_fire_seqs(1)
         batch.series_due.append((message_id, send.record, send.spec.topic, seq))
+        fire_due_series(ctx, batch, now_ms)
     elif wheel is None:  # already due: fire at once, never through a wheel
         seq = ctx.scheduler.take_fire_seqs(1)
         fired = records.with_transition(send.record, State.FIRED, fired_at_ms=now_ms, ready_seq=seq)

@@ -21,13 +21,16 @@ batch, at most `MAX_CATCH_UP` of them; the rest follow one millisecond later.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from engine.ops import WriterContext
 from store import extras as extras_cf
 from store import records
 from store.batch import StagedBatch
 from wheels.domain import SendOptions, State, When, WhenKind
 from wheels.recurrence import finished, next_occurrence_ms
+
+if TYPE_CHECKING:
+    from engine.ops import WriterContext
 
 MAX_CATCH_UP = 1_000  # occurrences fired for one series in one batch
 SERIES_ID = "timerwheel.series.id"

@@ -9,9 +9,10 @@ One iteration, in order:
  1. observe the clock (the scheduler keeps a monotonic `now_ms`);
  2. tick: one chunk of every running cascade (top level first), one chunk of firing out
     of the second wheel, one chunk of the retention sweep;
- 3. apply the queued operations (up to `max_group_ops`), each checked before staged;
-    then fire the recurring series steps 2-3 found due (`engine.series`): each
-    occurrence and the series' move to its next time go into this same batch;
+    Recurring series found due fire last in the tick (`engine.series`): each occurrence
+    and the series' move to its next time go into this same batch;
+ 3. apply the queued operations (up to `max_group_ops`), each checked before staged (a
+    series due at once when sent or rescheduled fires inside its operation);
  4. stage the scheduler state into `meta` and the pending-timer counters the batch
     changed (`store.counts`, from the deltas steps 2-3 noted), and commit the batch;
  5. update the in-memory counters, complete the operations' futures, then tell
@@ -203,8 +204,6 @@ class Writer:
             self._store.prefetch(batch, [i for op in ops for i in op.reads()])
             more = self._tick(batch, now_ms)
             outcomes = [_apply(op, self._ctx, batch, now_ms) for op in ops]
-            if batch.series_due:  # due recurring series: occurrence out, next one in
-                fire_due_series(self._ctx, batch, now_ms)
             counted: dict[bytes, int] = {}
             if batch.operations or ops or self._scheduler.state != saved:
                 self._store.stage_state(batch, self._scheduler.state)
@@ -242,6 +241,8 @@ class Writer:
         for task in self._scheduler.cascade_tasks():
             more |= self._cascade_chunk(batch, task, now_ms)
         more |= self._fire_chunk(batch, now_ms)
+        if batch.series_due:  # due recurring series: occurrence out, next one in, before
+            fire_due_series(self._ctx, batch, now_ms)  # any operation reads them
         if now_ms >= self._next_sweep_ms:
             limit = self._settings.sweep_chunk
             resume = self._store.stage_sweep(batch, self._sweep_from, now_ms, limit)
