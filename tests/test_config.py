@@ -133,8 +133,8 @@ def test_serve_flags_become_settings(tmp_path, monkeypatch):
 
 def test_serve_process_flags(tmp_path):
     settings = serve.settings_from_args(_serve_args("--workers", "3"))
-    assert settings.workers == 3 and settings.single_process is False
-    assert serve.settings_from_args(_serve_args("--single-process")).single_process is True
+    assert settings.workers == 3
+    assert serve.settings_from_args(_serve_args()).workers == 0  # one process
 
 
 def test_serve_refuses_bad_settings_before_starting(tmp_path, capsys):

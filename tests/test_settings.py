@@ -9,7 +9,7 @@ def test_defaults_are_the_documented_ones():
     settings = Settings()
     assert (settings.data_dir, settings.host, settings.port) == ("./data", "127.0.0.1", 7070)
     assert settings.sync_writes is True
-    assert settings.workers == 0 and settings.single_process is False  # 0: one per core
+    assert settings.workers == 0  # the whole server in one process
     assert settings.retention_ms == 3 * 24 * 3600 * 1000
     assert settings.max_delay_ms == 400 * 24 * 3600 * 1000
     assert settings.max_body_bytes == 4 * 1024 * 1024

@@ -54,8 +54,8 @@ def test_workers_2_runs_every_process_and_sigterm_stops_them_all(tmp_path, serve
     assert "engine_closed" in names
 
 
-def test_single_process_runs_no_children(tmp_path, serve_process):
-    server = serve_process(tmp_path / "data", "--single-process")
+def test_by_default_the_server_is_one_process(tmp_path, serve_process):
+    server = serve_process(tmp_path / "data")
     assert server.children == {}
     assert psutil.Process(server.proc.pid).children(recursive=True) == []
     with server.client() as client:

@@ -34,11 +34,11 @@ class Settings:
     data_dir: str = "./data"
     host: str = "127.0.0.1"
     port: int = 7070
-    # Processes (server.supervisor): gRPC worker processes sharing the port, besides the
-    # engine and delivery processes; 0 means one per core. `single_process` runs the whole
-    # server in one process instead (engine, delivery and gRPC share one GIL).
+    # Processes (server.supervisor): 0 runs the whole server in this one process (engine,
+    # delivery and gRPC share one GIL); N >= 1 runs an engine process, a delivery process
+    # and N gRPC worker processes sharing the port. 0 is the default because on the
+    # 2-core machine measured (docs/benchmarks.md) the split costs more than it frees.
     workers: int = 0
-    single_process: bool = False
 
     # Durability: WAL is always on; sync makes every group commit an fsync.
     sync_writes: bool = True
@@ -99,7 +99,7 @@ class Settings:
     def __post_init__(self) -> None:
         _check_positive(self, _POSITIVE_FIELDS)
         if not isinstance(self.workers, int) or not 0 <= self.workers <= 256:
-            raise SettingsError(f"workers={self.workers!r}: must be 0..256 (0: one per core)")
+            raise SettingsError(f"workers={self.workers!r}: must be 0..256 (0: one process)")
         if not 0 <= self.port <= 65535:
             raise SettingsError(f"port={self.port}: must be 0..65535")
         if not self.data_dir:

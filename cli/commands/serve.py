@@ -4,14 +4,14 @@
     timerwheel serve --data-dir /var/lib/tw --host 0.0.0.0 --port 7070
     timerwheel serve --port 0 --port-file /tmp/tw.port   # any free port, written there
     timerwheel serve --config timerwheel.toml --ack-timeout 10s --set max_unacked=50000
-    timerwheel serve --workers 4                      # 4 gRPC processes (default: one per core)
+    timerwheel serve --workers 4                      # engine, delivery, 4 gRPC processes
     timerwheel serve --host 0.0.0.0 --tls-cert server.pem --tls-key server.key \
         --auth-tokens tokens.toml [--tls-client-ca clients-ca.pem] [--export-root /srv/exports]
 
 Settings: defaults < --config TOML < TIMERWHEEL_<SETTING> environment < flags (see
-cli.config). The server runs as processes (server.supervisor): the engine (RocksDB and the
-single writer), delivery, and --workers gRPC workers sharing the port; --single-process
-runs it all in this one. SIGTERM or Ctrl-C stops it gracefully: no new calls, calls in
+cli.config). By default the server runs in this one process; --workers N runs it as
+processes (server.supervisor): the engine (RocksDB and the single writer), delivery, and
+N gRPC workers sharing the port. SIGTERM or Ctrl-C stops it gracefully: no new calls, calls in
 progress finish, queued writes are committed, RocksDB is closed; the next start resumes.
 
 Security (docs/security.md): a host other than loopback needs TLS and tokens, or
@@ -46,7 +46,7 @@ SETTING_FLAGS = {
     "--max-queued-ops": ("max_queued_ops", "writer queue depth at which sends are refused"),
     "--max-delay": ("max_delay_ms", "furthest delivery time accepted (default 400d)"),
     "--retention": ("retention_ms", "how long ACKED/CANCELLED stay queryable (default 3d)"),
-    "--workers": ("workers", "gRPC worker processes sharing the port (default 0: one per core)"),
+    "--workers": ("workers", "run as processes: engine, delivery, N gRPC workers (default 0: one)"),
     "--grpc-workers": ("grpc_workers", "threads for unary calls per worker (default 32)"),
     "--max-subscribers": ("max_subscribers", "concurrent Subscribe streams (default 256)"),
 }
@@ -70,10 +70,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     sync.add_argument("--sync", dest="sync_writes", action="store_const", const="true")
     parser.add_argument(
-        "--single-process", dest="single_process", action="store_const", const="true",
-        help="run engine, delivery and gRPC in this one process (one core at most)",
-    )  # fmt: skip
-    parser.add_argument(
         "--set", dest="assignments", action="append", default=[], metavar="NAME=VALUE",
         help="any other setting by its Settings name, e.g. --set delivery_batch_max=1000",
     )  # fmt: skip
@@ -95,9 +91,8 @@ def settings_from_args(args: argparse.Namespace):
     for name, _ in SETTING_FLAGS.values():
         if getattr(args, name) is not None:
             overrides[name] = getattr(args, name)
-    for name in ("sync_writes", "single_process"):
-        if getattr(args, name) is not None:
-            overrides[name] = getattr(args, name)
+    if args.sync_writes is not None:
+        overrides["sync_writes"] = args.sync_writes
     return load_settings(args.config, overrides=overrides)
 
 
@@ -161,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
         except SettingsError as exc:
             print(f"timerwheel serve: {exc}", file=sys.stderr)
             return 2
-        if settings.single_process:
+        if not settings.workers:
             return _serve_in_process(settings, security, args, stop, received)
         return _serve_processes(settings, protection, args, stop, received)
     finally:
@@ -193,10 +188,9 @@ def _serve_processes(settings, protection, args, stop: threading.Event, received
     from server.protection import log_protection
     from server.supervisor import StartFailed, Supervisor
 
-    workers = settings.workers or os.cpu_count() or 1
     log_args = (args.log_level, "json" if _log_is_json(args.log_format) else "console")
     try:
-        supervisor = Supervisor(settings, workers, log_args, protection).start()
+        supervisor = Supervisor(settings, settings.workers, log_args, protection).start()
     except StartFailed as exc:
         log.error("server_start_failed", error=str(exc), data_dir=settings.data_dir)
         return 1
