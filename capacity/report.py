@@ -45,6 +45,7 @@ class ReportRequest:
     out_dir: str
     master: str = "local[*]"
     options: ReportOptions = field(default_factory=ReportOptions)
+    spark_conf: dict[str, str] = field(default_factory=dict)  # extra Spark settings
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ def run_report(request: ReportRequest, *, spark=None, say: Say | None = None) ->
         from capacity.spark import build_session
 
         say(f"starting Spark ({request.master})")
-        spark = build_session(request.master)
+        spark = build_session(request.master, conf=request.spark_conf)
     try:
         say(f"reading {manifest['totals']['rows']:,} rows in {manifest['totals']['files']} files")
         grouped = aggregate(spark, os.path.abspath(request.input_dir))

@@ -13,6 +13,7 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from pyspark.sql import SparkSession
 
@@ -22,8 +23,14 @@ SHIPPED_PACKAGES = ("capacity", "store", "wheels")
 DEFAULT_MASTER = "local[*]"
 
 
-def build_session(master: str = DEFAULT_MASTER, app_name: str = "timerwheel-capacity"):
-    """A session for `master`; local sessions bind to loopback and run without a UI."""
+def build_session(
+    master: str = DEFAULT_MASTER,
+    app_name: str = "timerwheel-capacity",
+    conf: dict[str, str] | None = None,
+):
+    """A session for `master`, without a UI; `conf` overrides any setting (e.g.
+    ``spark.executor.memory``). A local session, or one whose master is on this machine's
+    loopback, binds the driver to 127.0.0.1 too."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = (
@@ -35,16 +42,24 @@ def build_session(master: str = DEFAULT_MASTER, app_name: str = "timerwheel-capa
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.driver.memory", "4g")
     )
-    if master.startswith("local"):
+    if master.startswith("local") or _on_loopback(master):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only
         # Few, small shuffles: the default 200 partitions would be 200 tiny tasks each.
         builder = builder.config("spark.sql.shuffle.partitions", "8")
         builder = builder.config("spark.driver.host", "127.0.0.1")
         builder = builder.config("spark.driver.bindAddress", "127.0.0.1")
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     prepare_session(spark, ship_code=not master.startswith("local"))
     return spark
+
+
+def _on_loopback(master: str) -> bool:
+    """spark://127.0.0.1:7077 or spark://localhost:7077: a cluster on this machine."""
+    host = urlsplit(master).hostname or ""
+    return host == "localhost" or host.startswith("127.")
 
 
 def prepare_session(spark: SparkSession, *, ship_code: bool = False) -> None:

@@ -29,6 +29,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--top-seconds", type=int, default=20, help="how many peak seconds to list (20)"
     )
+    parser.add_argument(
+        "--conf", action="append", default=[], metavar="KEY=VALUE",
+        help="a Spark setting, e.g. spark.executor.memory=512m (repeatable)",
+    )  # fmt: skip
     parser.set_defaults(func=run)
 
 
@@ -42,7 +46,12 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"report: {exc}", file=sys.stderr)
         return 2
-    request = ReportRequest(args.input, args.out, args.master, options)
+    conf = dict(item.partition("=")[::2] for item in args.conf)
+    bad = [item for item in args.conf if "=" not in item or not item.split("=", 1)[0]]
+    if bad:
+        print(f"report: --conf {bad[0]!r}: must be KEY=VALUE", file=sys.stderr)
+        return 2
+    request = ReportRequest(args.input, args.out, args.master, options, conf)
     try:
         result = run_report(request, say=lambda message: print(message, file=sys.stderr))
     except (ReportError, ExportFormatError, OSError) as exc:

@@ -1,0 +1,85 @@
+"""The capacity report on a real Spark standalone cluster (master + two workers on loopback).
+
+The cluster (capacity.local_cluster) is started once for the module from the installed
+pyspark; `timerwheel report --master spark://127.0.0.1:PORT` runs as a user would run it,
+so the code is shipped to the workers, the data source runs in the executors' Python
+workers and the report is written from the cluster's results. Its tables must equal those
+of the same command on `local[2]`, table by table, and every process of the cluster must
+be gone afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pyarrow.parquet as pq
+import pytest
+from capacity_data import build_and_export
+
+from capacity.local_cluster import LocalSparkCluster
+
+pytestmark = pytest.mark.timeout(900)  # two JVM clusters' worth of start-up on a busy machine
+SMALL_EXECUTOR = ["--conf", "spark.executor.memory=512m", "--conf", "spark.driver.memory=1g"]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    work_dir = tmp_path_factory.mktemp("spark-cluster")
+    cluster = LocalSparkCluster(str(work_dir), workers=2, cores=1, memory="768m")
+    cluster.start()
+    groups = [process.pid for process in cluster._processes]
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        for group in groups:  # no orphan: not the daemons, nor their executors
+            with pytest.raises(ProcessLookupError):
+                os.killpg(group, 0)
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    return build_and_export(tmp_path_factory.mktemp("cluster-data"), max_rows_per_file=600)
+
+
+def _report(export_dir: str, out_dir: str, master: str) -> subprocess.CompletedProcess:
+    command = [
+        sys.executable, "-m", "cli.main", "report", "--input", export_dir, "--out", out_dir,
+        "--master", master, "--drain-rate", "500", "--top-seconds", "5", *SMALL_EXECUTOR,
+    ]  # fmt: skip
+    return subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+
+
+def _tables(out_dir: str) -> dict:
+    tables_dir = os.path.join(out_dir, "tables")
+    return {
+        name.removesuffix(".parquet"): pq.read_table(os.path.join(tables_dir, name))
+        for name in sorted(os.listdir(tables_dir))
+        if name.endswith(".parquet")
+    }
+
+
+def test_report_on_the_cluster_equals_the_local_run(cluster, exported, tmp_path):
+    export_dir, truth = exported
+    on_cluster = _report(export_dir, str(tmp_path / "cluster"), cluster.master_url)
+    assert on_cluster.returncode == 0, on_cluster.stderr[-3000:]
+    local = _report(export_dir, str(tmp_path / "local"), "local[2]")
+    assert local.returncode == 0, local.stderr[-3000:]
+
+    got, expected = _tables(str(tmp_path / "cluster")), _tables(str(tmp_path / "local"))
+    assert got.keys() == expected.keys()
+    assert {"due_per_hour", "due_per_minute", "peak_seconds", "topics"} <= got.keys()
+    for name, table in expected.items():
+        assert got[name].equals(table), name
+    # Not two equally wrong runs: the cluster's counts are the known truth.
+    assert sum(got["due_per_hour"]["timers"].to_pylist()) == len(truth.pending())
+    # The cluster really ran it: the application ran executors on both workers.
+    app_dirs = [
+        entry
+        for worker in ("worker-0", "worker-1")
+        for entry in os.listdir(cluster.work_dir / worker)
+        if entry.startswith("app-")
+    ]
+    assert len(app_dirs) >= 2, app_dirs
