@@ -22,21 +22,27 @@ th { background: #f3f3f3; } td.text { text-align: left; }
 tr.late td { background: #fde0e0; }
 .figures td:first-child { text-align: left; font-weight: 600; }
 img { max-width: 100%; border: 1px solid #eee; }
+figure { margin: 0.5em 0; } figcaption { color: #555; font-size: 0.9em; }
 .links { font-size: 0.85em; color: #555; }
 """
 
-SECTIONS = (
-    ("due_per_hour", "Timers due per hour", "due_per_hour"),
-    ("due_per_minute", "Timers due per minute", None),
+SECTIONS = (  # (chart, title, table shown under it)
+    ("due_per_hour", "Timers due per hour (the next 48 h)", "due_per_hour"),
+    ("due_per_minute", "Timers due per minute (the next 48 h)", "due_per_minute"),
+    ("due_per_day", "Timers due per day (the whole horizon)", None),
     ("peak_seconds", "Peak seconds", "peak_seconds"),
     ("topics", "Topics", "topics"),
     ("delay_distribution", "Delay distribution", "delay_distribution"),
     ("wheel_occupancy", "Wheel occupancy", "wheel_occupancy"),
-    ("storage_projection", "Storage and growth", "storage_projection"),
+    ("storage_projection", "Storage at steady state", "storage_projection"),
 )
+# Epoch-millisecond times: shown as UTC text on the page (the files keep the numbers).
+_TIME_SUFFIXES = ("start_ms", "deliver_ms", "created_ms")
 
 
-def render(tables: dict[str, pa.Table], summary: dict, charts: dict[str, str]) -> str:
+def render(result, charts: dict) -> str:
+    """The page of `result` (capacity.tables.ReportTables) with `charts` (capacity.charts)."""
+    summary = result.summary
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",
         "<title>timerwheel capacity report</title>",
@@ -44,22 +50,61 @@ def render(tables: dict[str, pa.Table], summary: dict, charts: dict[str, str]) -
         "<h1>timerwheel capacity report</h1>",
         f"<p class='sub'>Export cut at {_when(summary.get('cut_at_ms'))} "
         f"from {html.escape(str(summary.get('source', '')))}; "
-        f"report made in {summary.get('report_seconds', 0):.1f} s.</p>",
+        f"report made in {summary.get('report_seconds', 0):.1f} s. All times are UTC.</p>",
         "<h2>Key figures</h2>",
         _figures(summary),
     ]
     for name, title, table_name in SECTIONS:
         parts.append(f"<h2>{html.escape(title)}</h2>")
         if name in charts:
-            parts.append(f"<img src='charts/{html.escape(charts[name])}' alt='{title}'>")
+            parts.append(_figure(name, title, charts[name], summary["pending_timers"]))
+        if name == "storage_projection":
+            parts.append(_assumptions(summary))
         if table_name is not None:
-            parts.append(_table(tables[table_name], late_column=name == "peak_seconds"))
-        parts.append(_links(name))
+            table, rows = _shown(result, table_name)
+            parts.append(_table(table, rows, late_column=name == "peak_seconds"))
+            parts.append(_links(table_name))
     parts.append("<h2>Records by state</h2>")
-    parts.append(_table(tables["states"]))
+    parts.append(_table(result.tables["states"], result.tables["states"].num_rows))
     parts.append(_links("states"))
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def _shown(result, name: str) -> tuple[pa.Table, int]:
+    """The rows to show and the table's full row count (Spark wrote the large tables)."""
+    if name in result.tables:
+        return result.tables[name], result.tables[name].num_rows
+    return result.seconds.heads[name], result.seconds.rows[name]
+
+
+def _figure(name: str, title: str, chart, pending: int) -> str:
+    data = f" data-chart='{name}'"
+    caption = ""
+    if chart.from_ms is not None:
+        data += f" data-from-ms='{chart.from_ms}' data-until-ms='{chart.until_ms}'"
+        data += f" data-timers='{chart.timers_shown}'"
+        share = 100 * chart.timers_shown / pending if pending else 0.0
+        caption = (
+            f"<figcaption>{_when(chart.from_ms)} to {_when(chart.until_ms)}: "
+            f"{_count(chart.timers_shown, 'pending timer')} of {pending:,} ({share:.1f} %)"
+            "</figcaption>"
+        )
+    image = f"<img src='charts/{html.escape(chart.file)}' alt='{html.escape(title)}'>"
+    return f"<figure class='chart'{data}>{image}{caption}</figure>"
+
+
+def _assumptions(summary: dict) -> str:
+    return (
+        "<p class='links'>Little's law: a timer is stored from its send until it fires (the "
+        f"mean delay of the pending timers, {_duration(summary.get('delay_avg_ms'))}), then "
+        f"kept for the retention ({_duration(summary['retention_ms'])}, the service's default "
+        "<code>retention_ms</code>; the export does not record the server's setting), at "
+        f"{summary['bytes_per_timer']:,.1f} SST bytes per timer as measured in this export. "
+        "Scenarios: the send rate observed in the export (records over the span of their "
+        "send times; a short burst overstates it) and the drain rate (the most the service "
+        "can sustain).</p>"
+    )
 
 
 def _figures(summary: dict) -> str:
@@ -70,33 +115,49 @@ def _figures(summary: dict) -> str:
         ("Due from / until (UTC hour)",
          f"{_when(summary['first_due_hour_ms'])} / {_when(summary['last_due_hour_ms'])}"),
         ("Peak second", f"{_when(summary['peak_second_ms'], seconds=True)}: "
-                        f"{_int(summary['peak_second_timers'])} timers"),
+                        f"{_count(summary['peak_second_timers'], 'timer')}"),
         ("Drain rate", f"{_int(summary['drain_rate'])} timers/s"),
         ("Seconds over the drain rate (fire late)",
-         f"{_int(summary['seconds_over_drain_rate'])} seconds, "
-         f"{_int(summary['timers_in_late_seconds'])} timers"),
+         f"{_count(summary['seconds_over_drain_rate'], 'second')}, "
+         f"{_count(summary['timers_in_late_seconds'], 'timer')}"),
         ("Delay p50 / p90 / p99", " / ".join(
             _duration(summary.get(f"delay_p{q}_ms")) for q in (50, 90, 99))),
         ("SST bytes (export)", _bytes(summary["sst_bytes"])),
         ("Storage per timer", f"{summary['bytes_per_timer']:,.1f} B"),
         ("Observed send rate", f"{summary['send_rate_per_second']:,.2f} timers/s"),
+        ("Storage at steady state (observed rate)", _bytes(summary["steady_state_bytes"])),
     ]  # fmt: skip
     body = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>" for k, v in rows)
     return f"<table class='figures'>{body}</table>"
 
 
-def _table(table: pa.Table, *, late_column: bool = False) -> str:
-    columns = table.column_names
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+def _table(table: pa.Table, total_rows: int, *, late_column: bool = False) -> str:
+    """The first rows of `table`; a time in ms shows as UTC text, or not at all when the
+    table has its own UTC column; the UTC column comes first."""
+    utc = [c for c in table.column_names if c.endswith("_utc")]
+    times = [c for c in table.column_names if c.endswith(_TIME_SUFFIXES)]
+    columns = utc + [c for c in table.column_names if c not in utc and not (utc and c in times)]
+    head = "".join(f"<th>{html.escape(_heading(c))}</th>" for c in columns)
     rows = []
     for row in table.slice(0, MAX_TABLE_ROWS).to_pylist():
-        cells = "".join(_cell(row[c]) for c in columns)
+        cells = "".join(
+            _cell(_when(row[c], seconds=True) if c in times and row[c] is not None else row[c])
+            for c in columns
+        )
         css = " class='late'" if late_column and row.get("late") else ""
         rows.append(f"<tr{css}>{cells}</tr>")
     more = ""
-    if table.num_rows > MAX_TABLE_ROWS:
-        more = f"<p class='links'>First {MAX_TABLE_ROWS} of {table.num_rows:,} rows.</p>"
+    if total_rows > min(MAX_TABLE_ROWS, table.num_rows):
+        shown = min(MAX_TABLE_ROWS, table.num_rows)
+        more = f"<p class='links'>First {shown} of {total_rows:,} rows.</p>"
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>{more}"
+
+
+def _heading(column: str) -> str:
+    for suffix in _TIME_SUFFIXES:
+        if column.endswith(suffix):
+            return column.removesuffix("_ms") + " (UTC)"
+    return column.replace("_utc", " (UTC)")
 
 
 def _cell(value: object) -> str:
@@ -122,6 +183,11 @@ def _when(ms: int | None, *, seconds: bool = False) -> str:
         return "-"
     pattern = "%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M"
     return datetime.fromtimestamp(ms / 1000, UTC).strftime(pattern) + " UTC"
+
+
+def _count(value: int, noun: str) -> str:
+    """'1 second', '2 seconds', '1,024 timers'."""
+    return f"{value:,} {noun}" + ("" if value == 1 else "s")
 
 
 def _int(value: int | None) -> str:

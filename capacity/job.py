@@ -3,9 +3,10 @@
 Reading the SST files is the expensive part (Python decodes every record), so the rows
 are read exactly once: a single ``GROUP BY GROUPING SETS`` aggregates them by
 (state, second), (state, topic), (state, wheel), (state, delay bucket), (state, fine
-delay bin) and (state) in one job. The result is small (at most one row per distinct
-second of pending timers, plus a few hundred) and goes to the driver as one Arrow
-table; capacity.tables derives every table of the report from it.
+delay bin) and (state) in one job, written by Spark as Parquet. The per-second rows can
+be as many as the timers, so they stay on disk for capacity.seconds (Spark again); the
+other groupings are bounded (topics, wheels, delay bins, states) and go to the driver as
+one Arrow table, from which capacity.tables derives the rest of the report.
 
 Delays are deliver_at_ms - created_at_ms. Besides the coarse histogram buckets, each
 pending timer's delay falls in a fine logarithmic bin (2 % wide) from which the delay
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import math
 import uuid
+from dataclasses import dataclass
 
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -46,15 +48,36 @@ GROUPINGS: dict[str, str] = {
 }
 
 
-def aggregate(spark: SparkSession, export_dir: str) -> pa.Table:
-    """One Spark job over the export; the grouped rows as an Arrow table (column `kind`)."""
-    rows = spark.read.format(SOURCE_NAME).option("verify", "size").load(export_dir)
+@dataclass(frozen=True)
+class Aggregated:
+    """The one pass's result: the bounded groupings on the driver, the seconds on disk."""
+
+    grouped: pa.Table  # every grouping but the seconds: topics, wheels, delays, states
+    seconds: DataFrame  # pending seconds: second_start_ms, timers, body_bytes (Parquet)
+
+
+def read_rows(spark: SparkSession, export_dir: str) -> DataFrame:
+    """The export's rows through the ``timerwheel_sst`` data source."""
+    return spark.read.format(SOURCE_NAME).option("verify", "size").load(export_dir)
+
+
+def aggregate(rows: DataFrame, work_dir: str) -> Aggregated:
+    """One Spark job over `rows`, written by Spark as Parquet under `work_dir` (which the
+    executors must be able to write, like the report's out dir); then only the groupings
+    whose size does not grow with the data are brought to the driver."""
+    spark = rows.sparkSession
     view = f"timerwheel_rows_{uuid.uuid4().hex}"
     _with_derived_columns(rows).createOrReplaceTempView(view)
     try:
-        return spark.sql(_grouping_sets_sql(view)).toArrow()
+        spark.sql(_grouping_sets_sql(view)).write.mode("overwrite").parquet(work_dir)
     finally:
         spark.catalog.dropTempView(view)
+    written = spark.read.parquet(work_dir)
+    seconds = written.filter((F.col("kind") == "second") & (F.col("state") == "SCHEDULED"))
+    return Aggregated(
+        grouped=written.filter(F.col("kind") != "second").toArrow(),
+        seconds=seconds.select("second_start_ms", "timers", "body_bytes"),
+    )
 
 
 def delay_bin_upper_ms(delay_bin: int) -> int:

@@ -17,16 +17,19 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 import structlog
 
 from capacity import charts, html
-from capacity.job import aggregate
+from capacity.job import aggregate, read_rows
+from capacity.seconds import SecondsResult, summarise
 from capacity.tables import ReportOptions, ReportTables, build_tables
 from store.export_files import load_manifest, verify_files
 
@@ -71,11 +74,12 @@ def run_report(request: ReportRequest, *, spark=None, say: Say | None = None) ->
         spark = build_session(request.master, conf=request.spark_conf)
     try:
         say(f"reading {manifest['totals']['rows']:,} rows in {manifest['totals']['files']} files")
-        grouped = aggregate(spark, os.path.abspath(request.input_dir))
+        rows = read_rows(spark, os.path.abspath(request.input_dir))
+        grouped, seconds = summarise_rows(rows, request.out_dir, request.options)
     finally:
         if own_session:
             spark.stop()
-    result = build_tables(grouped, manifest, request.options)
+    result = build_tables(grouped, seconds, manifest, request.options)
     result.summary.update(
         cut_at_ms=manifest["cut_at_ms"],
         service_now_ms=manifest.get("service_now_ms"),
@@ -84,22 +88,43 @@ def run_report(request: ReportRequest, *, spark=None, say: Say | None = None) ->
     )
     say("writing tables and charts")
     write_outputs(result, request.out_dir, started)
-    seconds = time.monotonic() - started
-    log.info("report_written", out_dir=request.out_dir, seconds=round(seconds, 2))
-    return ReportResult(request.out_dir, result.summary, seconds)
+    seconds_taken = time.monotonic() - started
+    log.info("report_written", out_dir=request.out_dir, seconds=round(seconds_taken, 2))
+    return ReportResult(request.out_dir, result.summary, seconds_taken)
+
+
+def summarise_rows(rows, out_dir: str, options: ReportOptions) -> tuple[pa.Table, SecondsResult]:
+    """The Spark part: the one pass over `rows` (a DataFrame of the data source's schema),
+    then the per-second tables written into `out_dir`/tables by Spark. Returns what the
+    driver needs, none of it growing with the data."""
+    tables_dir = os.path.abspath(os.path.join(out_dir, "tables"))
+    os.makedirs(tables_dir, exist_ok=True)
+    work_dir = os.path.join(os.path.abspath(out_dir), "spark-work")  # not hidden: Spark skips
+    try:  # paths that start with '.' or '_'
+        aggregated = aggregate(rows, work_dir)
+        seconds = summarise(
+            aggregated.seconds,
+            tables_dir,
+            drain_rate=options.drain_rate,
+            top_seconds=options.top_seconds,
+        )
+    finally:
+        shutil.rmtree(work_dir, ignore_errors=True)
+    return aggregated.grouped, seconds
 
 
 def write_outputs(result: ReportTables, out_dir: str, started: float) -> None:
+    """The driver's tables, the charts, summary.json and, last, index.html."""
     tables_dir = os.path.join(out_dir, "tables")
     os.makedirs(tables_dir, exist_ok=True)
     for name, table in result.tables.items():
         pq.write_table(table, os.path.join(tables_dir, f"{name}.parquet"))
         pa_csv.write_csv(table, os.path.join(tables_dir, f"{name}.csv"))
-    drawn = charts.draw_all(result.tables, result.summary, os.path.join(out_dir, "charts"))
+    drawn = charts.draw_all(result, os.path.join(out_dir, "charts"))
     result.summary["report_seconds"] = round(time.monotonic() - started, 2)
     with open(os.path.join(out_dir, "summary.json"), "w", encoding="utf-8") as out:
         json.dump(result.summary, out, indent=2, sort_keys=True)
-    page = html.render(result.tables, result.summary, drawn)
+    page = html.render(result, drawn)
     with open(os.path.join(out_dir, "index.html"), "w", encoding="utf-8") as out:
         out.write(page)
 

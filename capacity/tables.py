@@ -1,4 +1,6 @@
-"""The report's tables, derived on the driver from the one grouped pass (capacity.job).
+"""The report's tables, derived on the driver from the bounded results of the one pass
+(capacity.job) and of the per-second summary (capacity.seconds, which writes the per-minute
+and per-hour tables itself).
 
 Everything about *when* load arrives is over the pending (SCHEDULED) timers: they are
 the future work. Per-topic and per-state tables also count the records kept for
@@ -13,14 +15,8 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from capacity.job import (
-    DAY_MS,
-    DELAY_BUCKETS,
-    HOUR_MS,
-    MINUTE_MS,
-    SECOND_MS,
-    delay_bin_upper_ms,
-)
+from capacity.job import DAY_MS, DELAY_BUCKETS, HOUR_MS, SECOND_MS, delay_bin_upper_ms
+from capacity.seconds import SecondsResult
 from store import keys
 
 DELAY_QUANTILES = (0.5, 0.9, 0.99)
@@ -30,28 +26,33 @@ DELAY_QUANTILES = (0.5, 0.9, 0.99)
 class ReportOptions:
     drain_rate: int = 10_000  # timers the service can fire per second
     top_seconds: int = 20
-    projection_days: tuple[int, ...] = (1, 7, 30, 90)
+    # How long fired records are kept after they are acked or cancelled: the service's
+    # default `retention_ms`; the export does not record the server's setting.
+    retention_ms: int = 3 * DAY_MS
 
     def __post_init__(self) -> None:
         if self.drain_rate <= 0:
             raise ValueError(f"drain_rate={self.drain_rate}: must be a positive timers/second")
         if self.top_seconds <= 0:
             raise ValueError(f"top_seconds={self.top_seconds}: must be positive")
+        if self.retention_ms < 0:
+            raise ValueError(f"retention_ms={self.retention_ms}: must be >= 0")
 
 
 @dataclass
 class ReportTables:
-    tables: dict[str, pa.Table] = field(default_factory=dict)
+    tables: dict[str, pa.Table] = field(default_factory=dict)  # written by the driver
     summary: dict = field(default_factory=dict)
+    seconds: SecondsResult | None = None  # the per-second tables, written by Spark
 
 
-def build_tables(grouped: pa.Table, manifest: dict, options: ReportOptions) -> ReportTables:
+def build_tables(
+    grouped: pa.Table, seconds: SecondsResult, manifest: dict, options: ReportOptions
+) -> ReportTables:
+    """Every driver-side table from the bounded groupings and the per-second results."""
     pending = grouped.filter(pc.equal(grouped["state"], "SCHEDULED"))
-    per_second = _kind(pending, "second").select(["second_start_ms", "timers", "body_bytes"])
-    out = ReportTables()
-    out.tables["due_per_minute"] = _due_per(per_second, MINUTE_MS, "minute", "%Y-%m-%d %H:%M")
-    out.tables["due_per_hour"] = _due_per(per_second, HOUR_MS, "hour", "%Y-%m-%d %H:00")
-    out.tables["peak_seconds"] = _peak_seconds(per_second, options)
+    out = ReportTables(seconds=seconds)
+    out.tables["peak_seconds"] = _peak_seconds(seconds.peaks, options)
     out.tables["topics"] = _topics(_kind(grouped, "topic"))
     out.tables["delay_distribution"] = _delay_buckets(_kind(pending, "delay_bucket"))
     out.tables["wheel_occupancy"] = _wheels(_kind(pending, "wheel"))
@@ -61,14 +62,17 @@ def build_tables(grouped: pa.Table, manifest: dict, options: ReportOptions) -> R
         .rename_columns(["state", "records", "body_bytes"])
         .sort_by("state")
     )
-    out.tables["storage_projection"], storage = _projection(states, manifest, options)
-    late = per_second.filter(pc.greater(per_second["timers"], options.drain_rate))
+    delays = _delay_stats(_kind(pending, "state"), _kind(pending, "delay_bin"))
+    out.tables["storage_projection"], storage = _projection(
+        states, manifest, options, delays["delay_avg_ms"] or 0
+    )
     out.summary = {
         "drain_rate": options.drain_rate,
-        "seconds_over_drain_rate": late.num_rows,
-        "timers_in_late_seconds": _sum(late, "timers"),
-        **_pending_summary(out.tables),
-        **_delay_stats(_kind(pending, "state"), _kind(pending, "delay_bin")),
+        "retention_ms": options.retention_ms,
+        "seconds_over_drain_rate": seconds.late_seconds,
+        "timers_in_late_seconds": seconds.timers_in_late_seconds,
+        **_pending_summary(seconds, out.tables),
+        **delays,
         **storage,
     }
     return out
@@ -88,29 +92,14 @@ def _utc(millis: pa.ChunkedArray, pattern: str) -> pa.Array:
     return pc.strftime(seconds, format=pattern)
 
 
-def _due_per(per_second: pa.Table, unit_ms: int, unit: str, pattern: str) -> pa.Table:
-    start = f"{unit}_start_ms"
-    seconds = per_second["second_start_ms"]
-    floored = pc.multiply(pc.divide(seconds, unit_ms), unit_ms)  # integer division: floor
-    rolled = (
-        per_second.append_column(start, floored)
-        .group_by(start)
-        .aggregate([("timers", "sum"), ("body_bytes", "sum"), ("timers", "max")])
-        .rename_columns([start, "timers", "body_bytes", "peak_second_timers"])
-        .sort_by(start)
-    )
-    return rolled.append_column(f"{unit}_utc", _utc(rolled[start], pattern))
-
-
-def _peak_seconds(per_second: pa.Table, options: ReportOptions) -> pa.Table:
-    """The busiest seconds; one whose timers exceed the drain rate fires partly late."""
+def _peak_seconds(top: pa.Table, options: ReportOptions) -> pa.Table:
+    """The busiest seconds (from Spark, busiest first); one whose timers exceed the drain
+    rate fires partly late."""
     rate = options.drain_rate
-    top = per_second.sort_by([("timers", "descending"), ("second_start_ms", "ascending")])
-    top = top.slice(0, options.top_seconds)
     timers = top["timers"].to_pylist()
     drain_ms = [-(-count * SECOND_MS // rate) for count in timers]  # ceiling division
     return (
-        top.append_column("second_utc", _utc(top["second_start_ms"], "%Y-%m-%d %H:%M:%S"))
+        top.add_column(0, "second_utc", _utc(top["second_start_ms"], "%Y-%m-%d %H:%M:%S"))
         .append_column("drain_ms", pa.array(drain_ms, pa.int64()))
         .append_column("late", pa.array([count > rate for count in timers], pa.bool_()))
         # The last timer of the second fires this long after the second ends.
@@ -194,12 +183,12 @@ def _wheels(by_wheel: pa.Table) -> pa.Table:
     ).sort_by("first_deliver_ms")
 
 
-def _projection(states: pa.Table, manifest: dict, options: ReportOptions):
-    """Storage per timer from the SST bytes, and gross growth at the observed send rate.
-
-    Gross: it assumes nothing fires or is retired, so it is an upper bound; the storage
-    that the retained records hold is in the `states` table.
-    """
+def _projection(states: pa.Table, manifest: dict, options: ReportOptions, delay_avg_ms: int):
+    """Storage at steady state, by Little's law: a timer is stored from its send until it
+    fires (the mean delay), then kept for the retention, so a sustained send rate R holds
+    R x (delay + retention) timers of `bytes_per_timer` SST bytes each. Two scenarios: the
+    send rate observed in the export (records / span of their send times) and the drain
+    rate (the most the service fires per second, so the most it can sustain)."""
     records = _sum(states, "timers")
     first_created = pc.min(states["min_created_ms"]).as_py()
     last_created = pc.max(states["max_created_ms"]).as_py()
@@ -207,14 +196,18 @@ def _projection(states: pa.Table, manifest: dict, options: ReportOptions):
     bytes_per_timer = sst_bytes / records if records else 0.0
     span_ms = (last_created or 0) - (first_created or 0)
     rate = records * SECOND_MS / span_ms if span_ms > 0 else 0.0
-    days = list(options.projection_days)
-    new_timers = [round(rate * d * DAY_MS / SECOND_MS) for d in days]
+    scenarios = [("observed send rate", rate), ("drain rate", float(options.drain_rate))]
+    stay_ms = delay_avg_ms + options.retention_ms
+    stored = [round(r * stay_ms / SECOND_MS) for _, r in scenarios]
     table = pa.table(
         {
-            "days_ahead": days,
-            "new_timers": new_timers,
-            "new_bytes": [round(n * bytes_per_timer) for n in new_timers],
-            "total_bytes": [sst_bytes + round(n * bytes_per_timer) for n in new_timers],
+            "scenario": [name for name, _ in scenarios],
+            "send_rate_per_second": [round(r, 3) for _, r in scenarios],
+            "mean_delay_ms": [delay_avg_ms] * len(scenarios),
+            "retention_ms": [options.retention_ms] * len(scenarios),
+            "bytes_per_timer": [round(bytes_per_timer, 1)] * len(scenarios),
+            "stored_timers": stored,
+            "bytes": [round(n * bytes_per_timer) for n in stored],
         }
     )
     storage = {
@@ -225,19 +218,20 @@ def _projection(states: pa.Table, manifest: dict, options: ReportOptions):
         "first_created_ms": first_created,
         "last_created_ms": last_created,
         "send_rate_per_second": round(rate, 3),
+        "steady_state_bytes": table["bytes"][0].as_py(),
     }
     return table, storage
 
 
-def _pending_summary(tables: dict[str, pa.Table]) -> dict:
-    hours = tables["due_per_hour"]
+def _pending_summary(seconds: SecondsResult, tables: dict[str, pa.Table]) -> dict:
+    totals = seconds.totals
     peaks = tables["peak_seconds"].to_pylist()
-    starts = hours["hour_start_ms"].to_pylist()
+    first, last = totals["first_due_second_ms"], totals["last_due_second_ms"]
     return {
-        "pending_timers": _sum(hours, "timers"),
-        "pending_body_bytes": _sum(hours, "body_bytes"),
-        "first_due_hour_ms": starts[0] if starts else None,
-        "last_due_hour_ms": starts[-1] if starts else None,
+        "pending_timers": totals["pending_timers"],
+        "pending_body_bytes": totals["pending_body_bytes"],
+        "first_due_hour_ms": None if first is None else first // HOUR_MS * HOUR_MS,
+        "last_due_hour_ms": None if last is None else last // HOUR_MS * HOUR_MS,
         "peak_second_ms": peaks[0]["second_start_ms"] if peaks else None,
         "peak_second_timers": peaks[0]["timers"] if peaks else 0,
     }

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import shutil
 from collections import Counter
 
@@ -23,6 +24,7 @@ from store.export import export_data_dir
 from store.export_files import ExportFormatError, load_manifest
 
 MINUTE_MS = 60_000
+HOUR_MS = 60 * MINUTE_MS
 
 
 @pytest.fixture(scope="module")
@@ -116,9 +118,18 @@ def test_delays_wheels_states_and_storage(report):
     # Sends happened at T0 and at T0 + 5 s: the observed rate is records / 5 s.
     rate = len(truth.rows) * 1000 / (SENT_AT_MS - T0_MS)
     assert summary["send_rate_per_second"] == round(rate, 3)
+    # Steady state: rate x (mean delay + retention) x bytes per timer, for two scenarios.
     projection = _table(result, "storage_projection").to_pylist()
-    assert projection[0]["days_ahead"] == 1
-    assert projection[0]["new_timers"] == round(rate * 86_400)
+    assert [p["scenario"] for p in projection] == ["observed send rate", "drain rate"]
+    assert [p["send_rate_per_second"] for p in projection] == [round(rate, 3), 500]
+    stay_s = (summary["delay_avg_ms"] + 3 * 86_400_000) / 1000
+    assert summary["retention_ms"] == 3 * 86_400_000
+    for row, sends in zip(projection, (rate, 500), strict=True):
+        assert row["stored_timers"] == round(sends * stay_s)
+        assert row["bytes"] == round(
+            row["stored_timers"] * manifest["totals"]["bytes"] / len(truth.rows)
+        )
+    assert summary["steady_state_bytes"] == projection[0]["bytes"]
     delays_ms = sorted(r.deliver_at_ms - r.created_at_ms for r in truth.pending())
     assert (summary["delay_min_ms"], summary["delay_max_ms"]) == (delays_ms[0], delays_ms[-1])
     for q in (50, 90, 99):  # percentiles from 2 %-wide bins: never below, at most 2 % above
@@ -132,7 +143,7 @@ def test_outputs_html_charts_csv(report):
     with open(os.path.join(out, "index.html"), encoding="utf-8") as source:
         page = source.read()
     charts = sorted(os.listdir(os.path.join(out, "charts")))
-    assert len(charts) == 7
+    assert len(charts) == 8
     for chart in charts:
         assert f"charts/{chart}" in page
         with open(os.path.join(out, "charts", chart), "rb") as png:
@@ -140,7 +151,7 @@ def test_outputs_html_charts_csv(report):
         assert os.path.getsize(os.path.join(out, "charts", chart)) > 5_000
     assert "Peak second" in page and "700 timers" in page
     assert "class='late'" in page  # the late second is highlighted
-    for name in ("due_per_hour", "peak_seconds", "topics", "states"):
+    for name in ("due_per_hour", "due_per_minute", "peak_seconds", "topics", "states"):
         parquet = _table(result, name)
         csv = pa_csv.read_csv(os.path.join(out, "tables", f"{name}.csv"))
         assert csv.num_rows == parquet.num_rows > 0
@@ -214,3 +225,52 @@ def test_report_refuses_a_used_output_and_bad_options(exported, tmp_path, capsys
     missing = str(tmp_path / "missing")
     assert main(["report", "--input", missing, "--out", str(tmp_path / "r")]) == 1
     assert f"export dir {missing!r} does not exist" in capsys.readouterr().err
+
+
+def test_page_in_headless_chromium_is_zoomed_to_the_load(report, tmp_path):
+    """The page as a planner sees it, rendered by a real headless Chromium (Debian's
+    `chromium`, driven by Playwright): every chart loads, the 48-hour charts hold the bulk
+    of the timers (and exactly the known timers of their window), the per-day chart spans
+    the whole horizon, tables lead with UTC text and figures read in correct English."""
+    from playwright.sync_api import sync_playwright
+
+    result, truth, _ = report
+    chromium = shutil.which("chromium")
+    assert chromium, "the Debian package chromium is needed (.ci/run installs it)"
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 1000})
+            page.goto(f"file://{result.out_dir}/index.html")
+            images = page.evaluate("[...document.images].map(i => i.complete && i.naturalWidth)")
+            figures = page.evaluate(
+                "Object.fromEntries([...document.querySelectorAll('figure[data-from-ms]')]"
+                ".map(f => [f.dataset.chart, [+f.dataset.fromMs, +f.dataset.untilMs,"
+                " +f.dataset.timers]]))"
+            )
+            first_headers = page.evaluate(
+                "[...document.querySelectorAll('table:not(.figures) tr:first-child')]"
+                ".map(r => r.cells[0].textContent)"
+            )
+            cells = page.evaluate("[...document.querySelectorAll('td')].map(c => c.textContent)")
+            figures_text = page.inner_text("table.figures")
+            page.screenshot(path=str(tmp_path / "page.png"))
+        finally:
+            browser.close()
+
+    assert len(images) == 8 and all(width >= 900 for width in images), images
+    due = sorted(row.deliver_at_ms for row in truth.pending())
+    for chart in ("due_per_hour", "due_per_minute"):
+        start, until, shown = figures[chart]
+        assert start == due[0] // HOUR_MS * HOUR_MS and until - start == 48 * HOUR_MS
+        in_window = sum(1 for at in due if start <= at < until)
+        assert shown == in_window >= 0.75 * len(due), (chart, shown, len(due))
+    start, until, shown = figures["due_per_day"]
+    assert start <= due[0] and due[-1] < until and shown == len(due)
+    assert until - start > 100 * 48 * HOUR_MS  # so the 48-hour charts really are a zoom
+    assert first_headers[:2] == ["hour (UTC)", "minute (UTC)"]
+    assert first_headers[2] == "second (UTC)"  # peak seconds
+    epoch_ms = re.compile(r"^1,\d{3},\d{3},\d{3},\d{3}$")
+    assert not [cell for cell in cells if epoch_ms.match(cell)]
+    assert "1 second, 700 timers" in figures_text
+    assert os.path.getsize(tmp_path / "page.png") > 20_000

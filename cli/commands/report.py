@@ -60,8 +60,12 @@ def run(args: argparse.Namespace) -> int:
     summary = result.summary
     print(
         f"report written to {result.out_dir}/index.html in {result.seconds:.1f} s: "
-        f"{summary['pending_timers']:,} pending timers, peak second "
-        f"{summary['peak_second_timers']:,} timers, "
-        f"{summary['seconds_over_drain_rate']:,} seconds over the drain rate"
+        f"{_count(summary['pending_timers'], 'pending timer')}, peak second "
+        f"{_count(summary['peak_second_timers'], 'timer')}, "
+        f"{_count(summary['seconds_over_drain_rate'], 'second')} over the drain rate"
     )
     return 0
+
+
+def _count(value: int, noun: str) -> str:
+    return f"{value:,} {noun}" + ("" if value == 1 else "s")
