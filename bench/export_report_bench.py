@@ -12,12 +12,17 @@ not what is measured; the export (timers/s) and the report (wall seconds on
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
+import resource
 import shutil
 import sys
+import threading
 import time
+
+import psutil
 
 from capacity.report import ReportRequest, run_report
 from capacity.tables import ReportOptions
@@ -62,12 +67,38 @@ def fill(data_dir: str, timers: int) -> float:
     return time.monotonic() - started
 
 
+class PeakRss:
+    """Samples the RSS of this process's child JVM (the Spark driver) every 0.5 s."""
+
+    def __init__(self) -> None:
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        me = psutil.Process()
+        while not self._stop.wait(0.5):
+            for child in me.children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    if "java" in child.name():
+                        self.peak = max(self.peak, child.memory_info().rss)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--timers", type=int, default=10_000_000)
     parser.add_argument("--work", default="/tmp/timerwheel-bench")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--reuse", action="store_true", help="keep an already filled store")
+    parser.add_argument("--fill-only", action="store_true", help="fill the store and stop")
     args = parser.parse_args()
 
     data_dir = os.path.join(args.work, "data")
@@ -78,9 +109,13 @@ def main() -> int:
     if not (args.reuse and os.path.isdir(data_dir)):
         shutil.rmtree(args.work, ignore_errors=True)
         results["fill_seconds"] = round(fill(data_dir, args.timers), 1)
+    if args.fill_only:
+        print(json.dumps(results, indent=2))
+        return 0
     shutil.rmtree(export_dir, ignore_errors=True)
     shutil.rmtree(report_dir, ignore_errors=True)
 
+    results["load_average_before_export"] = os.getloadavg()
     summary = export_data_dir(data_dir, export_dir)
     results["export"] = {
         "seconds": round(summary.seconds, 1),
@@ -88,17 +123,25 @@ def main() -> int:
         "rows": summary.rows,
         "files": summary.files,
         "bytes": summary.bytes,
+        "load_average_after": os.getloadavg(),
     }
     print(json.dumps(results["export"]), file=sys.stderr, flush=True)
 
     started = time.monotonic()
     request = ReportRequest(export_dir, report_dir, args.master, ReportOptions())
-    report = run_report(request, say=lambda m: print(m, file=sys.stderr, flush=True))
+    with PeakRss() as jvm:
+        report = run_report(request, say=lambda m: print(m, file=sys.stderr, flush=True))
     results["report"] = {
         "seconds": round(time.monotonic() - started, 1),
         "pending_timers": report.summary["pending_timers"],
         "peak_second_timers": report.summary["peak_second_timers"],
         "bytes_per_timer": report.summary["bytes_per_timer"],
+        # The driver is this Python process and its JVM (the gateway, a child process).
+        "driver_python_peak_rss_mib": round(
+            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        ),
+        "driver_jvm_peak_rss_mib": round(jvm.peak / 2**20),
+        "load_average_after": os.getloadavg(),
     }
     print(json.dumps(results, indent=2))
     return 0
