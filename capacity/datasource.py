@@ -9,15 +9,20 @@ partition per ``messages`` SST file. The export is cut into slices of wheel-key 
 so a partition learns which wheel holds each of its scheduled timers by reading only the
 wheel files of its own slice: a set lookup per row, no join, no shuffle.
 
-Options: ``verify`` ("checksums" by default, "size" or "none"): how the files are
-checked against the manifest before any partition is planned; ``scratch_dir``: where
-each task makes the throw-away database it reads an SST through (default: the system
-temp dir of the worker).
+The path is a local directory or any URI pyarrow's filesystems open (store.export_location);
+off this machine each task fetches its files to its local temp space and checks their
+CRC-32 there. Options: ``verify`` ("checksums" by default, "size" or "none"): how the files
+are checked against the manifest before any partition is planned (sizes only for a remote
+export); ``scratch_dir``: where each task makes the throw-away database it reads an SST
+through, and its fetched copies (default: the system temp dir of the worker);
+``filesystem``: a pyarrow filesystem object the path is on (`filesystem_option`).
 """
 
 from __future__ import annotations
 
-import os
+import base64
+import pickle
+import shutil
 import struct
 import tempfile
 from collections import defaultdict
@@ -30,10 +35,12 @@ from store import keys
 from store.export_files import (
     WHEEL_OF_FAMILY,
     ExportFormatError,
+    file_crc32,
     load_manifest,
     read_sst,
     verify_files,
 )
+from store.export_location import ExportLocation
 
 SOURCE_NAME = "timerwheel_sst"
 SCHEMA = (
@@ -55,12 +62,23 @@ BATCH_ROWS = 65_536
 
 
 class SlicePartition(InputPartition):
-    """One messages SST file and the wheel files of its slice (paths, wheel names)."""
+    """One messages SST file and the wheel files of its slice: (name, wheel, crc32) each,
+    in `location`."""
 
-    def __init__(self, messages_path: str | None, wheel_files: list[tuple[str, str]]) -> None:
-        super().__init__(messages_path)
-        self.messages_path = messages_path
+    def __init__(
+        self,
+        location: ExportLocation | None,
+        messages: tuple[str, int] | None,
+        wheel_files: list[tuple[str, str, int]],
+    ) -> None:
+        super().__init__(messages[0] if messages else None)
+        self.location = location
+        self.messages = messages
         self.wheel_files = wheel_files
+
+    @property
+    def messages_path(self) -> str | None:
+        return None if self.messages is None else self.location.describe(self.messages[0])
 
 
 class TimerwheelSstDataSource(DataSource):
@@ -80,55 +98,86 @@ class TimerwheelSstReader(DataSourceReader):
         path = options.get("path")
         if not path:
             raise ExportFormatError("timerwheel_sst needs a path: .load(EXPORT_DIR)")
-        self.export_dir = path
+        filesystem = options.get("filesystem")
+        if filesystem:
+            filesystem = pickle.loads(base64.b64decode(filesystem))
+        try:
+            self.location = ExportLocation.parse(path, filesystem or None)
+        except ValueError as exc:
+            raise ExportFormatError(str(exc)) from exc
         self.verify = options.get("verify", "checksums")
         if self.verify not in ("checksums", "size", "none"):
             raise ExportFormatError(f"verify={self.verify!r}: must be checksums, size or none")
         self.scratch_dir = options.get("scratch_dir") or None
 
     def partitions(self) -> list[SlicePartition]:
-        manifest = load_manifest(self.export_dir)
+        manifest = load_manifest(self.location)
         if self.verify != "none":
-            verify_files(self.export_dir, manifest, checksums=self.verify == "checksums")
-        return plan_partitions(self.export_dir, manifest)
+            verify_files(self.location, manifest, checksums=self.verify == "checksums")
+        return plan_partitions(self.location, manifest)
 
     def read(self, partition: SlicePartition) -> Iterator[pa.RecordBatch]:
-        if partition.messages_path is None:
+        if partition.messages is None:
             return
         scratch = self.scratch_dir or tempfile.gettempdir()
         yield from read_partition(partition, scratch)
 
 
-def plan_partitions(export_dir: str, manifest: dict) -> list[SlicePartition]:
+def filesystem_option(filesystem) -> str:
+    """The ``filesystem`` option for a pyarrow filesystem object (options are strings)."""
+    return base64.b64encode(pickle.dumps(filesystem)).decode("ascii")
+
+
+def plan_partitions(location: ExportLocation | str, manifest: dict) -> list[SlicePartition]:
     """One partition per messages file; at least one, so an empty export reads as empty."""
-    wheels_by_slice: dict[int, list[tuple[str, str]]] = defaultdict(list)
+    if isinstance(location, str):
+        location = ExportLocation.parse(location)
+    wheels_by_slice: dict[int, list[tuple[str, str, int]]] = defaultdict(list)
     for entry in manifest["files"]:
         wheel = WHEEL_OF_FAMILY.get(entry["cf"])
         if wheel is not None:
-            path = os.path.join(export_dir, entry["file"])
-            wheels_by_slice[entry["slice"]].append((path, wheel))
+            wheels_by_slice[entry["slice"]].append((entry["file"], wheel, entry["crc32"]))
     partitions = [
-        SlicePartition(os.path.join(export_dir, entry["file"]), wheels_by_slice[entry["slice"]])
+        SlicePartition(location, (entry["file"], entry["crc32"]), wheels_by_slice[entry["slice"]])
         for entry in manifest["files"]
         if entry["cf"] == keys.CF_MESSAGES
     ]
-    return partitions or [SlicePartition(None, [])]
+    return partitions or [SlicePartition(location, None, [])]
 
 
 def read_partition(partition: SlicePartition, scratch_dir: str) -> Iterator[pa.RecordBatch]:
-    """Decode one messages file into Arrow batches of `ARROW_SCHEMA`."""
+    """Decode one messages file into Arrow batches of `ARROW_SCHEMA`. Off this machine,
+    each file is fetched to a temp dir under `scratch_dir` first (and its CRC-32 checked);
+    the copies are removed when the partition is done."""
     from capacity.rows import decode_messages  # imported on the worker
 
-    wheel_keys: list[bytes] = []
-    wheel_names: list[str] = []
-    for path, wheel in partition.wheel_files:
-        before = len(wheel_keys)
-        wheel_keys.extend(key for key, _ in read_sst(path, scratch_dir))
-        wheel_names.extend([wheel] * (len(wheel_keys) - before))
+    fetch_dir = None
+    if partition.location.local_dir is None:
+        fetch_dir = tempfile.mkdtemp(prefix="sst-fetch-", dir=scratch_dir)
     try:
-        table = decode_messages(
-            read_sst(partition.messages_path, scratch_dir), wheel_keys, wheel_names
-        )
-    except (ValueError, UnicodeError, struct.error, pa.ArrowInvalid) as exc:
-        raise ExportFormatError(f"{partition.messages_path}: corrupt record ({exc})") from exc
+        wheel_keys: list[bytes] = []
+        wheel_names: list[str] = []
+        for name, wheel, crc in partition.wheel_files:
+            path = _local_copy(partition.location, name, crc, fetch_dir)
+            before = len(wheel_keys)
+            wheel_keys.extend(key for key, _ in read_sst(path, scratch_dir))
+            wheel_names.extend([wheel] * (len(wheel_keys) - before))
+        name, crc = partition.messages
+        path = _local_copy(partition.location, name, crc, fetch_dir)
+        try:
+            table = decode_messages(read_sst(path, scratch_dir), wheel_keys, wheel_names)
+        except (ValueError, UnicodeError, struct.error, pa.ArrowInvalid) as exc:
+            raise ExportFormatError(f"{partition.messages_path}: corrupt record ({exc})") from exc
+    finally:
+        if fetch_dir is not None:
+            shutil.rmtree(fetch_dir, ignore_errors=True)
     yield from table.cast(ARROW_SCHEMA).to_batches(max_chunksize=BATCH_ROWS)
+
+
+def _local_copy(location: ExportLocation, name: str, crc: int, fetch_dir: str | None) -> str:
+    if fetch_dir is None:
+        return location.file(name)
+    path = location.fetch(name, fetch_dir)
+    if file_crc32(path) != crc:
+        raise ExportFormatError(f"{location.describe(name)}: corrupt SST, CRC-32 differs")
+    return path

@@ -23,7 +23,7 @@ import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from capacity.datasource import SOURCE_NAME
+from capacity.datasource import SOURCE_NAME, filesystem_option
 
 SECOND_MS = 1_000
 MINUTE_MS = 60 * SECOND_MS
@@ -56,9 +56,13 @@ class Aggregated:
     seconds: DataFrame  # pending seconds: second_start_ms, timers, body_bytes (Parquet)
 
 
-def read_rows(spark: SparkSession, export_dir: str) -> DataFrame:
-    """The export's rows through the ``timerwheel_sst`` data source."""
-    return spark.read.format(SOURCE_NAME).option("verify", "size").load(export_dir)
+def read_rows(spark: SparkSession, export_dir: str, filesystem=None) -> DataFrame:
+    """The export's rows through the ``timerwheel_sst`` data source; `export_dir` is a
+    local dir or a URI, or a path on `filesystem` (a pyarrow filesystem) when given."""
+    reader = spark.read.format(SOURCE_NAME).option("verify", "size")
+    if filesystem is not None:
+        reader = reader.option("filesystem", filesystem_option(filesystem))
+    return reader.load(export_dir)
 
 
 def aggregate(rows: DataFrame, work_dir: str) -> Aggregated:

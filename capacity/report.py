@@ -32,6 +32,7 @@ from capacity.job import aggregate, read_rows
 from capacity.seconds import SecondsResult, summarise
 from capacity.tables import ReportOptions, ReportTables, build_tables
 from store.export_files import load_manifest, verify_files
+from store.export_location import ExportLocation
 
 log = structlog.get_logger("timerwheel.capacity")
 
@@ -49,6 +50,8 @@ class ReportRequest:
     master: str = "local[*]"
     options: ReportOptions = field(default_factory=ReportOptions)
     spark_conf: dict[str, str] = field(default_factory=dict)  # extra Spark settings
+    # input_dir is a path on this pyarrow filesystem (else a local dir or a URI)
+    filesystem: object | None = None
 
 
 @dataclass(frozen=True)
@@ -64,8 +67,12 @@ def run_report(request: ReportRequest, *, spark=None, say: Say | None = None) ->
     say = say or (lambda _message: None)
     _check_out_dir(request.out_dir)
     say(f"checking export {request.input_dir}")
-    manifest = load_manifest(request.input_dir)
-    verify_files(request.input_dir, manifest, checksums=True)
+    try:
+        location = ExportLocation.parse(request.input_dir, request.filesystem)
+    except ValueError as exc:
+        raise ReportError(str(exc)) from exc
+    manifest = load_manifest(location)
+    verify_files(location, manifest, checksums=True)
     own_session = spark is None
     if own_session:
         from capacity.spark import build_session
@@ -74,7 +81,8 @@ def run_report(request: ReportRequest, *, spark=None, say: Say | None = None) ->
         spark = build_session(request.master, conf=request.spark_conf)
     try:
         say(f"reading {manifest['totals']['rows']:,} rows in {manifest['totals']['files']} files")
-        rows = read_rows(spark, os.path.abspath(request.input_dir))
+        where = location.path if request.filesystem or location.local_dir else location.text
+        rows = read_rows(spark, where, request.filesystem)
         grouped, seconds = summarise_rows(rows, request.out_dir, request.options)
     finally:
         if own_session:
@@ -84,7 +92,7 @@ def run_report(request: ReportRequest, *, spark=None, say: Say | None = None) ->
         cut_at_ms=manifest["cut_at_ms"],
         service_now_ms=manifest.get("service_now_ms"),
         source=manifest.get("source", ""),
-        export_dir=os.path.abspath(request.input_dir),
+        export_dir=location.local_dir or location.text,
     )
     say("writing tables and charts")
     write_outputs(result, request.out_dir, started)

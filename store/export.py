@@ -32,6 +32,7 @@ written and synced; on any failure the staging directory is removed.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import gc
 import heapq
 import operator
@@ -60,6 +61,7 @@ from store.export_files import (
     sync_tree,
     write_json,
 )
+from store.export_location import ExportLocation
 from store.rocks import RocksDatabase
 from wheels.domain import FailedPrecondition
 
@@ -85,9 +87,33 @@ class ExportSummary:
 
 
 def export_data_dir(
-    data_dir: str, out_dir: str, *, max_rows_per_file: int = 0, progress: Progress | None = None
+    data_dir: str,
+    out_dir: str,
+    *,
+    max_rows_per_file: int = 0,
+    progress: Progress | None = None,
+    filesystem=None,
 ) -> ExportSummary:
-    """Export a *stopped* data dir. A dir in use by a running server is refused."""
+    """Export a *stopped* data dir. A dir in use by a running server is refused.
+
+    `out_dir` is a local dir, or any URI pyarrow's filesystems open, or a path on
+    `filesystem` (store.export_location); off this machine the export is made in local
+    temp space and then uploaded, manifest last."""
+    try:
+        location = ExportLocation.parse(out_dir, filesystem)
+    except ValueError as exc:
+        raise ExportError(str(exc)) from exc
+    if location.local_dir is None:
+        if not location.is_empty_or_missing():
+            raise ExportError(f"output {location.text!r} exists and is not empty")
+        with tempfile.TemporaryDirectory(prefix="timerwheel-export-") as staging:
+            local = os.path.join(staging, "export")
+            summary = export_data_dir(
+                data_dir, local, max_rows_per_file=max_rows_per_file, progress=progress
+            )
+            location.upload(local, last=MANIFEST_NAME)
+        return dataclasses.replace(summary, out_dir=location.text)
+    out_dir = location.local_dir
     if not os.path.isdir(data_dir):
         raise ExportError(f"data dir {data_dir!r} does not exist")
     if not os.path.exists(os.path.join(data_dir, "CURRENT")):

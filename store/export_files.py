@@ -28,6 +28,7 @@ from rocksdict import (
 )
 
 from store import keys
+from store.export_location import ExportLocation
 
 EXPORT_FORMAT = "timerwheel-sst-export"
 EXPORT_FORMAT_VERSION = 1
@@ -143,17 +144,18 @@ class ExportFormatError(ValueError):
     """An export is missing, damaged or of another format; the message names the file."""
 
 
-def load_manifest(export_dir: str) -> dict:
-    """The parsed, checked manifest of `export_dir` (files are checked by `verify_files`)."""
-    path = os.path.join(export_dir, MANIFEST_NAME)
-    if not os.path.isdir(export_dir):
-        raise ExportFormatError(f"export dir {export_dir!r} does not exist")
+def load_manifest(export_dir: str | ExportLocation) -> dict:
+    """The parsed, checked manifest of an export (a local dir, a URI or an ExportLocation;
+    files are checked by `verify_files`)."""
+    location = _location(export_dir)
+    path = location.describe(MANIFEST_NAME)
+    if not location.exists():
+        raise ExportFormatError(f"export dir {location.text!r} does not exist")
     try:
-        with open(path, encoding="utf-8") as source:
-            manifest = json.load(source)
+        manifest = json.loads(location.read_text(MANIFEST_NAME))
     except FileNotFoundError as exc:
         raise ExportFormatError(
-            f"{path}: missing; {export_dir!r} is not a finished timerwheel export"
+            f"{path}: missing; {location.text!r} is not a finished timerwheel export"
         ) from exc
     except (ValueError, UnicodeError) as exc:
         raise ExportFormatError(f"{path}: corrupt manifest, not valid JSON ({exc})") from exc
@@ -171,25 +173,39 @@ def load_manifest(export_dir: str) -> dict:
         fields = ("file", "cf", "slice", "rows", "bytes", "crc32", "min_time_ms", "max_time_ms")
         if not isinstance(entry, dict) or any(name not in entry for name in fields):
             raise ExportFormatError(f"{path}: corrupt manifest, files[{index}] is incomplete")
-        if entry["cf"] not in EXPORTED_FAMILIES or os.sep in entry["file"]:
+        if entry["cf"] not in EXPORTED_FAMILIES or "/" in entry["file"] or os.sep in entry["file"]:
             raise ExportFormatError(f"{path}: files[{index}] is not an exported SST file")
     return manifest
 
 
-def verify_files(export_dir: str, manifest: dict, *, checksums: bool = True) -> None:
-    """Every SST of the manifest exists with its size (and CRC-32); else name the file."""
+def verify_files(
+    export_dir: str | ExportLocation, manifest: dict, *, checksums: bool = True
+) -> None:
+    """Every SST of the manifest exists with its size (and CRC-32); else name the file.
+    Off this machine, only sizes are checked here: reading every byte through one process
+    would cost what the report does; the executors check each CRC-32 after their fetch."""
+    location = _location(export_dir)
+    checksums = checksums and location.local_dir is not None
     for entry in manifest["files"]:
-        path = os.path.join(export_dir, entry["file"])
-        try:
-            size = os.path.getsize(path)
-        except FileNotFoundError as exc:
-            raise ExportFormatError(f"{path}: SST file listed in the manifest is missing") from exc
+        path = location.describe(entry["file"])
+        size = location.size(entry["file"])
+        if size is None:
+            raise ExportFormatError(f"{path}: SST file listed in the manifest is missing")
         if size != entry["bytes"]:
             raise ExportFormatError(
                 f"{path}: corrupt SST, {size} bytes but the manifest says {entry['bytes']}"
             )
-        if checksums and file_crc32(path) != entry["crc32"]:
+        if checksums and file_crc32(location.file(entry["file"])) != entry["crc32"]:
             raise ExportFormatError(f"{path}: corrupt SST, CRC-32 differs from the manifest")
+
+
+def _location(export_dir: str | ExportLocation) -> ExportLocation:
+    if isinstance(export_dir, ExportLocation):
+        return export_dir
+    try:
+        return ExportLocation.parse(export_dir)
+    except ValueError as exc:
+        raise ExportFormatError(str(exc)) from exc
 
 
 def read_sst(path: str, scratch_dir: str) -> Iterator[tuple[bytes, bytes]]:

@@ -67,7 +67,7 @@ def test_one_partition_per_messages_file(exported):
     for partition in partitions:  # each reads only the wheel files of its own slice
         slice_tag = partition.messages_path.rsplit("-", 2)[1]
         assert partition.wheel_files
-        assert all(f"-{slice_tag}.sst" in path for path, _ in partition.wheel_files)
+        assert all(f"-{slice_tag}.sst" in name for name, _, _ in partition.wheel_files)
 
 
 def test_empty_export_reads_as_no_rows(tmp_path):

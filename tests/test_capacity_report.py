@@ -274,3 +274,41 @@ def test_page_in_headless_chromium_is_zoomed_to_the_load(report, tmp_path):
     assert not [cell for cell in cells if epoch_ms.match(cell)]
     assert "1 second, 700 timers" in figures_text
     assert os.path.getsize(tmp_path / "page.png") > 20_000
+
+
+def test_export_and_report_through_pyarrow_filesystems(spark, report, tmp_path):
+    """`file://` URIs are used in place; a path on a pyarrow filesystem that is not the
+    local one (a SubTreeFileSystem here, as s3:// or hdfs:// would be) is uploaded by the
+    export, manifest last, and fetched file by file by the data source's tasks."""
+    from pyarrow import fs as pafs
+
+    result, truth, export_dir = report
+    options = ReportOptions(drain_rate=500, top_seconds=5)
+    expected = {name: _table(result, name) for name in ("due_per_hour", "topics", "states")}
+
+    by_uri = run_report(
+        ReportRequest(f"file://{export_dir}", str(tmp_path / "r-uri"), options=options),
+        spark=spark,
+    )
+    for name, table in expected.items():
+        assert _table(by_uri, name).equals(table), name
+
+    remote = pafs.SubTreeFileSystem(str(tmp_path / "bucket"), pafs.LocalFileSystem())
+    data_dir = os.path.join(os.path.dirname(export_dir), "data")
+    summary = export_data_dir(data_dir, "exports/tw", max_rows_per_file=600, filesystem=remote)
+    assert summary.out_dir == "exports/tw" and summary.timers == len(truth.rows)
+    uploaded = tmp_path / "bucket" / "exports" / "tw"
+    manifest = load_manifest(str(uploaded))
+    assert sorted(os.listdir(uploaded)) == sorted(
+        ["manifest.json", *(entry["file"] for entry in manifest["files"])]
+    )
+    with pytest.raises(Exception, match="exists and is not empty"):
+        export_data_dir(data_dir, "exports/tw", filesystem=remote)
+
+    fetched = run_report(
+        ReportRequest("exports/tw", str(tmp_path / "r-fs"), options=options, filesystem=remote),
+        spark=spark,
+    )
+    for name, table in expected.items():
+        assert _table(fetched, name).equals(table), name
+    assert fetched.summary["pending_timers"] == len(truth.pending())

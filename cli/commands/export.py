@@ -3,6 +3,9 @@
     timerwheel export --out DIR --data-dir DATA     # a stopped store, read directly
     timerwheel export --out NAME --target HOST:PORT # a running server (TimerAdmin.Export)
 
+With --data-dir, DIR may be any URI pyarrow's filesystems open (file:///backups/tw,
+s3://bucket/tw, gs://..., hdfs://... when pyarrow has them): the export is made in local
+temp space, then uploaded (manifest last).
 With --target the *server* writes the export, and only below its export root
 (`serve --export-root ROOT`, off by default): NAME is a folder relative to ROOT, e.g.
 `nightly/2026-01-01`. A secured server also takes --tls-ca, --tls-cert/--tls-key and
@@ -31,7 +34,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     source.add_argument("--target", help="HOST:PORT of a running server, which writes --out")
     parser.add_argument(
         "--out", required=True,
-        help="output dir, new or empty (with --target: relative to the server's export root)",
+        help="output dir or URI (file://, s3://, ...), new or empty "
+        "(with --target: relative to the server's export root)",
     )  # fmt: skip
     parser.add_argument(
         "--max-rows-per-file", type=int, default=0,

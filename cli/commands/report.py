@@ -19,7 +19,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--input", required=True, help="an export dir (timerwheel export)")
+    parser.add_argument(
+        "--input", required=True, help="an export dir or URI (file://, s3://, ...) to read"
+    )
     parser.add_argument("--out", required=True, help="report dir: must be new or empty")
     parser.add_argument("--master", default="local[*]", help="Spark master URL (local[*])")
     parser.add_argument(
