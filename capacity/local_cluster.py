@@ -32,6 +32,8 @@ MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 _MASTER_URL = re.compile(r"Starting Spark master at (spark://\S+)")
 _REGISTERED = "Successfully registered with master"
+CONNECT_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+_CONNECT_URL = re.compile(r"Spark Connect server started at: (127\.0\.0\.1:\d+)")
 POLL_S = 0.1  # how often a start-up waits re-reads a log (the wait itself is bounded)
 
 
@@ -61,6 +63,7 @@ class LocalSparkCluster:
         self.start_timeout_s = start_timeout_s
         self.stop_timeout_s = stop_timeout_s
         self.master_url: str | None = None
+        self.connect_url: str | None = None
         self._processes: list[subprocess.Popen] = []
 
     def __enter__(self) -> LocalSparkCluster:
@@ -96,6 +99,25 @@ class LocalSparkCluster:
             raise
         return self
 
+    def start_connect(self, master: str = "local[2]") -> str:
+        """Start a Spark Connect server (its driver on `master`) on 127.0.0.1 and a port the
+        OS picks; returns its ``sc://127.0.0.1:PORT``. `stop` ends it with the rest."""
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        log_path = self._launch(
+            "connect", None, "--class", CONNECT_CLASS, "--master", master,
+            "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+            "--conf", "spark.connect.grpc.binding.port=0",
+            "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1",
+            "--conf", "spark.ui.enabled=false", "--conf", "spark.driver.memory=1g",
+        )  # fmt: skip
+        try:
+            match = self._wait_for(log_path, _CONNECT_URL.pattern, self._processes[-1])
+        except BaseException:
+            self.stop()
+            raise
+        self.connect_url = f"sc://{match.group(1)}"
+        return self.connect_url
+
     def stop(self) -> None:
         """End every process group, workers first; SIGKILL what outlives the timeout."""
         for process in reversed(self._processes):
@@ -111,7 +133,8 @@ class LocalSparkCluster:
             _wait_group_gone(process.pid, deadline + self.stop_timeout_s)
         self._processes.clear()
 
-    def _launch(self, name: str, main_class: str, *args: str) -> Path:
+    def _launch(self, name: str, main_class: str | None, *args: str) -> Path:
+        """Start `main_class` with spark-class, or spark-submit when it is None."""
         log_path = self.work_dir / f"{name}.log"
         spark_home = os.path.dirname(pyspark.__file__)
         env = {
@@ -122,12 +145,15 @@ class LocalSparkCluster:
             "SPARK_LOG_DIR": str(self.work_dir),
             "SPARK_WORKER_DIR": str(self.work_dir),
             "PYSPARK_PYTHON": sys.executable,
-            # The daemons are small: a JVM default heap would take a quarter of the RAM.
-            "SPARK_DAEMON_MEMORY": "256m",
             # The REST submission server would take the fixed port 6066.
             "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
         }
-        command = [os.path.join(spark_home, "bin", "spark-class"), main_class, *args]
+        if main_class is None:
+            command = [os.path.join(spark_home, "bin", "spark-submit"), *args]
+        else:
+            command = [os.path.join(spark_home, "bin", "spark-class"), main_class, *args]
+            # The daemons are small: a JVM default heap would take a quarter of the RAM.
+            env["SPARK_DAEMON_MEMORY"] = "256m"
         with open(log_path, "wb") as log:
             process = subprocess.Popen(
                 command,

@@ -52,6 +52,7 @@ class ReportRequest:
     spark_conf: dict[str, str] = field(default_factory=dict)  # extra Spark settings
     # input_dir is a path on this pyarrow filesystem (else a local dir or a URI)
     filesystem: object | None = None
+    remote: str | None = None  # a Spark Connect URL (sc://HOST:PORT) instead of `master`
 
 
 @dataclass(frozen=True)
@@ -75,10 +76,14 @@ def run_report(request: ReportRequest, *, spark=None, say: Say | None = None) ->
     verify_files(location, manifest, checksums=True)
     own_session = spark is None
     if own_session:
-        from capacity.spark import build_session
+        from capacity.spark import build_remote_session, build_session
 
-        say(f"starting Spark ({request.master})")
-        spark = build_session(request.master, conf=request.spark_conf)
+        if request.remote:
+            say(f"connecting to Spark Connect at {request.remote}")
+            spark = build_remote_session(request.remote, conf=request.spark_conf)
+        else:
+            say(f"starting Spark ({request.master})")
+            spark = build_session(request.master, conf=request.spark_conf)
     try:
         say(f"reading {manifest['totals']['rows']:,} rows in {manifest['totals']['files']} files")
         where = location.path if request.filesystem or location.local_dir else location.text

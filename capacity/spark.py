@@ -62,6 +62,19 @@ def _on_loopback(master: str) -> bool:
     return host == "localhost" or host.startswith("127.")
 
 
+def build_remote_session(remote: str, conf: dict[str, str] | None = None):
+    """A Spark Connect session (``sc://HOST:PORT``): the data source is registered over
+    the connection and this project's code shipped as a Python artifact; the server's
+    workers need rocksdict and pyarrow installed, as a cluster's do."""
+    builder = SparkSession.builder.remote(remote).config("spark.sql.session.timeZone", "UTC")
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.dataSource.register(TimerwheelSstDataSource)
+    spark.addArtifacts(_code_zip(), pyfile=True)
+    return spark
+
+
 def prepare_session(spark: SparkSession, *, ship_code: bool = False) -> None:
     """Register the data source (and ship this project's code for remote workers)."""
     spark.dataSource.register(TimerwheelSstDataSource)

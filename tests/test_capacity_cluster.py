@@ -44,10 +44,33 @@ def exported(tmp_path_factory):
     return build_and_export(tmp_path_factory.mktemp("cluster-data"), max_rows_per_file=600)
 
 
-def _report(export_dir: str, out_dir: str, master: str) -> subprocess.CompletedProcess:
+@pytest.fixture(scope="module")
+def connect_server(tmp_path_factory):
+    """A Spark Connect server (its driver on local[2]), started from the installed pyspark."""
+    server = LocalSparkCluster(str(tmp_path_factory.mktemp("spark-connect")))
+    server.start_connect("local[2]")
+    group = server._processes[0].pid
+    try:
+        yield server
+    finally:
+        server.stop()
+        with pytest.raises(ProcessLookupError):
+            os.killpg(group, 0)
+
+
+@pytest.fixture(scope="module")
+def local_tables(exported, tmp_path_factory):
+    """The same command's tables on local[2]: what every other engine must reproduce."""
+    out_dir = str(tmp_path_factory.mktemp("local") / "report")
+    done = _report(exported[0], out_dir, "--master", "local[2]")
+    assert done.returncode == 0, done.stderr[-3000:]
+    return _tables(out_dir)
+
+
+def _report(export_dir: str, out_dir: str, *engine: str) -> subprocess.CompletedProcess:
     command = [
         sys.executable, "-m", "cli.main", "report", "--input", export_dir, "--out", out_dir,
-        "--master", master, "--drain-rate", "500", "--top-seconds", "5", *SMALL_EXECUTOR,
+        *engine, "--drain-rate", "500", "--top-seconds", "5", *SMALL_EXECUTOR,
     ]  # fmt: skip
     return subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
 
@@ -61,17 +84,15 @@ def _tables(out_dir: str) -> dict:
     }
 
 
-def test_report_on_the_cluster_equals_the_local_run(cluster, exported, tmp_path):
+def test_report_on_the_cluster_equals_the_local_run(cluster, exported, local_tables, tmp_path):
     export_dir, truth = exported
-    on_cluster = _report(export_dir, str(tmp_path / "cluster"), cluster.master_url)
+    on_cluster = _report(export_dir, str(tmp_path / "cluster"), "--master", cluster.master_url)
     assert on_cluster.returncode == 0, on_cluster.stderr[-3000:]
-    local = _report(export_dir, str(tmp_path / "local"), "local[2]")
-    assert local.returncode == 0, local.stderr[-3000:]
 
-    got, expected = _tables(str(tmp_path / "cluster")), _tables(str(tmp_path / "local"))
-    assert got.keys() == expected.keys()
+    got = _tables(str(tmp_path / "cluster"))
+    assert got.keys() == local_tables.keys()
     assert {"due_per_hour", "due_per_minute", "peak_seconds", "topics"} <= got.keys()
-    for name, table in expected.items():
+    for name, table in local_tables.items():
         assert got[name].equals(table), name
     # Not two equally wrong runs: the cluster's counts are the known truth.
     assert sum(got["due_per_hour"]["timers"].to_pylist()) == len(truth.pending())
@@ -83,3 +104,19 @@ def test_report_on_the_cluster_equals_the_local_run(cluster, exported, tmp_path)
         if entry.startswith("app-")
     ]
     assert len(app_dirs) >= 2, app_dirs
+
+
+def test_report_over_spark_connect_equals_the_local_run(
+    connect_server, exported, local_tables, tmp_path
+):
+    """`--remote sc://...`: the Python Data Source registered over Spark Connect, the code
+    shipped as an artifact, the job run by the server."""
+    export_dir, truth = exported
+    remote = _report(export_dir, str(tmp_path / "connect"), "--remote", connect_server.connect_url)
+    assert remote.returncode == 0, remote.stderr[-3000:]
+    assert f"connecting to Spark Connect at {connect_server.connect_url}" in remote.stderr
+    got = _tables(str(tmp_path / "connect"))
+    assert got.keys() == local_tables.keys()
+    for name, table in local_tables.items():
+        assert got[name].equals(table), name
+    assert sum(got["due_per_hour"]["timers"].to_pylist()) == len(truth.pending())

@@ -23,7 +23,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--input", required=True, help="an export dir or URI (file://, s3://, ...) to read"
     )
     parser.add_argument("--out", required=True, help="report dir: must be new or empty")
-    parser.add_argument("--master", default="local[*]", help="Spark master URL (local[*])")
+    engine = parser.add_mutually_exclusive_group()
+    engine.add_argument("--master", default="local[*]", help="Spark master URL (local[*])")
+    engine.add_argument("--remote", help="a Spark Connect server, sc://HOST:PORT")
     parser.add_argument(
         "--drain-rate", type=int, default=10_000,
         help="timers/s the service fires; busier seconds are flagged late (10000)",
@@ -53,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     if bad:
         print(f"report: --conf {bad[0]!r}: must be KEY=VALUE", file=sys.stderr)
         return 2
-    request = ReportRequest(args.input, args.out, args.master, options, conf)
+    request = ReportRequest(args.input, args.out, args.master, options, conf, remote=args.remote)
     try:
         result = run_report(request, say=lambda message: print(message, file=sys.stderr))
     except (ReportError, ExportFormatError, OSError) as exc:
