@@ -335,8 +335,9 @@ class Engine:
         with self.export_slot.take():
             check_space(out_dir, self.settings.data_dir, reserve_bytes)
             return export_database(
-                self._database, out_dir, max_rows_per_file=max_rows_per_file, progress=progress
-            )
+                self._database, out_dir, max_rows_per_file=max_rows_per_file,
+                progress=progress, now_ms=self.now_ms,
+            )  # fmt: skip
 
     def add_fired_listener(self, listener: FiredListener) -> None:
         """`listener(topics)` is called on the writer thread after each commit that fired."""

@@ -89,7 +89,7 @@ def run_engine_process(
     stop = become_child(parent_pid)
     configure_logging(*log_args)
     try:
-        engine = Engine(settings, SystemClock())
+        engine = Engine(settings, SystemClock(settings.clock_offset_ms))
     except Exception as exc:
         ready.send(("failed", f"{type(exc).__name__}: {exc}"))
         raise SystemExit(1) from exc

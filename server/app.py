@@ -105,7 +105,7 @@ class TimerServer:
     ) -> None:
         self.settings = settings
         self.protection = load_protection(settings.host, security or SecuritySettings())
-        self.engine = Engine(settings, clock or SystemClock())
+        self.engine = Engine(settings, clock or SystemClock(settings.clock_offset_ms))
         self.hub: DeliveryHub | None = None
         try:
             self.hub = DeliveryHub(self.engine, settings)

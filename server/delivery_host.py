@@ -102,7 +102,9 @@ def run_delivery_process(
 
     stop = become_child(parent_pid)
     configure_logging(*log_args)
-    engine = RemoteEngine(settings, CallClient(engine_path, authkey, "engine"), SystemClock())
+    engine = RemoteEngine(
+        settings, CallClient(engine_path, authkey, "engine"), SystemClock(settings.clock_offset_ms)
+    )
     try:
         hub = DeliveryHub(engine, settings)
     except Exception as exc:

@@ -38,7 +38,9 @@ def run_worker_process(
 
     stop = become_child(parent_pid)
     configure_logging(*log_args)
-    engine = RemoteEngine(settings, CallClient(engine_path, authkey, "engine"), SystemClock())
+    engine = RemoteEngine(
+        settings, CallClient(engine_path, authkey, "engine"), SystemClock(settings.clock_offset_ms)
+    )
     hub = RemoteHub(delivery_path, authkey)
     server, health = build_grpc_server(
         settings, engine, hub, reuse_port=True, stats_root_pid=parent_pid, protection=protection

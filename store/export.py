@@ -142,8 +142,11 @@ def export_database(
     *,
     max_rows_per_file: int = 0,
     progress: Progress | None = None,
+    now_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
 ) -> ExportSummary:
-    """Export a consistent cut of an open (possibly live) database into `out_dir`."""
+    """Export a consistent cut of an open (possibly live) database into `out_dir`.
+
+    `now_ms` is the clock the cut time is read from (a live engine passes its own)."""
     if max_rows_per_file < 0:
         raise ExportError(f"max_rows_per_file={max_rows_per_file}: must be >= 0 (0 = default)")
     max_rows = max_rows_per_file or DEFAULT_MAX_ROWS_PER_FILE
@@ -156,7 +159,7 @@ def export_database(
     checkpoint_dir = os.path.join(staging, ".checkpoint")
     try:
         Checkpoint(database.db).create_checkpoint(checkpoint_dir)
-        cut_at_ms = time.time_ns() // 1_000_000
+        cut_at_ms = now_ms()
         with _Checkpoint(checkpoint_dir) as cut:
             writer = _SliceWriter(staging, max_rows, progress)
             boundaries = writer.write_wheels(cut)

@@ -31,8 +31,40 @@ from wheels.settings import Settings
 WAIT_S = 10.0  # generous: the suite runs beside other work on 2 cores
 
 
+# == the time of day a test runs at ========================================================
+# TIMERWHEEL_TEST_TIME_OF_DAY="MM:SS.fff" pins every test's start to that moment of an hour
+# (tests/test_time_of_day.py re-runs the `wallclock` tests at the worst moments): servers
+# started by these fixtures run with Settings.clock_offset_ms, and `wall_ms()`, the tests'
+# own notion of now, is shifted by the same offset. Unset: no shift.
+TIME_OF_DAY_ENV = "TIMERWHEEL_TEST_TIME_OF_DAY"
+_clock_offset_ms = 0
+
+
+def offset_to(time_of_day: str, now_ms: int) -> int:
+    """The offset in [0, 1 h) that moves `now_ms` to the next "MM:SS.fff" of an hour."""
+    minutes, seconds = time_of_day.split(":")
+    target_ms = round((int(minutes) * 60 + float(seconds)) * 1000)
+    if not 0 <= target_ms < 3_600_000:
+        raise ValueError(f"{TIME_OF_DAY_ENV}={time_of_day!r}: not a moment of an hour")
+    return (target_ms - now_ms % 3_600_000) % 3_600_000
+
+
 def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
+    return time.time_ns() // 1_000_000 + _clock_offset_ms
+
+
+@pytest.fixture(autouse=True)
+def pinned_time_of_day(monkeypatch) -> Iterator[int]:
+    """Each test starts at the pinned moment: the offset is computed at its start."""
+    global _clock_offset_ms
+    moment = os.environ.get(TIME_OF_DAY_ENV)
+    _clock_offset_ms = offset_to(moment, time.time_ns() // 1_000_000) if moment else 0
+    if _clock_offset_ms:  # `timerwheel serve` subprocesses read it from the environment
+        monkeypatch.setenv("TIMERWHEEL_CLOCK_OFFSET_MS", str(_clock_offset_ms))
+    try:
+        yield _clock_offset_ms
+    finally:
+        _clock_offset_ms = 0
 
 
 # == in-process server ======================================================================
@@ -46,6 +78,7 @@ def make_server(tmp_path: Path) -> Iterator[Callable[..., TimerServer]]:
         data_dir: str | None = None, security: SecuritySettings | None = None, **changes: object
     ) -> TimerServer:
         changes.setdefault("sync_writes", False)  # fsync per commit is tested by the crash tests
+        changes.setdefault("clock_offset_ms", _clock_offset_ms)
         settings = Settings(data_dir=data_dir or str(tmp_path / "data"), port=0, **changes)
         server = TimerServer(settings, security=security).start()
         servers.append(server)

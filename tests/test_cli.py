@@ -13,6 +13,8 @@ from conftest import TIMERWHEEL, wall_ms
 from cli.main import main
 from wheels.domain import State
 
+pytestmark = pytest.mark.wallclock
+
 
 @pytest.fixture
 def cli(server, capsys):

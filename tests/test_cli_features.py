@@ -9,6 +9,8 @@ from conftest import wall_ms
 
 from cli.main import main
 
+pytestmark = pytest.mark.wallclock
+
 
 @pytest.fixture
 def cli(server, capsys):

@@ -4,9 +4,12 @@ max_in_flight, batching, the un-acked backlog limit and the subscriber limit."""
 from __future__ import annotations
 
 import grpc
+import pytest
 from conftest import WAIT_S, Collector, status_of
 
 from timerwheel.client import TimerClient
+
+pytestmark = pytest.mark.wallclock
 
 
 def _client(server) -> TimerClient:

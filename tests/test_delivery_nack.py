@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import grpc
+import pytest
 from conftest import WAIT_S, Collector, status_of, wall_ms
 
 from timerwheel.client import TimerClient
+
+pytestmark = pytest.mark.wallclock
 
 
 def _client(server) -> TimerClient:

@@ -11,11 +11,14 @@ from __future__ import annotations
 import signal
 
 import grpc
+import pytest
 from conftest import WAIT_S, Collector, Producer, ServeProcess
 
 from timerwheel.client import RemoteError, TimerClient
 from wheels.domain import State
 from wheels.settings import HOUR_MS
+
+pytestmark = pytest.mark.wallclock
 
 
 def _fire_now(client: TimerClient, topic: str, count: int) -> list[str]:
@@ -36,7 +39,10 @@ def test_sigkill_loses_no_acknowledged_send_and_redelivers_only_unacked(tmp_path
         [TimerClient.request("kill", b"soon", delay_ms=1_500) for _ in range(30)]
     )]  # fmt: skip
     later = [r.message_id for r in client.send_batch(
-        [TimerClient.request("kill", b"later", delay_ms=HOUR_MS) for _ in range(10)]
+        # Two hours: past the minute wheel's horizon at any time of day. That horizon
+        # reaches at most 65 min ahead (from hh:55, when the hour -> minute cascade of the
+        # next hour starts), so a one-hour timer lands in the minute wheel from hh:55 on.
+        [TimerClient.request("kill", b"later", delay_ms=2 * HOUR_MS) for _ in range(10)]
     )]  # fmt: skip
     producer = Producer(first.target, "kill", delay_ms=300)
     producer.wait_batches(5)

@@ -7,6 +7,7 @@ import os
 import shutil
 
 import grpc
+import pytest
 from conftest import WAIT_S, Collector, status_of, wall_ms
 from google.protobuf.descriptor_pool import DescriptorPool
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
@@ -15,6 +16,8 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
 
 from timerwheel.client import TimerClient
 from wheels.security_settings import SecuritySettings
+
+pytestmark = pytest.mark.wallclock
 
 
 def test_health_answers_serving(client):

@@ -11,6 +11,8 @@ from conftest import WAIT_S, status_of
 from timerwheel.client import RemoteError, TimerClient
 from wheels.domain import State, TimerwheelError
 
+pytestmark = pytest.mark.wallclock
+
 
 def _fire_now(client: TimerClient, topic: str, count: int) -> list[str]:
     requests = [TimerClient.request(topic, f"m{i}", delay_ms=0) for i in range(count)]

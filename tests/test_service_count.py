@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import grpc
+import pytest
 from conftest import status_of, wall_ms
+
+pytestmark = pytest.mark.wallclock
 
 MINUTE = 60_000
 

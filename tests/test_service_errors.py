@@ -24,6 +24,8 @@ from wheels.domain import (
 )
 from wheels.settings import DAY_MS, Settings
 
+pytestmark = pytest.mark.wallclock
+
 DEFAULTS = Settings()
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 NOT_FOUND = grpc.StatusCode.NOT_FOUND

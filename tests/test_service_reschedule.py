@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import grpc
+import pytest
 from conftest import Collector, status_of, wall_ms
 
 from timerwheel.v1 import timerwheel_pb2 as pb
+
+pytestmark = pytest.mark.wallclock
 
 REPLACE, KEEP = pb.IF_EXISTS_REPLACE, pb.IF_EXISTS_KEEP
 

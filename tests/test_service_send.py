@@ -4,11 +4,14 @@ receive on Subscribe on time, cancel, Get in every state, List paging, idempoten
 from __future__ import annotations
 
 import grpc
+import pytest
 from conftest import Collector, status_of, wall_ms
 
 from timerwheel.client import TimerClient
 from wheels.domain import State
 from wheels.settings import HOUR_MS
+
+pytestmark = pytest.mark.wallclock
 
 FIRE_BOUND_MS = 500  # fired_at - deliver_at
 ARRIVAL_BOUND_MS = 1_000  # arrival at the subscriber - deliver_at

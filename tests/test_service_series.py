@@ -4,11 +4,14 @@ the next one, Cancel stops it, and every bad repeat is refused naming the field.
 from __future__ import annotations
 
 import grpc
+import pytest
 from conftest import Collector, status_of, wall_ms
 
 from timerwheel.v1 import timerwheel_pb2 as pb
 from wheels.domain import Repeat
 from wheels.recurrence import next_after
+
+pytestmark = pytest.mark.wallclock
 
 
 def test_a_series_delivers_each_occurrence_once_with_its_own_id_and_time(client, collectors):

@@ -40,6 +40,10 @@ class Settings:
     # 2-core machine measured (docs/benchmarks.md) the split costs more than it frees.
     workers: int = 0
 
+    # For tests only: the server's wall clock runs this far ahead of (or behind) the real
+    # one, so a test can pin the time of day it runs at (tests/test_time_of_day.py).
+    clock_offset_ms: int = 0
+
     # Durability: WAL is always on; sync makes every group commit an fsync.
     sync_writes: bool = True
 
@@ -100,6 +104,10 @@ class Settings:
         _check_positive(self, _POSITIVE_FIELDS)
         if not isinstance(self.workers, int) or not 0 <= self.workers <= 256:
             raise SettingsError(f"workers={self.workers!r}: must be 0..256 (0: one process)")
+        if not isinstance(self.clock_offset_ms, int) or abs(self.clock_offset_ms) > DAY_MS:
+            raise SettingsError(
+                f"clock_offset_ms={self.clock_offset_ms!r}: must be an int within a day"
+            )
         if not 0 <= self.port <= 65535:
             raise SettingsError(f"port={self.port}: must be 0..65535")
         if not self.data_dir:
