@@ -55,6 +55,9 @@ def test_every_client_command_reaches_a_secured_server(secured_serve, capsys, mo
     assert code == 0 and json.loads(out)["topic"] == "t"
     code, out, _ = _run(capsys, "list", "--topic", "t", "--json", *target, *producer)
     assert code == 0 and json.loads(out)["message_id"] == message_id
+    limited = ["--token-file", str(base / "orders-producer.token")]  # topics "orders." only
+    code, _, err = _run(capsys, "get", message_id, *target, *limited)  # the engine's process
+    assert code == 1 and f"NOT_FOUND: message_id={message_id!r}: no such timer" in err
     monkeypatch.setenv("TIMERWHEEL_TOKEN", (base / "producer.token").read_text().strip())
     code, out, _ = _run(capsys, "cancel", message_id, *target)  # the token from the env
     assert code == 0 and "CANCELLED" in out
