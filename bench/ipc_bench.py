@@ -18,7 +18,8 @@ import pickle
 import tempfile
 import time
 
-from engine.engine import MessageIds, prepare_sends
+from engine.engine import prepare_sends
+from engine.ids import MessageIds
 from engine.ipc import CallClient, CallServer
 from store import records
 from wheels.domain import SendSpec, State, Timer, When, WhenKind

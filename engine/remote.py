@@ -19,7 +19,8 @@ from concurrent.futures import Future
 
 import structlog
 
-from engine.engine import MessageIds, prepare_sends
+from engine.engine import prepare_sends
+from engine.ids import MessageIds
 from engine.ipc import CallClient, PeerUnavailable
 from store import records
 from wheels.clock import Clock

@@ -7,7 +7,8 @@ import threading
 
 import pytest
 
-from engine.engine import Engine, MessageIds
+from engine.engine import Engine
+from engine.ids import MessageIds
 from engine.system_clock import SystemClock
 from store import keys
 from store.rocks import WalSyncFailed
