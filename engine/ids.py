@@ -14,7 +14,7 @@ class MessageIds:
     a counter, and a second client could predict the next one); 2**80 guesses per
     millisecond is out of reach. The time prefix makes ids sort by send time, so new
     records land at the end of the `messages` key space: with fully random ids the
-    schedule bench ran ~10-15% slower (RocksDB inserts all over its memtable; measured in
+    schedule bench ran about a quarter slower (inserts all over the key space; measured in
     docs/security.md). An id reveals when it was sent, which its record holds anyway.
     A batch draws its randomness in one call and slices it: ~0.3 us an id.
     """
