@@ -15,37 +15,18 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import tomllib
 from collections.abc import Mapping
 
-from wheels.settings import DAY_MS, HOUR_MS, MINUTE_MS, SECOND_MS, Settings, SettingsError
+from wheels.durations import parse_duration_ms
+from wheels.settings import Settings, SettingsError
 
 ENV_PREFIX = "TIMERWHEEL_"
 CONFIG_ENV = "TIMERWHEEL_CONFIG"
 
-_UNITS_MS = {"ms": 1, "s": SECOND_MS, "m": MINUTE_MS, "h": HOUR_MS, "d": DAY_MS}
-_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)?")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 _FIELD_TYPES = {f.name: f.type for f in dataclasses.fields(Settings)}
-
-
-def parse_duration_ms(text: str, name: str = "duration") -> int:
-    """`90s`, `5m`, `2h`, `3d`, `250ms`, `1.5s` or plain milliseconds -> integer ms."""
-    cleaned = text.strip().lower()
-    if cleaned.startswith("-"):
-        raise ValueError(f"{name}={text!r}: must not be negative")
-    match = _DURATION_RE.fullmatch(cleaned)
-    if match is None:
-        raise ValueError(
-            f"{name}={text!r}: not a duration; use e.g. 250ms, 90s, 5m, 2h, 3d or plain ms"
-        )
-    number, unit = match.groups()
-    value = float(number) * _UNITS_MS[unit or "ms"]
-    if value != int(value):
-        raise ValueError(f"{name}={text!r}: is not a whole number of milliseconds")
-    return int(value)
 
 
 def load_settings(

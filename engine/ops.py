@@ -190,7 +190,7 @@ def _existing_result(
     timer = records.decode_timer(send.message_id, raw)
     if_exists = send.spec.if_exists
     if if_exists is IfExists.KEEP:
-        return SendResult(timer.message_id, timer.deliver_at_ms)
+        return SendResult(timer.message_id, timer.deliver_at_ms, True, timer.state)
     if if_exists is IfExists.REPLACE:
         if timer.state is not State.SCHEDULED:
             raise FailedPrecondition(
@@ -205,7 +205,7 @@ def _existing_result(
             f"message_id={send.message_id!r}: already used by a different message; "
             "a retry must repeat the original topic, body, properties and time exactly"
         )
-    return SendResult(timer.message_id, timer.deliver_at_ms)
+    return SendResult(timer.message_id, timer.deliver_at_ms, True, timer.state)
 
 
 def _replace_extras(ctx: WriterContext, batch: StagedBatch, item: _Replacement) -> PreparedSend:

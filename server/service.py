@@ -115,7 +115,12 @@ def _if_exists(value: int, prefix: str) -> IfExists:
 
 
 def send_response(result: SendResult) -> pb.SendResponse:
-    return pb.SendResponse(message_id=result.message_id, deliver_at_ms=result.deliver_at_ms)
+    return pb.SendResponse(
+        message_id=result.message_id,
+        deliver_at_ms=result.deliver_at_ms,
+        existed=result.existed,
+        existing_state=int(result.existing_state),
+    )
 
 
 def timer_message(timer: Timer, include_body: bool = True) -> pb.TimerMessage:
@@ -181,7 +186,15 @@ class TimerService(pb_grpc.TimerServiceServicer):
             response = pb.SendBatchResponse()
             add = response.results.add  # built in place: 0.6 instead of 1.3 us a message
             for result in results:
-                add(message_id=result.message_id, deliver_at_ms=result.deliver_at_ms)
+                if result.existed:  # rare: keep the common case at two fields
+                    add(
+                        message_id=result.message_id,
+                        deliver_at_ms=result.deliver_at_ms,
+                        existed=True,
+                        existing_state=int(result.existing_state),
+                    )
+                else:
+                    add(message_id=result.message_id, deliver_at_ms=result.deliver_at_ms)
             return response
 
     def Cancel(self, request: pb.CancelRequest, context: grpc.ServicerContext) -> pb.CancelResponse:

@@ -8,7 +8,8 @@ import argparse
 import pytest
 
 from cli.commands import serve
-from cli.config import load_settings, parse_assignment, parse_duration_ms
+from cli.config import load_settings, parse_assignment
+from wheels.durations import parse_duration_ms
 from wheels.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings, SettingsError
 
 

@@ -129,7 +129,9 @@ def test_bad_input_writes_nothing(make_engine):
 def test_client_ids_make_sends_idempotent(make_engine):
     engine = make_engine()
     first = engine.send(delay(60_000, message_id="order-7"))
-    assert engine.send(delay(60_000, message_id="order-7")) == first
+    assert not first.existed
+    again = engine.send(delay(60_000, message_id="order-7"))
+    assert again == first._replace(existed=True, existing_state=State.SCHEDULED)
     with pytest.raises(AlreadyExists, match="message_id='order-7'"):
         engine.send(
             SendSpec("orders", b"other body", When(WhenKind.DELAY, 60_000), message_id="order-7")

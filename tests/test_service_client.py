@@ -1,14 +1,18 @@
-"""timerwheel.client.TimerClient against a live server: the consume loop, futures, errors."""
+"""timerwheel.client.TimerClient against a live server: futures, errors, durations, targets.
+
+The consume loop: test_client_consumer.py; the producer: test_client_producer.py."""
 
 from __future__ import annotations
 
-import threading
+from datetime import UTC, datetime, timedelta
 
 import grpc
 import pytest
-from conftest import WAIT_S, status_of
+from conftest import WAIT_S, status_of, wall_ms
 
 from timerwheel.client import RemoteError, TimerClient
+from timerwheel.types import with_default_port
+from timerwheel.v1 import timerwheel_pb2 as pb
 from wheels.domain import State, TimerwheelError
 
 pytestmark = pytest.mark.wallclock
@@ -17,36 +21,6 @@ pytestmark = pytest.mark.wallclock
 def _fire_now(client: TimerClient, topic: str, count: int) -> list[str]:
     requests = [TimerClient.request(topic, f"m{i}", delay_ms=0) for i in range(count)]
     return [r.message_id for r in client.send_batch(requests)]
-
-
-def test_consume_handles_and_acks_every_batch(client):
-    sent = _fire_now(client, "work", 300)
-    seen: list[str] = []
-    stop = threading.Event()
-
-    def handle(batch):
-        seen.extend(d.message_id for d in batch)
-        if len(seen) >= len(sent):
-            stop.set()
-
-    assert client.consume("work", handle, max_in_flight=64, stop=stop) == 300
-    assert seen == sent
-    assert client.stats().unacked == 0  # every ack landed before consume returned
-    assert {client.get(m).state for m in sent[:5]} == {State.ACKED}
-
-
-def test_consume_leaves_a_failed_batch_unacked_for_redelivery(client):
-    [message_id] = _fire_now(client, "fragile", 1)
-
-    def fail(batch):
-        raise RuntimeError("handler bug")
-
-    with pytest.raises(RuntimeError, match="handler bug"):
-        client.consume("fragile", fail)
-    again: list = []
-    stop = threading.Event()
-    client.consume("fragile", lambda batch: (again.extend(batch), stop.set()), stop=stop)
-    assert [(d.message_id, d.attempt) for d in again] == [(message_id, 2)]
 
 
 def test_send_batch_future_and_raw_stubs(client):
@@ -70,3 +44,43 @@ def test_unreachable_server_is_unavailable():
         with pytest.raises(RemoteError) as info:
             client.stats()
         assert info.value.code == grpc.StatusCode.UNAVAILABLE
+
+
+def test_get_state_is_a_name_that_still_equals_the_proto_int(client):
+    sent = client.send("named", b"x", delay_ms="1h")
+    info = client.get(sent.message_id)
+    assert info.state is State.SCHEDULED and info.state.name == "SCHEDULED"
+    assert info.state == pb.SCHEDULED and info.proto.state == pb.SCHEDULED
+    assert "state=SCHEDULED" in repr(info)
+    [listed], _ = client.list("named")
+    assert listed.state is State.SCHEDULED and listed.message_id == sent.message_id
+
+
+def test_delays_take_durations_like_the_cli(client):
+    before = wall_ms()
+    for delay in ("2s", 2_000, timedelta(seconds=2)):
+        sent = client.send("durations", b"x", delay_ms=delay)
+        assert before + 2_000 <= sent.deliver_at_ms <= wall_ms() + 2_000
+    at = datetime.now(UTC) + timedelta(hours=1)
+    assert client.send("durations", deliver_at_ms=at).deliver_at_ms == round(at.timestamp() * 1000)
+    with pytest.raises(ValueError, match="delay_ms='2 fortnights'"):
+        client.send("durations", delay_ms="2 fortnights")
+    with pytest.raises(ValueError, match="aware datetime"):
+        client.send("durations", deliver_at_ms=datetime(2030, 1, 1))
+
+
+@pytest.mark.parametrize(
+    ("given", "dialled"),
+    [
+        ("localhost", "localhost:7070"),
+        ("localhost:9", "localhost:9"),
+        ("10.0.0.1", "10.0.0.1:7070"),
+        ("::1", "[::1]:7070"),
+        ("[::1]", "[::1]:7070"),
+        ("[::1]:9", "[::1]:9"),
+        ("unix:/tmp/tw.sock", "unix:/tmp/tw.sock"),
+        ("dns:///tw.example:9", "dns:///tw.example:9"),
+    ],
+)
+def test_a_target_without_a_port_gets_7070(given, dialled):
+    assert with_default_port(given) == dialled

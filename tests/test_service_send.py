@@ -141,7 +141,9 @@ def test_idempotent_resend(client):
     props = {"a": "1"}
     first = client.send("orders", b"x", delay_ms=60_000, message_id="order-1", properties=props)
     again = client.send("orders", b"x", delay_ms=60_000, message_id="order-1", properties=props)
-    assert again == first  # same answer, though received later
+    assert not first.existed
+    # the same answer, though received later, and it says the id was stored already
+    assert again == first._replace(existed=True, existing_state=State.SCHEDULED)
 
     for change in (
         {"body": b"y", "delay_ms": 60_000},
@@ -163,9 +165,12 @@ def test_idempotent_resend(client):
 
     fired = client.send("orders", b"now", delay_ms=0, message_id="order-2")
     assert client.get("order-2").state == State.FIRED
-    assert client.send("orders", b"now", delay_ms=0, message_id="order-2") == fired
+    assert client.send("orders", b"now", delay_ms=0, message_id="order-2") == fired._replace(
+        existed=True, existing_state=State.FIRED
+    )
 
     batch = client.send_batch(
         [TimerClient.request("orders", b"b", delay_ms=5_000, message_id="order-3")] * 2
     )
-    assert batch[0] == batch[1] and batch[0].message_id == "order-3"
+    assert batch[0] == batch[1] and batch[0].message_id == "order-3"  # twice in one request
+    assert not batch[0].existed

@@ -1,55 +1,52 @@
-"""A small typed Python client of the timerwheel gRPC API (used by the CLI and load tests).
+"""The synchronous client of the timerwheel gRPC API: `timerwheel.Client`.
 
-    with TimerClient("127.0.0.1:7070") as client:
-        sent = client.send("orders", b"hello", delay_ms=90_000)
-        client.get(sent.message_id).state            # timerwheel.v1.State value
-        for batch in client.subscribe("orders"):     # list[Delivery] per stream item
-            ...; client.ack("orders", [d.message_id for d in batch])
+    with timerwheel.Client("127.0.0.1:7070") as client:
+        sent = client.send("orders", b"hello", delay_ms="90s")   # or 90_000, or a timedelta
+        client.get(sent.message_id).state                      # State.SCHEDULED (a name)
+        with client.producer() as producer:                    # batching, thread-safe
+            producer.send("orders", b"one", delay_ms="2s").result()
+        client.consume("orders", handle, concurrency=4, stop=stop_event)
 
 Failures raise `RemoteError` (a `TimerwheelError`) carrying the gRPC status code and the
-server's message. For throughput, build requests once with `TimerClient.request(...)` and
-use `send_batch` / `send_batch_future` (one RPC, one group commit per batch), and
-`consume`, which acks each batch with a pipelined (non-blocking) Ack. The raw stubs are
-`client.service`, `client.admin` and `client.health` for anything else.
+server's message. For throughput, let `producer()` batch single sends, or build requests
+with `Client.request(...)` and call `send_batch` / `send_batch_future` (one RPC, one group
+commit per batch). `subscribe` is the raw stream (a list of `Delivery` per item, acked
+with `ack`); `consume` is the loop most consumers want. The raw stubs are
+`client.service`, `client.admin` and `client.health` for anything else. The asyncio
+twin is `timerwheel.AsyncClient` (timerwheel/aio.py).
 
-A secured server (docs/security.md): `TimerClient(target, tls=Tls(ca_file=...),
-token=...)`; see `timerwheel.credentials`.
+A secured server (docs/security.md): `Client(target, tls=Tls(ca_file=...), token=...)`;
+see `timerwheel.credentials`.
 """
 
 from __future__ import annotations
 
 import threading
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from timerwheel.consumer import Message, consume
 from timerwheel.credentials import Tls, open_channel
+from timerwheel.producer import Producer
+from timerwheel.types import (
+    CHANNEL_OPTIONS,
+    DEFAULT_TARGET,
+    RemoteError,
+    TimerInfo,
+    send_request,
+    send_result,
+    with_default_port,
+)
 from timerwheel.v1 import timerwheel_pb2 as pb
 from timerwheel.v1 import timerwheel_pb2_grpc as pb_grpc
-from wheels.domain import SendResult, State, TimerwheelError
+from wheels.domain import SendResult, State
+from wheels.durations import duration_ms
 
-DEFAULT_TARGET = "127.0.0.1:7070"
-CHANNEL_OPTIONS = [
-    ("grpc.max_receive_message_length", -1),  # a DeliveryBatch or Get may exceed 4 MiB
-    ("grpc.max_send_message_length", -1),
-]
+__all__ = ["DEFAULT_TARGET", "Client", "RemoteError", "Subscription", "TimerClient"]
+
 _CLIENT_TIMEOUT = object()  # _unary default: the client's timeout_s
-MAX_PENDING_ACKS = 16  # consume(): acks in flight before waiting for the oldest
-
-
-class RemoteError(TimerwheelError):
-    """The server (or the channel) refused a call: `code` is the gRPC status code."""
-
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        self.code = code
-        self.details = details
-        super().__init__(f"{code.name}: {details}")
-
-    @classmethod
-    def of(cls, error: grpc.RpcError) -> RemoteError:
-        return cls(error.code(), error.details() or "")
 
 
 class Subscription:
@@ -76,7 +73,17 @@ class Subscription:
         self.cancel()
 
 
-class TimerClient:
+class Client:
+    """A connection to one timerwheel server and every call of its API, thread-safe.
+
+    `target` is HOST:PORT (a bare host gets the service's port 7070, not gRPC's 443);
+    `timeout_s` bounds each unary call (None: no deadline); `tls`: a `Tls` (or True: the
+    system's trusted roots); `token`: the bearer token. Times are integer epoch or
+    relative milliseconds, and wherever a call takes a delay it also takes a duration
+    string ("250ms", "2s", "5m", "3d") or a `timedelta`. Use it as a context manager, or
+    call `close()`.
+    """
+
     def __init__(
         self,
         target: str = DEFAULT_TARGET,
@@ -85,52 +92,35 @@ class TimerClient:
         tls: Tls | bool | None = None,
         token: str | None = None,
     ) -> None:
-        """`tls`: a `Tls` (or True: the system's trusted roots); `token`: the bearer token."""
-        self.target = target
+        self.target = with_default_port(target)
         self.timeout_s = timeout_s
-        self.channel = open_channel(target, tls, token, CHANNEL_OPTIONS)
+        self.channel = open_channel(self.target, tls, token, CHANNEL_OPTIONS)
         self.service = pb_grpc.TimerServiceStub(self.channel)
         self.admin = pb_grpc.TimerAdminStub(self.channel)
         self.health = health_pb2_grpc.HealthStub(self.channel)
 
     # -- building requests ------------------------------------------------------------------
-    @staticmethod
-    def request(
-        topic: str,
-        body: bytes | str = b"",
-        *,
-        deliver_at_ms: int | None = None,
-        delay_ms: int | None = None,
-        delay_level: int | None = None,
-        properties: Mapping[str, str] | None = None,
-        message_id: str = "",
-        **more: object,
-    ) -> pb.SendRequest:
-        """A SendRequest; give at most one of deliver_at_ms / delay_ms / delay_level.
-        `more` sets further SendRequest fields (if_exists=, repeat=, max_attempts=, ...)."""
-        times = {"deliver_at_ms": deliver_at_ms, "delay_ms": delay_ms, "delay_level": delay_level}
-        given = {name: value for name, value in times.items() if value is not None}
-        if len(given) > 1:
-            raise ValueError(f"give one of deliver_at_ms, delay_ms, delay_level, not {given}")
-        return pb.SendRequest(
-            topic=topic,
-            body=body.encode() if isinstance(body, str) else body,
-            properties=properties or {},
-            message_id=message_id,
-            **given,
-            **more,
-        )
+    request = staticmethod(send_request)  # Client.request(topic, body, delay_ms="2s", ...)
 
     # -- the TimerService calls -------------------------------------------------------------
     def send(self, topic: str, body: bytes | str = b"", **when_and_more: object) -> SendResult:
-        """`send(topic, body, delay_ms=..., properties=..., message_id=...)`."""
+        """`send(topic, body, delay_ms="90s" | deliver_at_ms=... | delay_level=...,
+        properties=..., message_id=...)`. With a message_id that is already stored the
+        result says so: `existed` is True and `existing_state` is that timer's state."""
         response = self._unary(self.service.Send, self.request(topic, body, **when_and_more))
-        return SendResult(response.message_id, response.deliver_at_ms)
+        return send_result(response)
 
     def send_batch(self, requests: Sequence[pb.SendRequest]) -> list[SendResult]:
         """Many sends in one RPC; the server stores them atomically (all or none)."""
         response = self._unary(self.service.SendBatch, pb.SendBatchRequest(messages=requests))
-        return [SendResult(r.message_id, r.deliver_at_ms) for r in response.results]
+        return [send_result(r) for r in response.results]
+
+    def producer(
+        self, *, linger_ms: int = 2, max_batch: int = 500, max_in_flight: int = 4
+    ) -> Producer:
+        """A batching producer: `send()` one message from any thread, get a future; sends
+        made close together go out as one SendBatch (timerwheel/producer.py)."""
+        return Producer(self, linger_ms=linger_ms, max_batch=max_batch, max_in_flight=max_in_flight)
 
     def send_batch_future(self, requests: Sequence[pb.SendRequest]) -> grpc.Future:
         """Non-blocking SendBatch: `.result()` is a SendBatchResponse (or raises RpcError)."""
@@ -142,24 +132,27 @@ class TimerClient:
         response = self._unary(self.service.Cancel, pb.CancelRequest(message_id=message_id))
         return State(response.state)
 
-    def get(self, message_id: str, include_body: bool = True) -> pb.TimerMessage:
-        return self._unary(
-            self.service.Get, pb.GetRequest(message_id=message_id, include_body=include_body)
+    def get(self, message_id: str, include_body: bool = True) -> TimerInfo:
+        """The timer in any state; `.state` is a `State` (`.state.name == "FIRED"`)."""
+        return TimerInfo(
+            self._unary(
+                self.service.Get, pb.GetRequest(message_id=message_id, include_body=include_body)
+            )
         )
 
     def list(
         self, topic: str, from_ms: int = 0, to_ms: int = 0, limit: int = 0, page_token: str = ""
-    ) -> tuple[list[pb.TimerMessage], str]:
+    ) -> tuple[list[TimerInfo], str]:
         """One page of pending timers due in [from_ms, to_ms) (to_ms=0: no upper bound)."""
         request = pb.ListRequest(
             topic=topic, from_ms=from_ms, to_ms=to_ms, limit=limit, page_token=page_token
         )
         response = self._unary(self.service.List, request)
-        return list(response.messages), response.next_page_token
+        return [TimerInfo(m) for m in response.messages], response.next_page_token
 
     def list_all(
         self, topic: str, from_ms: int = 0, to_ms: int = 0, limit: int = 0
-    ) -> Iterator[pb.TimerMessage]:
+    ) -> Iterator[TimerInfo]:
         """Every page, following next_page_token."""
         token = ""
         while True:
@@ -178,9 +171,11 @@ class TimerClient:
         request = pb.AckRequest(topic=topic, message_ids=list(message_ids))
         return self._unary(self.service.Ack, request).acked
 
-    def reschedule(self, message_id: str, **when: int) -> int:
-        """Move a SCHEDULED timer: one of deliver_at_ms=, delay_ms=, delay_level=.
-        Returns its new deliver time."""
+    def reschedule(self, message_id: str, **when: int | str) -> int:
+        """Move a SCHEDULED timer: one of deliver_at_ms=, delay_ms= (ms or "2s"),
+        delay_level=. Returns its new deliver time."""
+        if "delay_ms" in when:
+            when["delay_ms"] = duration_ms(when["delay_ms"], "delay_ms")
         request = pb.RescheduleRequest(message_id=message_id, **when)
         return self._unary(self.service.Reschedule, request).deliver_at_ms
 
@@ -195,13 +190,13 @@ class TimerClient:
         topic: str,
         message_ids: Iterable[str],
         reason: str = "",
-        redeliver_after_ms: int = 0,
+        redeliver_after_ms: int | str = 0,
     ) -> pb.NackResponse:
         """Give in-flight messages back: each is a failed attempt, delivered again at once
         or after `redeliver_after_ms` (or dead-lettered at its max_attempts)."""
         request = pb.NackRequest(
             topic=topic, message_ids=list(message_ids), reason=reason,
-            redeliver_after_ms=redeliver_after_ms,
+            redeliver_after_ms=duration_ms(redeliver_after_ms, "redeliver_after_ms"),
         )  # fmt: skip
         return self._unary(self.service.Nack, request)
 
@@ -212,35 +207,19 @@ class TimerClient:
     def consume(
         self,
         topic: str,
-        handler: Callable[[list[pb.Delivery]], None],
+        handler: Callable[[Message], object],
         *,
+        concurrency: int = 1,
         max_in_flight: int = 0,
         stop: threading.Event | None = None,
     ) -> int:
-        """Subscribe; call `handler(batch)`, then ack the batch (pipelined) until `stop`.
-
-        A batch is acked only after `handler` returns, so a handler that raises leaves
-        it un-acked (the server redelivers it). Returns the number of messages handled.
-        `stop` is checked between batches; cancel from another thread with `stop.set()`
-        followed by the next batch or stream end.
-        """
-        handled = 0
-        pending: deque[grpc.Future] = deque()
-        subscription = self.subscribe(topic, max_in_flight)
-        try:
-            for batch in subscription:
-                handler(batch)
-                handled += len(batch)
-                pending.append(self.ack_future(topic, [d.message_id for d in batch]))
-                while len(pending) > MAX_PENDING_ACKS or (pending and pending[0].done()):
-                    _result(pending.popleft())
-                if stop is not None and stop.is_set():
-                    break
-            while pending:
-                _result(pending.popleft())
-        finally:
-            subscription.cancel()
-        return handled
+        """Call `handler(message)` for each delivered message on `concurrency` threads; ack
+        it when the handler returns, nack it when it raises; until `stop` is set (even on
+        an idle topic) or the stream ends. Returns how many were acked. Details:
+        timerwheel/consumer.py."""
+        return consume(
+            self, topic, handler, concurrency=concurrency, max_in_flight=max_in_flight, stop=stop
+        )
 
     # -- TimerAdmin and health --------------------------------------------------------------
     def export(self, out_dir: str, max_rows_per_file: int = 0) -> pb.ExportResponse:
@@ -262,7 +241,7 @@ class TimerClient:
     def close(self) -> None:
         self.channel.close()
 
-    def __enter__(self) -> TimerClient:
+    def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -276,8 +255,4 @@ class TimerClient:
             raise RemoteError.of(error) from None
 
 
-def _result(future: grpc.Future):
-    try:
-        return future.result()
-    except grpc.RpcError as error:
-        raise RemoteError.of(error) from None
+TimerClient = Client  # the name before `timerwheel.Client`; existing callers keep working

@@ -114,10 +114,17 @@ class Timer:
 
 
 class SendResult(NamedTuple):
-    """The answer to a send. A NamedTuple: one is made per message on the hot path."""
+    """The answer to a send. A NamedTuple: one is made per message on the hot path.
+
+    `existed` is True when the send named a client-chosen id that was already stored (an
+    idempotent retry): nothing new was stored, and `existing_state` is that timer's state
+    now (it may be FIRED, ACKED or CANCELLED, so the retry will not be delivered again).
+    """
 
     message_id: str
     deliver_at_ms: int
+    existed: bool = False
+    existing_state: State = State.UNSPECIFIED
 
 
 class DeliveryView(NamedTuple):

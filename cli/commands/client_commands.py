@@ -26,9 +26,9 @@ import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from cli.config import parse_duration_ms
 from cli.connection import add_connection_flags, connection_from_args
 from wheels.domain import State
+from wheels.durations import parse_duration_ms
 
 DEFAULT_TARGET = "127.0.0.1:7070"
 

@@ -86,12 +86,16 @@ class Repeat(_message.Message):
     def __init__(self, every_ms: _Optional[int] = ..., cron: _Optional[str] = ..., time_zone: _Optional[str] = ..., end_at_ms: _Optional[int] = ..., max_count: _Optional[int] = ..., missed: _Optional[_Union[MissedPolicy, str]] = ...) -> None: ...
 
 class SendResponse(_message.Message):
-    __slots__ = ("message_id", "deliver_at_ms")
+    __slots__ = ("message_id", "deliver_at_ms", "existed", "existing_state")
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     DELIVER_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    EXISTED_FIELD_NUMBER: _ClassVar[int]
+    EXISTING_STATE_FIELD_NUMBER: _ClassVar[int]
     message_id: str
     deliver_at_ms: int
-    def __init__(self, message_id: _Optional[str] = ..., deliver_at_ms: _Optional[int] = ...) -> None: ...
+    existed: bool
+    existing_state: State
+    def __init__(self, message_id: _Optional[str] = ..., deliver_at_ms: _Optional[int] = ..., existed: _Optional[bool] = ..., existing_state: _Optional[_Union[State, str]] = ...) -> None: ...
 
 class SendBatchRequest(_message.Message):
     __slots__ = ("messages",)

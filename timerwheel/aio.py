@@ -1,0 +1,217 @@
+"""The asyncio client of the timerwheel gRPC API: `timerwheel.AsyncClient` (grpc.aio).
+
+    async with timerwheel.AsyncClient("127.0.0.1:7070") as client:
+        sent = await client.send("orders", b"hello", delay_ms="90s")
+        (await client.get(sent.message_id)).state              # State.SCHEDULED
+        async with client.producer() as producer:              # batching, for many tasks
+            result = await producer.send("orders", b"one", delay_ms="2s")
+        async with client.subscribe("orders") as stream:       # raw stream of batches
+            async for batch in stream:                         # list[Delivery]
+                await client.ack("orders", [d.message_id for d in batch])
+        await client.consume("orders", handle, concurrency=8, stop=stop_event)
+
+The same calls, arguments and answers as `timerwheel.Client`, awaited; errors raise the
+same `RemoteError`. Create it inside the running event loop that will use it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from timerwheel.consumer import Message, consume_async
+from timerwheel.producer import AsyncProducer
+from timerwheel.types import (
+    CHANNEL_OPTIONS,
+    DEFAULT_TARGET,
+    RemoteError,
+    TimerInfo,
+    send_request,
+    send_result,
+    with_default_port,
+)
+from timerwheel.v1 import timerwheel_pb2 as pb
+from timerwheel.v1 import timerwheel_pb2_grpc as pb_grpc
+from wheels.domain import SendResult, State
+from wheels.durations import duration_ms
+
+_CLIENT_TIMEOUT = object()
+
+
+class AsyncSubscription:
+    """A live Subscribe stream: `async for batch in it` (a list of `Delivery` per item);
+    `cancel()` ends it (the server redelivers whatever was not acked)."""
+
+    def __init__(self, call: grpc.aio.UnaryStreamCall) -> None:
+        self._call = call
+
+    async def __aiter__(self) -> AsyncIterator[list[pb.Delivery]]:
+        try:
+            async for batch in self._call:
+                yield list(batch.deliveries)
+        except asyncio.CancelledError:
+            if not self._call.cancelled():
+                raise  # our task was cancelled, not the stream
+        except grpc.RpcError as error:
+            if error.code() != grpc.StatusCode.CANCELLED:
+                raise RemoteError.of(error) from None
+
+    def cancel(self) -> None:
+        self._call.cancel()
+
+    async def __aenter__(self) -> AsyncSubscription:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.cancel()
+
+
+class AsyncClient:
+    """`timerwheel.Client` for asyncio: every call is a coroutine (see the module doc)."""
+
+    request = staticmethod(send_request)
+
+    def __init__(self, target: str = DEFAULT_TARGET, *, timeout_s: float | None = 30.0) -> None:
+        self.target = with_default_port(target)
+        self.timeout_s = timeout_s
+        # plaintext only: TLS and tokens are the sync Client's (timerwheel.credentials)
+        self.channel = grpc.aio.insecure_channel(self.target, options=CHANNEL_OPTIONS)
+        self.service = pb_grpc.TimerServiceStub(self.channel)
+        self.admin = pb_grpc.TimerAdminStub(self.channel)
+        self.health = health_pb2_grpc.HealthStub(self.channel)
+
+    # -- the TimerService calls -------------------------------------------------------------
+    async def send(
+        self, topic: str, body: bytes | str = b"", **when_and_more: object
+    ) -> SendResult:
+        """As `Client.send`."""
+        request = send_request(topic, body, **when_and_more)
+        return send_result(await self._unary(self.service.Send, request))
+
+    async def send_batch(self, requests: Sequence[pb.SendRequest]) -> list[SendResult]:
+        """Many sends in one RPC; the server stores them atomically (all or none)."""
+        request = pb.SendBatchRequest(messages=requests)
+        response = await self._unary(self.service.SendBatch, request)
+        return [send_result(r) for r in response.results]
+
+    def producer(
+        self, *, linger_ms: int = 2, max_batch: int = 500, max_in_flight: int = 4
+    ) -> AsyncProducer:
+        """A batching producer for tasks: `await producer.send(...)` (timerwheel/producer.py)."""
+        return AsyncProducer(
+            self, linger_ms=linger_ms, max_batch=max_batch, max_in_flight=max_in_flight
+        )
+
+    async def cancel(self, message_id: str) -> State:
+        response = await self._unary(self.service.Cancel, pb.CancelRequest(message_id=message_id))
+        return State(response.state)
+
+    async def get(self, message_id: str, include_body: bool = True) -> TimerInfo:
+        request = pb.GetRequest(message_id=message_id, include_body=include_body)
+        return TimerInfo(await self._unary(self.service.Get, request))
+
+    async def list(
+        self, topic: str, from_ms: int = 0, to_ms: int = 0, limit: int = 0, page_token: str = ""
+    ) -> tuple[list[TimerInfo], str]:
+        """One page of pending timers due in [from_ms, to_ms) (to_ms=0: no upper bound)."""
+        request = pb.ListRequest(
+            topic=topic, from_ms=from_ms, to_ms=to_ms, limit=limit, page_token=page_token
+        )
+        response = await self._unary(self.service.List, request)
+        return [TimerInfo(m) for m in response.messages], response.next_page_token
+
+    async def list_all(
+        self, topic: str, from_ms: int = 0, to_ms: int = 0, limit: int = 0
+    ) -> AsyncIterator[TimerInfo]:
+        """Every page, following next_page_token."""
+        token = ""
+        while True:
+            page, token = await self.list(topic, from_ms, to_ms, limit, token)
+            for message in page:
+                yield message
+            if not token:
+                return
+
+    def subscribe(self, topic: str, max_in_flight: int = 0) -> AsyncSubscription:
+        """Open a stream of fired messages (no deadline); `async for` it for batches."""
+        request = pb.SubscribeRequest(topic=topic, max_in_flight=max_in_flight)
+        return AsyncSubscription(self.service.Subscribe(request))
+
+    async def ack(self, topic: str, message_ids: Iterable[str]) -> int:
+        request = pb.AckRequest(topic=topic, message_ids=list(message_ids))
+        return (await self._unary(self.service.Ack, request)).acked
+
+    async def reschedule(self, message_id: str, **when: int | str) -> int:
+        """As `Client.reschedule`: the timer's new deliver time."""
+        if "delay_ms" in when:
+            when["delay_ms"] = duration_ms(when["delay_ms"], "delay_ms")
+        request = pb.RescheduleRequest(message_id=message_id, **when)
+        return (await self._unary(self.service.Reschedule, request)).deliver_at_ms
+
+    async def count(self, topic: str, from_ms: int = 0, to_ms: int = 0) -> pb.CountResponse:
+        request = pb.CountRequest(topic=topic, from_ms=from_ms, to_ms=to_ms)
+        return await self._unary(self.service.Count, request)
+
+    async def nack(
+        self,
+        topic: str,
+        message_ids: Iterable[str],
+        reason: str = "",
+        redeliver_after_ms: int | str = 0,
+    ) -> pb.NackResponse:
+        """As `Client.nack`: failed attempts, delivered again (or dead-lettered)."""
+        request = pb.NackRequest(
+            topic=topic, message_ids=list(message_ids), reason=reason,
+            redeliver_after_ms=duration_ms(redeliver_after_ms, "redeliver_after_ms"),
+        )  # fmt: skip
+        return await self._unary(self.service.Nack, request)
+
+    async def consume(
+        self,
+        topic: str,
+        handler: Callable[[Message], object],
+        *,
+        concurrency: int = 1,
+        max_in_flight: int = 0,
+        stop: asyncio.Event | None = None,
+    ) -> int:
+        """As `Client.consume`, with `concurrency` tasks; an async handler is awaited."""
+        return await consume_async(
+            self, topic, handler, concurrency=concurrency, max_in_flight=max_in_flight, stop=stop
+        )
+
+    # -- TimerAdmin and health --------------------------------------------------------------
+    async def export(self, out_dir: str, max_rows_per_file: int = 0) -> pb.ExportResponse:
+        request = pb.ExportRequest(out_dir=out_dir, max_rows_per_file=max_rows_per_file)
+        return await self._unary(self.admin.Export, request, timeout_s=None)
+
+    async def stats(self) -> pb.StatsResponse:
+        return await self._unary(self.admin.Stats, pb.StatsRequest())
+
+    async def health_status(self, service: str = "") -> str:
+        request = health_pb2.HealthCheckRequest(service=service)
+        response = await self._unary(self.health.Check, request)
+        return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
+
+    async def wait_ready(self, timeout_s: float = 10.0) -> None:
+        """Wait until the channel connects (raises TimeoutError otherwise)."""
+        await asyncio.wait_for(self.channel.channel_ready(), timeout_s)
+
+    async def close(self) -> None:
+        await self.channel.close()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _unary(self, method, request, timeout_s: object = _CLIENT_TIMEOUT):
+        timeout = self.timeout_s if timeout_s is _CLIENT_TIMEOUT else timeout_s
+        try:
+            return await method(request, timeout=timeout)
+        except grpc.RpcError as error:
+            raise RemoteError.of(error) from None

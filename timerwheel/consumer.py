@@ -1,0 +1,310 @@
+"""`consume()`: a consumer loop that acks what its handler finished and nacks what failed.
+
+    def handle(message):                      # a Message: .body, .attempt, .ack(), .nack()
+        process(message.body)                 # raise: nacked; return: acked
+
+    stop = threading.Event()
+    client.consume("orders", handle, concurrency=8, stop=stop)   # until stop.set()
+    await async_client.consume("orders", async_handle, concurrency=8, stop=asyncio_event)
+
+The handler is called once per message, on one of `concurrency` threads (tasks for the
+async client; an async handler is awaited). When it returns, the message is acked; when
+it raises, it is nacked (delivered again, `attempt` + 1) and the error is logged. A
+handler may settle a message itself first with `message.ack()` or `message.nack()`; the
+first settlement wins. Acks and nacks are sent in batches by one sender, so a fast
+handler does not cost an RPC per message. With `concurrency=1` messages are handled in
+delivery order.
+
+Stopping: `consume` returns when `stop` is set (also while the topic is idle: the sync
+loop looks at `stop` every 50 ms) or when the server ends the stream. It then hands out
+no more messages, lets handlers in progress finish, sends their acks, and only then ends
+the Subscribe stream; messages received but not yet handled go back to the server and are
+delivered again at once (their attempt count goes up). It returns how many messages the
+server confirmed acked. A broken stream or a failed Ack raises `RemoteError` after the
+same clean-up.
+
+A nack is the Nack RPC: a failed attempt, delivered again at once (`attempt` + 1), or
+moved to the dead-letter topic once the message has used its `max_attempts`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import queue
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import structlog
+
+from timerwheel.types import RemoteError
+from timerwheel.v1 import timerwheel_pb2 as pb
+
+if TYPE_CHECKING:
+    from timerwheel.aio import AsyncClient
+    from timerwheel.client import Client
+
+log = structlog.get_logger("timerwheel.consumer")
+
+STOP_POLL_S = 0.05  # the sync loop's look at `stop` (a threading.Event cannot be selected)
+
+
+class Message:
+    """One delivered message: the `Delivery` fields (`message_id`, `topic`, `body`,
+    `properties`, `deliver_at_ms`, `fired_at_ms`, `attempt`) plus `ack()` and `nack()`.
+    `delivery` is the raw `timerwheel.v1.Delivery`."""
+
+    __slots__ = ("_settler", "delivery", "settled")
+
+    def __init__(self, delivery: pb.Delivery, settler: _Settler) -> None:
+        self.delivery = delivery
+        self._settler = settler
+        self.settled = False  # acked or nacked (guarded by the settler's lock)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.delivery, name)
+
+    def ack(self) -> bool:
+        """Mark it done (sent in the next Ack batch). False if it was already settled."""
+        return self._settler.settle(self, ok=True)
+
+    def nack(self, reason: str = "") -> bool:
+        """Give it back for redelivery (`reason` is kept as a dead letter's last error).
+        False if it was already settled."""
+        return self._settler.settle(self, ok=False, reason=reason)
+
+    def __repr__(self) -> str:
+        d = self.delivery
+        return f"Message(message_id={d.message_id!r}, topic={d.topic!r}, attempt={d.attempt})"
+
+
+class _Settler:
+    """Collects acks and nacks from handlers; `flush_once` sends them as one batch each."""
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        self.lock = threading.Lock()  # settle() is called from many handler threads
+        self.acks: list[str] = []
+        self.nacks: list[tuple[str, str]] = []  # (message id, reason)
+        self.acked = 0  # confirmed by the server
+        self.wake: Callable[[], None] = lambda: None
+
+    def settle(self, message: Message, ok: bool, reason: str = "") -> bool:
+        with self.lock:
+            if message.settled:
+                return False
+            message.settled = True
+            if ok:
+                self.acks.append(message.delivery.message_id)
+            else:
+                self.nacks.append((message.delivery.message_id, reason))
+        self.wake()
+        return True
+
+    def take(self) -> tuple[list[str], dict[str, list[str]]]:
+        """The acks, and the nacks grouped by reason (one Nack call per reason)."""
+        with self.lock:
+            acks, nacks = self.acks, self.nacks
+            self.acks, self.nacks = [], []
+        by_reason: dict[str, list[str]] = {}
+        for message_id, reason in nacks:
+            by_reason.setdefault(reason, []).append(message_id)
+        return acks, by_reason
+
+
+def _handle(handler: Callable, message: Message) -> None:
+    try:
+        handler(message)
+    except Exception as exc:
+        log.warning("consume_handler_failed", message_id=message.message_id, exc_info=True)
+        message.nack(_reason(exc))
+    else:
+        message.ack()
+
+
+def _reason(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}"[:500]
+
+
+# == threads (timerwheel.Client) ===========================================================
+def consume(
+    client: Client,
+    topic: str,
+    handler: Callable[[Message], object],
+    *,
+    concurrency: int = 1,
+    max_in_flight: int = 0,
+    stop: threading.Event | None = None,
+) -> int:
+    """See the module doc; returns how many messages the server confirmed acked."""
+    if concurrency < 1:
+        raise ValueError(f"concurrency={concurrency}: must be >= 1")
+    settler = _Settler(topic)
+    sender = _SyncSender(client, settler)
+    subscription = client.subscribe(topic, max_in_flight)
+    work: queue.SimpleQueue[Message | None] = queue.SimpleQueue()
+    ending = threading.Event()
+    stream_ended = threading.Event()
+    stream_error: list[RemoteError] = []
+
+    def read() -> None:
+        try:
+            for batch in subscription:
+                for delivery in batch:
+                    work.put(Message(delivery, settler))
+        except RemoteError as exc:
+            stream_error.append(exc)
+        finally:
+            stream_ended.set()
+
+    def stopping() -> bool:
+        return ending.is_set() or (stop is not None and stop.is_set())
+
+    def work_loop() -> None:
+        while (message := work.get()) is not None:
+            if not stopping():  # stopping: unhandled ones go back with the stream
+                _handle(handler, message)
+
+    threads = [threading.Thread(target=read, name="timerwheel-consume-read", daemon=True)]
+    threads += [
+        threading.Thread(target=work_loop, name=f"timerwheel-consume-{i}", daemon=True)
+        for i in range(concurrency)
+    ]
+    for thread in threads:
+        thread.start()
+    try:
+        while not stream_ended.wait(STOP_POLL_S if stop is not None else None):
+            if stop is not None and stop.is_set():
+                break
+    finally:
+        ending.set()
+        for _ in range(concurrency):
+            work.put(None)
+        for thread in threads[1:]:
+            thread.join()  # handlers in progress finish and settle
+        sender.close()  # their acks are sent before the stream ends
+        subscription.cancel()
+        threads[0].join()
+    if stream_error:
+        raise stream_error[0]
+    if sender.error is not None:
+        raise sender.error
+    return settler.acked
+
+
+class _SyncSender:
+    """A thread that sends the settler's acks and nacks; while one Ack is on the wire the
+    next ones gather, so batches grow with the rate."""
+
+    def __init__(self, client: Client, settler: _Settler) -> None:
+        self.client = client
+        self.settler = settler
+        self.error: RemoteError | None = None
+        self._cond = threading.Condition()
+        self._closed = False
+        settler.wake = self._wake
+        self._thread = threading.Thread(target=self._run, name="timerwheel-acks", daemon=True)
+        self._thread.start()
+
+    def _wake(self) -> None:
+        with self._cond:
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._closed or self.settler.acks or self.settler.nacks)
+                closed = self._closed
+            acks, nacks = self.settler.take()
+            try:
+                if acks:
+                    self.settler.acked += self.client.ack(self.settler.topic, acks)
+                for reason, message_ids in nacks.items():
+                    self.client.nack(self.settler.topic, message_ids, reason)
+            except RemoteError as exc:
+                self.error = self.error or exc
+            if closed and not (self.settler.acks or self.settler.nacks):
+                return
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join()
+
+
+# == asyncio (timerwheel.AsyncClient) ======================================================
+async def consume_async(
+    client: AsyncClient,
+    topic: str,
+    handler: Callable[[Message], object],
+    *,
+    concurrency: int = 1,
+    max_in_flight: int = 0,
+    stop: asyncio.Event | None = None,
+) -> int:
+    """`consume` for asyncio: `concurrency` tasks; an async handler is awaited."""
+    if concurrency < 1:
+        raise ValueError(f"concurrency={concurrency}: must be >= 1")
+    settler = _Settler(topic)
+    arrived = asyncio.Event()
+    settler.wake = arrived.set  # called on the loop's thread: handlers run as tasks
+    subscription = client.subscribe(topic, max_in_flight)
+    work: asyncio.Queue[Message | None] = asyncio.Queue()
+    ending = asyncio.Event()  # hand out no more messages
+    handled = asyncio.Event()  # every handler has finished: the last settlements are in
+
+    async def read() -> None:
+        async for batch in subscription:
+            for delivery in batch:
+                work.put_nowait(Message(delivery, settler))
+
+    async def work_loop() -> None:
+        while (message := await work.get()) is not None:
+            if ending.is_set() or (stop is not None and stop.is_set()):
+                continue
+            try:
+                result = handler(message)
+                if inspect.isawaitable(result):
+                    await result
+            except Exception as exc:
+                log.warning("consume_handler_failed", message_id=message.message_id, exc_info=True)
+                message.nack(_reason(exc))
+            else:
+                message.ack()
+
+    async def send_settled() -> None:
+        while True:
+            await arrived.wait()
+            arrived.clear()
+            acks, nacks = settler.take()
+            if acks:
+                settler.acked += await client.ack(topic, acks)
+            for reason, message_ids in nacks.items():
+                await client.nack(topic, message_ids, reason)
+            if handled.is_set() and not (settler.acks or settler.nacks):
+                return
+
+    reader = asyncio.create_task(read())
+    workers = [asyncio.create_task(work_loop()) for _ in range(concurrency)]
+    sender = asyncio.create_task(send_settled())
+    waits = {reader} if stop is None else {reader, asyncio.create_task(stop.wait())}
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        ending.set()
+        for _ in workers:
+            work.put_nowait(None)
+        await asyncio.gather(*workers)
+        handled.set()
+        arrived.set()
+        ack_error = (await asyncio.gather(sender, return_exceptions=True))[0]
+        subscription.cancel()
+        stream_error = (await asyncio.gather(reader, return_exceptions=True))[0]
+        for waiter in waits - {reader}:
+            waiter.cancel()
+    for error in (stream_error, ack_error):
+        if isinstance(error, BaseException):
+            raise error
+    return settler.acked

@@ -1,0 +1,336 @@
+"""Batching producers: one message per `send()`, many messages per SendBatch RPC.
+
+Like Kafka's and Pulsar's producers: callers on many threads (or asyncio tasks) each send
+one message and get a future; the producer packs what arrives close together into one
+SendBatch (one RPC, one group commit on the server) and completes each future with that
+message's `SendResult`.
+
+    with client.producer(linger_ms=2, max_batch=500) as producer:   # threads
+        future = producer.send("orders", b"pay #42", delay_ms="90s")
+        future.result().message_id
+
+    async with async_client.producer() as producer:                  # asyncio tasks
+        result = await producer.send("orders", b"pay #42", delay_ms="90s")
+
+When a batch goes out: as soon as `max_batch` messages are waiting, or `linger_ms` after
+the oldest waiting message arrived, whichever is first. At most `max_in_flight` batches
+are on the wire at once; while they are, new sends wait and form the next, bigger batch
+(so under load batches grow by themselves and linger costs nothing).
+
+Errors map to the message that caused them. SendBatch is atomic (all stored or none), so
+when the server refuses a batch for one message's sake (INVALID_ARGUMENT, ALREADY_EXISTS,
+FAILED_PRECONDITION, PERMISSION_DENIED), nothing was stored and each message of that batch
+is sent again on its own: the good ones succeed, the bad one's future gets its own error.
+A refusal of the whole call (UNAVAILABLE, RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED, ...) is
+set on every future of the batch as a `RemoteError`; such a send may or may not have been
+stored (at least once: retry it with the same message_id to be sure). A bad argument
+(`delay_ms="soon"`) raises ValueError from `send()` itself.
+
+`flush()` sends what is waiting without lingering and waits until every send made before
+it is answered. `close()` (and leaving the `with` block) stops taking sends (`send()` then
+raises RuntimeError), sends everything still waiting and waits for all the answers. A
+future cancelled before its batch goes out is dropped from the batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import threading
+import time
+from typing import TYPE_CHECKING
+
+import grpc
+
+from timerwheel.types import RemoteError, send_request, send_result
+from timerwheel.v1 import timerwheel_pb2 as pb
+from wheels.domain import SendResult
+
+if TYPE_CHECKING:
+    from timerwheel.aio import AsyncClient
+    from timerwheel.client import Client
+
+# A batch refused with one of these was refused for some message's sake; nothing is stored.
+PER_MESSAGE_CODES = frozenset(
+    {
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.ALREADY_EXISTS,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.PERMISSION_DENIED,
+    }
+)
+
+
+def _check_options(linger_ms: int, max_batch: int, max_in_flight: int) -> None:
+    if linger_ms < 0:
+        raise ValueError(f"linger_ms={linger_ms}: must be >= 0")
+    if max_batch < 1:
+        raise ValueError(f"max_batch={max_batch}: must be >= 1")
+    if max_in_flight < 1:
+        raise ValueError(f"max_in_flight={max_in_flight}: must be >= 1")
+
+
+class Producer:
+    """The thread-safe batching producer of a `timerwheel.Client` (see the module doc)."""
+
+    def __init__(
+        self, client: Client, *, linger_ms: int = 2, max_batch: int = 500, max_in_flight: int = 4
+    ) -> None:
+        _check_options(linger_ms, max_batch, max_in_flight)
+        self._client = client
+        self._linger_s = linger_ms / 1000
+        self._max_batch = max_batch
+        self._slots = threading.BoundedSemaphore(max_in_flight)
+        self._cond = threading.Condition()
+        self._waiting: list[tuple[pb.SendRequest, concurrent.futures.Future]] = []
+        self._oldest_at = 0.0  # monotonic arrival of the oldest waiting send
+        self._unanswered: set[concurrent.futures.Future] = set()
+        self._hurry = False  # flush() or close(): send without lingering
+        self._closed = False
+        self.batches_sent = 0  # SendBatch calls made (not counting single retries)
+        self._thread = threading.Thread(target=self._run, name="timerwheel-producer", daemon=True)
+        self._thread.start()
+
+    def send(
+        self, topic: str, body: bytes | str = b"", **when_and_more: object
+    ) -> concurrent.futures.Future[SendResult]:
+        """Queue one message (arguments as `Client.send`); the future gets its SendResult."""
+        request = send_request(topic, body, **when_and_more)
+        future: concurrent.futures.Future[SendResult] = concurrent.futures.Future()
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("the producer is closed")
+            if not self._waiting:
+                self._oldest_at = time.monotonic()
+                self._cond.notify()
+            self._waiting.append((request, future))
+            self._unanswered.add(future)
+            if len(self._waiting) == self._max_batch:
+                self._cond.notify()
+        future.add_done_callback(self._answered)
+        return future
+
+    def flush(self, timeout_s: float | None = None) -> bool:
+        """Send what waits now; True once every earlier send is answered (False: timed out)."""
+        with self._cond:
+            pending = list(self._unanswered)
+            self._hurry = True
+            self._cond.notify()
+        _, not_done = concurrent.futures.wait(pending, timeout=timeout_s)
+        return not not_done
+
+    def close(self, timeout_s: float | None = None) -> bool:
+        """Stop taking sends, send what waits, wait for every answer (False: timed out)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join(timeout_s)
+        return self.flush(timeout_s)
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the sender thread ----------------------------------------------------------------
+    def _answered(self, future: concurrent.futures.Future) -> None:
+        with self._cond:
+            self._unanswered.discard(future)
+
+    def _run(self) -> None:
+        while True:
+            self._slots.acquire()  # wait for room on the wire before choosing the batch
+            batch = self._next_batch()
+            if batch is None:
+                self._slots.release()
+                return
+            if not batch:  # every future of it was cancelled
+                self._slots.release()
+                continue
+            self.batches_sent += 1
+            call = self._client.service.SendBatch.future(
+                pb.SendBatchRequest(messages=[request for request, _ in batch]),
+                timeout=self._client.timeout_s,
+            )
+            call.add_done_callback(lambda done, batch=batch: self._settle(batch, done))
+
+    def _next_batch(self) -> list[tuple[pb.SendRequest, concurrent.futures.Future]] | None:
+        """Wait for a full batch, the linger to pass, or a hurry; None once closed and empty."""
+        with self._cond:
+            while True:
+                if self._waiting:
+                    full = len(self._waiting) >= self._max_batch
+                    left_s = self._oldest_at + self._linger_s - time.monotonic()
+                    if full or self._hurry or self._closed or left_s <= 0:
+                        break
+                    self._cond.wait(left_s)
+                elif self._closed:
+                    return None
+                else:
+                    self._hurry = False
+                    self._cond.wait()
+            batch = self._waiting[: self._max_batch]
+            del self._waiting[: self._max_batch]
+            self._oldest_at = 0.0  # the rest waited already: they go out next, no linger
+        return [item for item in batch if item[1].set_running_or_notify_cancel()]
+
+    def _settle(self, batch: list, call: grpc.Future) -> None:
+        try:
+            response = call.result()
+        except grpc.RpcError as error:
+            if error.code() in PER_MESSAGE_CODES and len(batch) > 1:
+                for request, future in batch:
+                    _send_alone(self._client, request, future)
+            else:
+                failure = RemoteError.of(error)
+                for _, future in batch:
+                    future.set_exception(failure)
+        else:
+            for (_, future), result in zip(batch, response.results, strict=True):
+                future.set_result(send_result(result))
+        finally:
+            self._slots.release()
+
+
+def _send_alone(client: Client, request: pb.SendRequest, future) -> None:
+    """One message of a refused batch on its own: its future gets its own answer."""
+
+    def done(call: grpc.Future) -> None:
+        try:
+            future.set_result(send_result(call.result()))
+        except grpc.RpcError as error:
+            future.set_exception(RemoteError.of(error))
+
+    client.service.Send.future(request, timeout=client.timeout_s).add_done_callback(done)
+
+
+class AsyncProducer:
+    """The batching producer of a `timerwheel.AsyncClient`, for asyncio tasks.
+
+    `send()` is a plain method returning an asyncio future (`await producer.send(...)`);
+    create and use it inside the running event loop. Semantics as `Producer`.
+    """
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        *,
+        linger_ms: int = 2,
+        max_batch: int = 500,
+        max_in_flight: int = 4,
+    ) -> None:
+        _check_options(linger_ms, max_batch, max_in_flight)
+        self._client = client
+        self._linger_s = linger_ms / 1000
+        self._max_batch = max_batch
+        self._slots = asyncio.Semaphore(max_in_flight)
+        self._waiting: list[tuple[pb.SendRequest, asyncio.Future]] = []
+        self._arrived = asyncio.Event()
+        self._hurry = asyncio.Event()  # a full batch, flush() or close(): stop lingering
+        self._oldest_at = 0.0  # loop time of the oldest waiting send
+        self._unanswered: set[asyncio.Future] = set()
+        self._closed = False
+        self._tasks: set[asyncio.Task] = set()
+        self.batches_sent = 0
+        self._loop = asyncio.get_running_loop()
+        self._sender = self._loop.create_task(self._run())
+
+    def send(self, topic: str, body: bytes | str = b"", **when_and_more: object) -> asyncio.Future:
+        """Queue one message (arguments as `Client.send`); await the future for its result."""
+        if self._closed:
+            raise RuntimeError("the producer is closed")
+        request = send_request(topic, body, **when_and_more)
+        future = self._loop.create_future()
+        if not self._waiting:
+            self._oldest_at = self._loop.time()
+        self._waiting.append((request, future))
+        self._unanswered.add(future)
+        future.add_done_callback(self._unanswered.discard)
+        self._arrived.set()
+        if len(self._waiting) >= self._max_batch:
+            self._hurry.set()
+        return future
+
+    async def flush(self) -> None:
+        """Send what waits now and wait until every earlier send is answered."""
+        pending = list(self._unanswered)
+        if self._waiting:
+            self._hurry.set()
+        await asyncio.gather(*pending, return_exceptions=True)
+
+    async def close(self) -> None:
+        """Stop taking sends, send what waits, wait for every answer."""
+        self._closed = True
+        self._arrived.set()
+        self._hurry.set()
+        await self._sender
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def __aenter__(self) -> AsyncProducer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _run(self) -> None:
+        while True:
+            await self._slots.acquire()  # wait for room on the wire before choosing the batch
+            while not self._waiting and not self._closed:
+                self._arrived.clear()
+                await self._arrived.wait()
+            if not self._waiting:  # closed, and everything went out
+                self._slots.release()
+                return
+            left_s = self._oldest_at + self._linger_s - self._loop.time()
+            if left_s > 0 and not self._closed:
+                # linger: a full batch (or flush/close) ends the wait early
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._hurry.wait(), left_s)
+            batch = [item for item in self._waiting[: self._max_batch] if not item[1].done()]
+            del self._waiting[: self._max_batch]
+            self._oldest_at = 0.0  # the rest waited already: they go out next, no linger
+            if not self._waiting:
+                self._hurry.clear()
+            if not batch:  # every future of it was cancelled
+                self._slots.release()
+                continue
+            self.batches_sent += 1
+            task = self._loop.create_task(self._send(batch))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _send(self, batch: list[tuple[pb.SendRequest, asyncio.Future]]) -> None:
+        stub = self._client.service
+        try:
+            request = pb.SendBatchRequest(messages=[request for request, _ in batch])
+            response = await stub.SendBatch(request, timeout=self._client.timeout_s)
+        except grpc.RpcError as error:
+            if error.code() in PER_MESSAGE_CODES and len(batch) > 1:
+                await asyncio.gather(*(self._send_alone(r, f) for r, f in batch))
+            else:
+                for _, future in batch:
+                    _resolve(future, exception=RemoteError.of(error))
+        else:
+            for (_, future), result in zip(batch, response.results, strict=True):
+                _resolve(future, result=send_result(result))
+        finally:
+            self._slots.release()
+
+    async def _send_alone(self, request: pb.SendRequest, future: asyncio.Future) -> None:
+        try:
+            response = await self._client.service.Send(request, timeout=self._client.timeout_s)
+        except grpc.RpcError as error:
+            _resolve(future, exception=RemoteError.of(error))
+        else:
+            _resolve(future, result=send_result(response))
+
+
+def _resolve(future: asyncio.Future, *, result: object = None, exception=None) -> None:
+    if future.done():  # cancelled by its caller meanwhile
+        return
+    if exception is not None:
+        future.set_exception(exception)
+    else:
+        future.set_result(result)
