@@ -1,15 +1,20 @@
-"""`timerwheel send | get | cancel | list`: talk to a running server.
+"""`timerwheel send | get | cancel | list | stats`: talk to a running server.
 
     timerwheel send --topic orders --body 'pay #42' --delay 90s [--id ID] [--property k=v]
-    timerwheel send --topic orders --body hi --at 1767225600000      # or an ISO time
+    timerwheel send --topic orders --body hi --at +1h                # epoch ms, ISO, +DURATION
     timerwheel send --topic orders --body hi --level 3               # RocketMQ 4: 10s
     timerwheel send --topic jobs --id nightly --cron '0 5 * * *' --tz Europe/Paris
     timerwheel send --topic jobs --id debounce-7 --delay 30s --if-exists replace
-    timerwheel get MESSAGE_ID [--json] [--body]
+    timerwheel get MESSAGE_ID [--json] [--body]                      # --body: only the body
     timerwheel cancel MESSAGE_ID
     timerwheel list --topic orders [--from +0s] [--to +1h] [--limit 100] [--all] [--json]
+    timerwheel stats [--json]
 
-Every command takes --target HOST:PORT (default $TIMERWHEEL_TARGET or 127.0.0.1:7070),
+A send whose --id is already stored stores nothing and says so, with the stored timer's
+state (e.g. CANCELLED: it will not be delivered); it still exits 0 (an idempotent retry).
+
+Every command takes --target HOST:PORT (default $TIMERWHEEL_TARGET or 127.0.0.1:7070; a
+bare HOST gets port 7070),
 and for a secured server --tls-ca FILE [--tls-cert FILE --tls-key FILE] and
 --token-file FILE (or $TIMERWHEEL_TOKEN); see docs/security.md.
 Exit codes: 0 done, 1 refused by the server (not found, bad input, unreachable: the
@@ -34,7 +39,7 @@ DEFAULT_TARGET = "127.0.0.1:7070"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    send = _parser(subparsers, "send", "send a timer message", _send)
+    send = add_client_parser(subparsers, "send", "send a timer message", _send)
     send.add_argument("--topic", required=True)
     body = send.add_mutually_exclusive_group()
     body.add_argument("--body", default="", help="message body (text)")
@@ -69,15 +74,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="occurrences missed while down: fire once, or each",
     )
 
-    get = _parser(subparsers, "get", "show a timer by message id, in any state", _get)
+    get = add_client_parser(subparsers, "get", "show a timer by message id, in any state", _get)
     get.add_argument("message_id", metavar="MESSAGE_ID")
     get.add_argument("--json", action="store_true", help="print one JSON object")
-    get.add_argument("--body", action="store_true", help="include the body")
+    get.add_argument(
+        "--body", action="store_true",
+        help="print only the body, as stored (with --json: add it to the object)",
+    )  # fmt: skip
 
-    cancel = _parser(subparsers, "cancel", "cancel a scheduled timer", _cancel)
+    cancel = add_client_parser(subparsers, "cancel", "cancel a scheduled timer", _cancel)
     cancel.add_argument("message_id", metavar="MESSAGE_ID")
 
-    listing = _parser(subparsers, "list", "list pending timers of a topic by time", _list)
+    listing = add_client_parser(subparsers, "list", "list pending timers of a topic by time", _list)
     listing.add_argument("--topic", required=True)
     listing.add_argument("--from", dest="from_", default="0", help="epoch ms, ISO, or +5m")
     listing.add_argument("--to", default="0", help="epoch ms, ISO or +1h; 0: no bound")
@@ -86,12 +94,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     listing.add_argument("--all", action="store_true", help="follow every page")
     listing.add_argument("--json", action="store_true", help="one JSON object per line")
 
+    stats = add_client_parser(
+        subparsers, "stats", "the server's counters: backlog, keys, memory", _stats
+    )
+    stats.add_argument("--json", action="store_true", help="print one JSON object")
 
-def _parser(subparsers: argparse._SubParsersAction, name: str, text: str, func: Callable):
+
+def add_client_parser(
+    subparsers: argparse._SubParsersAction, name: str, text: str, func: Callable
+) -> argparse.ArgumentParser:
+    """A sub-command that talks to a server: --target, --timeout and the TLS/token flags;
+    `func(client, args)` runs with a connected `timerwheel.Client`, errors become exit
+    codes with one clear line."""
     parser = subparsers.add_parser(name, help=text, description=text)
     parser.add_argument(
         "--target", default=os.environ.get("TIMERWHEEL_TARGET", DEFAULT_TARGET),
-        help="HOST:PORT of the server (default $TIMERWHEEL_TARGET or 127.0.0.1:7070)",
+        help="HOST:PORT of the server (default $TIMERWHEEL_TARGET or 127.0.0.1:7070; "
+        "a bare HOST gets port 7070)",
     )  # fmt: skip
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds per call")
     add_connection_flags(parser)
@@ -129,7 +148,9 @@ def _hint(exc, args: argparse.Namespace) -> str:
     import grpc
 
     if exc.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-        return f" (is `timerwheel serve` running at {args.target}?)"
+        from timerwheel.types import with_default_port
+
+        return f" (is `timerwheel serve` running at {with_default_port(args.target)}?)"
     return ""
 
 
@@ -151,18 +172,39 @@ def _send(client, args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from exc
     result = client.send(args.topic, _body(args), properties=properties, message_id=args.id, **when)
     if args.json:
-        print(json.dumps({"message_id": result.message_id, "deliver_at_ms": result.deliver_at_ms}))
+        print(json.dumps({
+            "message_id": result.message_id, "deliver_at_ms": result.deliver_at_ms,
+            "existed": result.existed,
+            "existing_state": result.existing_state.name if result.existed else None,
+        }))  # fmt: skip
+    elif result.existed:
+        state = result.existing_state
+        print(
+            f"{result.message_id} already existed ({state.name}): nothing new was stored; "
+            + _EXISTED.get(state.name, f"it delivers at {format_ms(result.deliver_at_ms)}")
+        )
     else:
         print(f"sent {result.message_id}, delivers at {format_ms(result.deliver_at_ms)}")
     return 0
 
 
+_EXISTED = {  # what an idempotent retry means for each state the stored timer can be in
+    "FIRED": "it fired already and is being delivered",
+    "ACKED": "it was delivered and acked; it will not be delivered again",
+    "CANCELLED": "it was cancelled and will not be delivered",
+}
+
+
 def _get(client, args: argparse.Namespace) -> int:
     message = client.get(args.message_id, include_body=args.body)
+    if args.body and not args.json:
+        sys.stdout.buffer.write(message.body)
+        sys.stdout.flush()
+        return 0
     if args.json:
         print(json.dumps(message_dict(message, args.body)))
         return 0
-    for label, value in human_lines(message, args.body):
+    for label, value in human_lines(message):
         print(f"{label:<14}{value}")
     return 0
 
@@ -170,6 +212,27 @@ def _get(client, args: argparse.Namespace) -> int:
 def _cancel(client, args: argparse.Namespace) -> int:
     state = client.cancel(args.message_id)
     print(f"{args.message_id}: {state.name}")
+    return 0
+
+
+def _stats(client, args: argparse.Namespace) -> int:
+    stats = client.stats()
+    if args.json:
+        from google.protobuf.json_format import MessageToDict
+
+        print(json.dumps(MessageToDict(stats, preserving_proto_field_name=True)))
+        return 0
+    figures = {
+        "now": format_ms(stats.now_ms),
+        "fired, not acked": f"{stats.unacked:,}",
+        "writer queue": f"{stats.queued_ops:,} operations",
+        "keys": ", ".join(f"{k}={v:,}" for k, v in sorted(stats.column_family_keys.items())),
+        "server memory": f"{stats.rss_bytes / 2**20:,.0f} MiB RSS",
+        "server CPU": f"{stats.cpu_seconds:,.1f} s",
+        "data dir": f"{stats.data_dir_bytes / 2**20:,.1f} MiB",
+    }
+    for label, value in figures.items():
+        print(f"{label:<18}{value}")
     return 0
 
 
@@ -256,7 +319,7 @@ def message_dict(message, include_body: bool) -> dict:
     return out
 
 
-def human_lines(message, include_body: bool) -> list[tuple[str, str]]:
+def human_lines(message) -> list[tuple[str, str]]:
     state = State(message.state).name
     if message.wheel:
         state += f" (in the {message.wheel} wheel)"
@@ -272,8 +335,6 @@ def human_lines(message, include_body: bool) -> list[tuple[str, str]]:
     ]
     props = ", ".join(f"{k}={v}" for k, v in sorted(message.properties.items()))
     lines.append(("properties", props or "-"))
-    if include_body:
-        lines.append(("body", message.body.decode(errors="replace")))
     return lines
 
 

@@ -40,9 +40,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
+REPORT_EXTRA_HINT = (
+    "timerwheel report needs the report extra (PySpark, pyarrow, matplotlib): "
+    "pip install 'timerwheel[report]' (from a checkout: pip install -e '.[report]')"
+)
+
+
 def run(args: argparse.Namespace) -> int:
-    from capacity.report import ReportError, ReportRequest, run_report
-    from capacity.tables import ReportOptions
+    try:
+        from capacity.report import ReportError, ReportRequest, run_report
+        from capacity.tables import ReportOptions
+    except ImportError as exc:
+        if (exc.name or "").split(".")[0] not in {"pyspark", "pyarrow", "matplotlib"}:
+            raise
+        print(f"{REPORT_EXTRA_HINT} ({exc.name} is missing)", file=sys.stderr)
+        return 2
     from store.export_files import ExportFormatError
 
     try:

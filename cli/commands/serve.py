@@ -170,8 +170,7 @@ def _serve_in_process(settings, security, args, stop: threading.Event, received:
     try:
         server = TimerServer(settings, security=security)
     except Exception as exc:
-        log.error("server_start_failed", error=str(exc), data_dir=settings.data_dir)
-        return 1
+        return _start_failed(exc, settings)
     server.start()
     try:
         if args.port_file:
@@ -192,8 +191,7 @@ def _serve_processes(settings, protection, args, stop: threading.Event, received
     try:
         supervisor = Supervisor(settings, settings.workers, log_args, protection).start()
     except StartFailed as exc:
-        log.error("server_start_failed", error=str(exc), data_dir=settings.data_dir)
-        return 1
+        return _start_failed(exc, settings)
     log_protection(protection)
     code = 0
     try:
@@ -205,6 +203,28 @@ def _serve_processes(settings, protection, args, stop: threading.Event, received
     finally:
         supervisor.stop()
     return code
+
+
+def _start_failed(exc: Exception, settings) -> int:
+    """Log the failure, and say on stderr in one line what it means for a person."""
+    log.error("server_start_failed", error=str(exc), data_dir=settings.data_dir)
+    print(f"timerwheel serve: {start_failure_message(str(exc), settings)}", file=sys.stderr)
+    return 1
+
+
+def start_failure_message(error: str, settings) -> str:
+    """The usual reasons a server cannot start, said plainly; else the error itself."""
+    if "While lock file" in error or "LOCK:" in error:
+        return (
+            f"data dir {settings.data_dir} is in use by another timerwheel server (its "
+            "RocksDB LOCK is held); stop that server or give another --data-dir"
+        )
+    if "Address already in use" in error or "Failed to bind" in error:
+        return (
+            f"port {settings.port} on {settings.host} is already in use; stop what "
+            "listens there or give another --port (--port 0 picks a free one)"
+        )
+    return error
 
 
 def _log_is_json(log_format: str) -> bool:

@@ -11,19 +11,21 @@ from __future__ import annotations
 import argparse
 import json
 
-from cli.commands.client_commands import UsageError, _parser, format_ms, parse_time_ms
+from cli.commands.client_commands import UsageError, add_client_parser, format_ms, parse_time_ms
 from cli.config import parse_duration_ms
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    move = _parser(subparsers, "reschedule", "move a scheduled timer to a new time", _reschedule)
+    move = add_client_parser(
+        subparsers, "reschedule", "move a scheduled timer to a new time", _reschedule
+    )
     move.add_argument("message_id", metavar="MESSAGE_ID")
     when = move.add_mutually_exclusive_group(required=True)
     when.add_argument("--delay", help="deliver after 250ms, 90s, 5m, 2h, 3d from now")
     when.add_argument("--at", help="deliver at epoch ms, now, +DURATION or ISO 8601")
     when.add_argument("--level", type=int, help="RocketMQ 4 delay level (1..18 by default)")
 
-    count = _parser(subparsers, "count", "count a topic's pending timers", _count)
+    count = add_client_parser(subparsers, "count", "count a topic's pending timers", _count)
     count.add_argument("--topic", required=True)
     count.add_argument("--from", dest="from_", default="0", help="epoch ms, ISO, now or +5m")
     count.add_argument("--to", default="0", help="epoch ms, ISO or +1h; 0: no bound")
