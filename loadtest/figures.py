@@ -58,6 +58,7 @@ def _config(scenario: Scenario) -> dict:
         "duration_s": round(scenario.duration_s, 3),
         "batch": scenario.batch,
         "producers": scenario.producers,
+        "producer_threads": scenario.producer_threads,
         "consumers": scenario.consumers,
         "topics": scenario.topics,
         "body_bytes": scenario.body_bytes,

@@ -73,6 +73,7 @@ class ProducerPlan:
     rpc_timeout_s: float
     seed: int
     connection: Connection = PLAIN  # TLS and token for a secured server
+    threads: int = 0  # > 0: TDMQ's shape, single sends from threads (see run_threads)
 
 
 class Producer:
@@ -98,6 +99,9 @@ class Producer:
     # -- the send loop (main thread) -------------------------------------------------------
     def run(self, start_ns: int, start_wall_ms: int, abort, on_progress) -> None:
         plan = self.plan
+        if plan.threads:
+            self.run_threads(start_ns, start_wall_ms, abort, on_progress)
+            return
         rng = random.Random(plan.seed)
         pacer = Pacer(start_ns, plan.rate, plan.batch, plan.producers, plan.index)
         burst_at_ms = start_wall_ms + plan.burst_offset_ms if plan.burst_offset_ms else 0
@@ -132,6 +136,69 @@ class Producer:
             self.cancels.put(None)
             canceller.join(timeout=plan.rpc_timeout_s * 2)
         on_progress(self.sent)
+
+    def run_threads(self, start_ns: int, start_wall_ms: int, abort, on_progress) -> None:
+        """TDMQ's producer shape: `threads` threads, each calling `send()` with one message
+        at a time on timerwheel's batching producer (`client.producer()`), which packs
+        concurrent sends into SendBatch calls. Same open-loop schedule as `run` with a
+        batch of 1: thread t sends this process's messages t, t + threads, ..."""
+        plan = self.plan
+        pacer = Pacer(start_ns, plan.rate, 1, plan.producers, plan.index)
+        burst_at_ms = start_wall_ms + plan.burst_offset_ms if plan.burst_offset_ms else 0
+        deliver = DeliverTimes(*plan.delay_ms, burst_at_ms, plan.burst_window_ms)
+        padding = padding_for(plan.body_bytes)
+
+        def send_loop(thread: int, batching) -> None:
+            rng = random.Random(plan.seed * 1_000 + thread)
+            for seq in range(thread, plan.messages, plan.threads):
+                due_ns = pacer.due_ns(seq)
+                wait_ns = due_ns - time.monotonic_ns()
+                if abort.is_set() or (wait_ns > 0 and abort.wait(wait_ns / 1e9)):
+                    self.aborted = True
+                    return
+                if not self.slots.acquire(timeout=plan.rpc_timeout_s * 2):
+                    with self.lock:
+                        self.errors["producer_stalled"] += 1
+                    return
+                with self.lock:
+                    [request] = self._requests(seq, 1, rng, deliver, padding)
+                sent_ns = time.monotonic_ns()
+                future = batching.send(
+                    request.topic, request.body, deliver_at_ms=request.deliver_at_ms
+                )
+                future.add_done_callback(
+                    lambda f, a=seq, d=due_ns, s=sent_ns: self._done_single(f, a, d, s)
+                )
+                if thread == 0:
+                    on_progress(self.sent)
+
+        canceller = threading.Thread(target=self._cancel_loop, name="canceller", daemon=True)
+        canceller.start()
+        try:
+            with self.client.producer(linger_ms=2, max_batch=500) as batching:
+                senders = [
+                    threading.Thread(target=send_loop, args=(t, batching), name=f"send-{t}")
+                    for t in range(plan.threads)
+                ]
+                for sender in senders:
+                    sender.start()
+                for sender in senders:
+                    sender.join()
+            self._await_outstanding()
+        finally:
+            self.cancels.put(None)
+            canceller.join(timeout=plan.rpc_timeout_s * 2)
+        on_progress(self.sent)
+
+    def _done_single(self, future, seq: int, due_ns: int, sent_ns: int) -> None:
+        """The answer to one `send()` of `run_threads` (a SendResult or a RemoteError)."""
+        error = future.exception()
+        if error is None:
+            self._record(seq, 1, SENT, None, [future.result().message_id], due_ns, sent_ns)
+        else:
+            code = getattr(error, "code", grpc.StatusCode.UNKNOWN)
+            state = UNSENT if code in REFUSED else UNKNOWN
+            self._record(seq, 1, state, code, [], due_ns, sent_ns)
 
     def _requests(self, first: int, count: int, rng, deliver: DeliverTimes, padding: bytes):
         plan, topics = self.plan, self.plan.topics
@@ -168,7 +235,7 @@ class Producer:
 
     # -- answers (gRPC callback threads) ---------------------------------------------------
     def _done(self, future: grpc.Future, first: int, count: int, due_ns: int, sent_ns: int):
-        done_ns = time.monotonic_ns()
+        code = None
         try:
             response = future.result()
             ids = [response.message_id] if count == 1 else [r.message_id for r in response.results]
@@ -176,6 +243,11 @@ class Producer:
         except grpc.RpcError as error:
             ids, code = [], error.code()
             state = UNSENT if code in REFUSED else UNKNOWN
+        self._record(first, count, state, code, ids, due_ns, sent_ns)
+
+    def _record(self, first, count, state, code, ids, due_ns: int, sent_ns: int) -> None:
+        """Account one answered request: states, latencies, errors, cancels to make."""
+        done_ns = time.monotonic_ns()
         with self.lock:
             self.states[first : first + count] = bytes([state]) * count
             if state == SENT:

@@ -28,23 +28,30 @@ TDMQ_REFERENCE = {
     "lost_dup_early": "-",
 }
 
-COLUMNS = (
-    ("who", ""),
+# One row per figure, one column per system: narrow enough for an 80-column terminal.
+ROWS = (
     ("producers", "Producers"),
     ("rate", "Send rate (msg/s)"),
     ("delay", "Delay"),
     ("consumers", "Consumers"),
     ("latency_avg", "Send latency avg"),
-    ("latency_p99", "Send latency p99"),
+    ("latency_p99", "Send latency P99"),
     ("p50", "Delay error P50"),
-    ("p90", "P90"),
-    ("p99", "P99"),
-    ("p999", "P999"),
-    ("max", "Max"),
-    ("cpu", "Server CPU"),
+    ("p90", "Delay error P90"),
+    ("p99", "Delay error P99"),
+    ("p999", "Delay error P999"),
+    ("max", "Delay error max"),
+    ("cpu", "Server CPU, send phase"),
     ("rss", "Server peak RSS"),
     ("lost_dup_early", "Lost / dup / early"),
 )
+
+DEFINITIONS = """\
+- delay error: when the consumer received a message minus the deliver time it was sent
+  with (first deliveries only); TDMQ's figure is the same measure.
+- send latency: one request, sent to answered; with a batch of N it carries N messages.
+- server CPU, send phase: CPU time of the server's processes while the producers sent,
+  as % of one core (100% = one core busy), and as a share of the machine's cores."""
 
 
 def _ms(value: float) -> str:
@@ -66,8 +73,8 @@ def our_row(fig: dict) -> dict[str, str]:
     cpus = fig["machine"]["cpus"] or 1
     cpu = server["cpu_percent_send"]
     return {
-        "who": f"timerwheel ({cpus} cores, harness on the same machine)",
-        "producers": f"{config['producers']} processes, batch {config['batch']}",
+        "who": f"timerwheel ({cpus} cores, with the harness)",
+        "producers": _producers(config),
         "rate": f"{send['rate_achieved']:,} (target {config['rate']:,})",
         "delay": config["delay"],
         "consumers": str(config["consumers"]),
@@ -78,18 +85,28 @@ def our_row(fig: dict) -> dict[str, str]:
         "p99": _ms(delay["p99"]) if has_delay else "-",
         "p999": _ms(delay["p999"]) if has_delay else "-",
         "max": _ms(delay["max"]) if has_delay else "-",
-        "cpu": f"{cpu:g}% of 1 core ({cpu / cpus:.0f}% of {cpus})",
+        "cpu": f"{cpu:g}% of 1 core = {cpu / cpus:.0f}% of {cpus} cores",
         "rss": _mib(server["peak_rss_bytes"]),
         "lost_dup_early": f"{acc['lost']} / {acc['duplicates']} / {acc['early']}",
     }
 
 
+def _producers(config: dict) -> str:
+    if config.get("producer_threads"):
+        return (
+            f"{config['producers']} x {config['producer_threads']} threads, "
+            "single sends, batching producer"
+        )
+    return f"{config['producers']} processes, batch {config['batch']}"
+
+
 def table(rows: list[dict[str, str]]) -> str:
+    """Figures down, systems across (each row's "who" heads its column)."""
     lines = [
-        "| " + " | ".join(title for _, title in COLUMNS) + " |",
-        "|" + "---|" * len(COLUMNS),
+        "| | " + " | ".join(row["who"] for row in rows) + " |",
+        "|---|" + "---|" * len(rows),
     ]
-    lines += ["| " + " | ".join(row[key] for key, _ in COLUMNS) + " |" for row in rows]
+    lines += [f"| {title} | " + " | ".join(row[key] for row in rows) + " |" for key, title in ROWS]
     return "\n".join(lines)
 
 
@@ -115,7 +132,8 @@ def details(fig: dict) -> str:
          f"{fire['p50']} / {fire['p99']} / {fire['p999']} / {fire['max']} ms"),
         ("first deliver time -> last receipt", f"{delivery['span_ms']:,} ms"),
         ("server's peak fired-but-unacked backlog", f"{server.get('peak_unacked', 0):,}"),
-        ("server CPU over the whole run", f"{server['cpu_percent_run']:g}% of 1 core"),
+        ("server CPU, whole run (send, wait and drain phases; lower than the send phase's "
+         "when the wait is idle)", f"{server['cpu_percent_run']:g}% of 1 core"),
         ("server data dir", f"{_mib(server['data_dir_bytes'])}"
          + (f", {server['bytes_per_timer']:,} bytes per pending timer"
             if server["bytes_per_timer"] else "")),
@@ -139,10 +157,10 @@ def _rate_verdict(send: dict) -> str:
 
 
 def markdown(fig: dict) -> str:
-    rows = [TDMQ_REFERENCE] if fig["scenario"] == "tdmq" else []
+    rows = [TDMQ_REFERENCE] if fig["scenario"].startswith("tdmq") else []
     rows.append(our_row(fig))
     heading = f"### `{fig['scenario']}`: {fig['description']} ({fig['date']})"
-    return f"{heading}\n\n{table(rows)}\n\n{details(fig)}\n"
+    return f"{heading}\n\n{table(rows)}\n\n{DEFINITIONS}\n\n{details(fig)}\n"
 
 
 def to_json(fig: dict) -> str:

@@ -38,6 +38,7 @@ class Scenario:
     duration_s: float  # length of the send phase
     batch: int = 100  # messages per request; 1 uses the unary Send
     producers: int = 2  # producer processes
+    producer_threads: int = 0  # > 0: per process, threads sending single messages (TDMQ)
     consumers: int = 1  # consumer processes (0: nobody subscribes)
     topics: int = 1
     body_bytes: int = 64
@@ -59,6 +60,13 @@ class Scenario:
         for name in ("rate", "batch", "producers", "topics", "max_outstanding", "max_in_flight"):
             if getattr(self, name) < 1:
                 raise ScenarioError(f"{name}={getattr(self, name)}: must be at least 1")
+        if self.producer_threads < 0:
+            raise ScenarioError(f"producer_threads={self.producer_threads}: must be >= 0")
+        if self.producer_threads and self.batch != 1:
+            raise ScenarioError(
+                f"batch={self.batch}: must be 1 with producer_threads={self.producer_threads} "
+                "(each thread sends single messages; the batching producer batches them)"
+            )
         if self.consumers < 0:
             raise ScenarioError(f"consumers={self.consumers}: must not be negative")
         if self.expect_delivery and self.consumers < 1:
@@ -142,6 +150,12 @@ SCENARIOS: dict[str, Scenario] = {
             "tdmq", "TDMQ's shape: 14,000 sends/s, delay 30 s..10 min, one consumer",
             rate=14_000, duration_s=60.0, batch=100, producers=4, consumers=1, topics=1,
             body_bytes=128, delay_min_ms=30 * SECOND_MS, delay_max_ms=10 * MINUTE_MS,
+        ),
+        Scenario(
+            "tdmq-threads", "TDMQ's producer shape: 16 threads, single sends, batched client-side",
+            rate=14_000, duration_s=60.0, batch=1, producers=1, producer_threads=16,
+            consumers=1, topics=1, body_bytes=128, delay_min_ms=30 * SECOND_MS,
+            delay_max_ms=10 * MINUTE_MS, max_outstanding=5_000,
         ),
         Scenario(
             "burst", "N timers due in the same second",

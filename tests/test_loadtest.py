@@ -91,6 +91,23 @@ def test_smoke_scenario_spawned_server_accounts_for_every_message(tmp_path, caps
     assert leftover_processes(before) == []  # the server and the workers are all gone
 
 
+def test_tdmq_thread_shape_sends_single_messages_batched_by_the_producer(tmp_path):
+    """16 threads each send() one message at a time; the batching producer packs them."""
+    server = start_server(tmp_path)
+    try:
+        code, fig, _ = run_loadtest(
+            tmp_path, "--scenario", "tdmq-threads", "--target", server.target,
+            "--rate", "1000", "--duration", "2", "--delay-scale", "0.005", "--grace-ms", "500",
+        )  # fmt: skip
+    finally:
+        server.stop(grace_s=1.0)
+    acc = fig["accounting"]
+    assert code == 0, acc["problems"]
+    assert fig["config"]["producer_threads"] == 16 and fig["config"]["batch"] == 1
+    assert acc["sent"] == 2_000 == acc["acked"] and acc["lost"] == 0 and acc["early"] == 0
+    assert fig["send"]["latency_us"]["count"] == 2_000  # one latency per single send
+
+
 def test_cancel_scenario_against_a_running_server(tmp_path):
     server = start_server(tmp_path)
     try:

@@ -168,7 +168,9 @@ def test_histograms_summarise_and_merge_across_processes():
 
 # == scenarios and the command line ==========================================================
 def test_scenarios_presets_and_overrides():
-    assert set(SCENARIOS) == {"smoke", "tdmq", "burst", "cancel", "backlog"}
+    assert set(SCENARIOS) == {"smoke", "tdmq", "tdmq-threads", "burst", "cancel", "backlog"}
+    threads = scenario("tdmq-threads")
+    assert (threads.producer_threads, threads.batch, threads.rate) == (16, 1, 14_000)
     tdmq = scenario("tdmq")
     assert (tdmq.rate, tdmq.scaled_delay_ms) == (14_000, (30_000, 600_000))
     assert tdmq.with_overrides(delay_scale=0.1).scaled_delay_ms == (3_000, 60_000)
@@ -182,6 +184,7 @@ def test_scenarios_presets_and_overrides():
     [
         ({"rate": 0}, "rate=0"),
         ({"body_bytes": 4}, "body_bytes=4"),
+        ({"producer_threads": 4, "batch": 100}, "batch=100: must be 1 with producer_threads"),
         ({"delay_min_ms": 10, "delay_max_ms": 5}, "delay_min_ms=10"),
         ({"cancel_share": 1.5}, "cancel_share=1.5"),
         ({"consumers": 0}, "consumers=0"),
@@ -227,16 +230,34 @@ def fake_figures(**accounting_changes) -> dict:
     }  # fmt: skip
 
 
-def test_report_puts_tdmq_reference_above_our_row():
+def test_report_puts_tdmq_next_to_ours_in_a_table_that_fits_a_terminal():
     text = report.markdown(fake_figures())
-    rows = [line for line in text.splitlines() if line.startswith("| ")]
-    assert rows[1].startswith("| TDMQ RocketMQ (8-core broker) | 16 threads | 14,000")
-    assert "979 ms" in rows[1]
-    ours = rows[2].split(" | ")
-    assert "13,990 (target 14,000)" in ours and "1.5 ms" in ours and "2.0 ms" in ours
-    assert ours[7:12] == ["2 ms", "5 ms", "9 ms", "12 ms", "15 ms"]
-    assert "88.5% of 1 core (44% of 2)" in ours and "200 MiB" in ours
+    cells = [
+        [cell.strip() for cell in line.strip("|").split("|")]
+        for line in text.splitlines()
+        if line.startswith("| ")
+    ]
+    rows = {row[0]: row[1:] for row in cells}
+    header = next(line for line in text.splitlines() if line.startswith("| |"))
+    assert header.startswith("| | TDMQ RocketMQ (8-core broker) | timerwheel (")
+    assert rows["Producers"][0] == "16 threads" and rows["Delay error P999"][0] == "979 ms"
+    assert rows["Send rate (msg/s)"][1] == "13,990 (target 14,000)"
+    assert rows["Send latency avg"][1] == "1.5 ms" and rows["Send latency P99"][1] == "2.0 ms"
+    assert [rows[f"Delay error {p}"][1] for p in ("P50", "P90", "P99", "P999", "max")] == [
+        "2 ms", "5 ms", "9 ms", "12 ms", "15 ms",
+    ]  # fmt: skip
+    assert rows["Server CPU, send phase"][1] == "88.5% of 1 core = 44% of 2 cores"
+    assert rows["Server peak RSS"][1] == "200 MiB"
+    assert max(len(line) for line in text.splitlines() if line.startswith("|")) <= 100
+    assert "- delay error: when the consumer received a message minus the deliver time" in text
+    assert "server CPU, whole run (send, wait and drain phases" in text
     assert "- result: OK" in text and "0.50 0.40 0.30" in text
+
+
+def test_report_names_the_thread_producer_shape():
+    figures = fake_figures()
+    figures["config"].update(producers=1, producer_threads=16, batch=1)
+    assert "| 1 x 16 threads, single sends, batching producer |" in report.markdown(figures)
 
 
 def test_report_says_failed_and_why():

@@ -31,6 +31,12 @@ OVERRIDES = {
     "--count": ("count", int, "messages in all (sets the duration from the rate)"),
     "--batch": ("batch", int, "messages per request (1: unary Send, else SendBatch)"),
     "--producers": ("producers", int, "producer processes"),
+    "--producer-threads": (
+        "producer_threads",
+        int,
+        "threads per producer, each send()ing single messages through the batching "
+        "producer (TDMQ's shape; needs --batch 1)",
+    ),
     "--consumers": ("consumers", int, "consumer processes"),
     "--topics": ("topics", int, "topics the messages are spread over"),
     "--body-bytes": ("body_bytes", int, "bytes per message body (at least 10)"),
