@@ -9,10 +9,12 @@ import asyncio
 import grpc
 import pytest
 from conftest import WAIT_S
+from security_fixtures import make_pki, write_tokens
 
 import timerwheel
 from server.service import TimerService
 from wheels.domain import State
+from wheels.security_settings import SecuritySettings
 
 
 def run(coro):
@@ -140,5 +142,30 @@ def test_async_consume_acks_nacks_and_stops_when_idle(make_server):
             await asyncio.sleep(0)  # let it subscribe
             idle_stop.set()
             assert await asyncio.wait_for(consumer, WAIT_S) == 0
+
+    run(main())
+
+
+def test_the_async_client_reaches_a_tls_and_token_server(make_server, tmp_path):
+    (tmp_path / "pki").mkdir()
+    pki = make_pki(tmp_path / "pki")
+    tokens = write_tokens(tmp_path / "tokens.toml")
+    security = SecuritySettings(
+        tls_cert_file=pki.server_cert, tls_key_file=pki.server_key,
+        auth_tokens_file=str(tmp_path / "tokens.toml"),
+    )  # fmt: skip
+    server = make_server(security=security)
+
+    async def main():
+        tls = timerwheel.Tls(ca_file=pki.ca)
+        async with timerwheel.AsyncClient(
+            server.target, timeout_s=WAIT_S, tls=tls, token=tokens["admin"]
+        ) as client:
+            sent = await client.send("orders.a", b"secure", delay_ms="1h")
+            assert (await client.get(sent.message_id)).body == b"secure"
+        async with timerwheel.AsyncClient(server.target, timeout_s=WAIT_S, tls=tls) as anonymous:
+            with pytest.raises(timerwheel.RemoteError) as info:
+                await anonymous.stats()
+            assert info.value.code == grpc.StatusCode.UNAUTHENTICATED
 
     run(main())

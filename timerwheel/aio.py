@@ -23,6 +23,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from timerwheel.consumer import Message, consume_async
+from timerwheel.credentials import Tls, open_aio_channel
 from timerwheel.producer import AsyncProducer
 from timerwheel.types import (
     CHANNEL_OPTIONS,
@@ -74,11 +75,18 @@ class AsyncClient:
 
     request = staticmethod(send_request)
 
-    def __init__(self, target: str = DEFAULT_TARGET, *, timeout_s: float | None = 30.0) -> None:
+    def __init__(
+        self,
+        target: str = DEFAULT_TARGET,
+        *,
+        timeout_s: float | None = 30.0,
+        tls: Tls | bool | None = None,
+        token: str | None = None,
+    ) -> None:
+        """Arguments as `timerwheel.Client` (tls=, token= for a secured server)."""
         self.target = with_default_port(target)
         self.timeout_s = timeout_s
-        # plaintext only: TLS and tokens are the sync Client's (timerwheel.credentials)
-        self.channel = grpc.aio.insecure_channel(self.target, options=CHANNEL_OPTIONS)
+        self.channel = open_aio_channel(self.target, tls, token, CHANNEL_OPTIONS)
         self.service = pb_grpc.TimerServiceStub(self.channel)
         self.admin = pb_grpc.TimerAdminStub(self.channel)
         self.health = health_pb2_grpc.HealthStub(self.channel)

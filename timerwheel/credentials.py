@@ -63,10 +63,30 @@ def open_channel(
     target: str, tls: Tls | bool | None, token: str | None, options: list
 ) -> grpc.Channel:
     """An insecure channel, a TLS channel, or either carrying the bearer token."""
+    credentials = channel_credentials(target, tls, token)
+    if credentials is None:
+        return grpc.insecure_channel(target, options=options)
+    return grpc.secure_channel(target, credentials, options=options)
+
+
+def open_aio_channel(
+    target: str, tls: Tls | bool | None, token: str | None, options: list
+) -> grpc.aio.Channel:
+    """`open_channel` for grpc.aio (timerwheel.AsyncClient)."""
+    credentials = channel_credentials(target, tls, token)
+    if credentials is None:
+        return grpc.aio.insecure_channel(target, options=options)
+    return grpc.aio.secure_channel(target, credentials, options=options)
+
+
+def channel_credentials(
+    target: str, tls: Tls | bool | None, token: str | None
+) -> grpc.ChannelCredentials | None:
+    """The credentials `tls` and `token` ask for; None: a plain channel."""
     if tls is True:
         tls = Tls()
     if not tls and not token:
-        return grpc.insecure_channel(target, options=options)
+        return None
     if tls:
         credentials = tls.channel_credentials()
     else:
@@ -80,7 +100,7 @@ def open_channel(
         credentials = grpc.composite_channel_credentials(
             credentials, grpc.access_token_call_credentials(token)
         )
-    return grpc.secure_channel(target, credentials, options=options)
+    return credentials
 
 
 def _read(path: str | None) -> bytes | None:
