@@ -46,6 +46,7 @@ from wheels.scheduler import Scheduler, TimerKey
 from wheels.settings import Settings
 from wheels.validation import (
     resolve_deliver_at_ms,
+    validate_ack_count,
     validate_message_ref,
     validate_sends,
     validate_topic,
@@ -54,7 +55,7 @@ from wheels.validation import (
 log = structlog.get_logger("timerwheel.engine")
 
 MAX_LIST_LIMIT = 1_000
-FIRED_CACHE_ENTRIES = 200_000  # fired records kept in memory for delivery (~60 MB at most)
+FIRED_CACHE_ENTRIES = 200_000  # and at most Settings.fired_cache_bytes
 LIST_SCAN_BUDGET = 200_000
 
 
@@ -111,7 +112,9 @@ class Engine:
             self._scheduler = Scheduler(state, leads)
         self._ids = MessageIds()
         self.export_slot = ExportSlot()
-        self._fired_cache = FiredCache(self._scheduler.state.fire_seq, FIRED_CACHE_ENTRIES)
+        self._fired_cache = FiredCache(
+            self._scheduler.state.fire_seq, FIRED_CACHE_ENTRIES, settings.fired_cache_bytes
+        )
         self._counts = PendingCounts(self._database)
         self._writer = Writer(
             settings, clock, self._store, self._scheduler, self._fired_cache.add, self._counts
@@ -185,6 +188,7 @@ class Engine:
         """Retire fired messages; returns the ids that were FIRED on `topic` and are now ACKED."""
         validate_topic(topic, self.settings)
         ids = list(message_ids)
+        validate_ack_count(len(ids), self.settings)
         for index, message_id in enumerate(ids):
             validate_message_ref(message_id, f"message_ids[{index}]")
         if not ids:
@@ -257,9 +261,13 @@ class Engine:
         return None if raw is None else records.record_topic(raw)
 
     def list_pending(
-        self, topic: str, from_ms: int, to_ms: int, limit: int, page_token: str = ""
-    ) -> tuple[list[Timer], str]:
-        """Scheduled timers of `topic` due in [from_ms, to_ms), by time, one page at a time."""
+        self, topic: str, from_ms: int, to_ms: int, limit: int, page_token: str = "",
+        include_body: bool = True,
+    ) -> tuple[list[Timer], str]:  # fmt: skip
+        """Scheduled timers of `topic` due in [from_ms, to_ms), by time, one page at a time.
+
+        A page ends early (with a token) once it holds `Settings.max_list_bytes`; without
+        `include_body` the bodies are neither returned nor counted."""
         validate_topic(topic, self.settings)
         if from_ms < 0:
             raise InvalidArgument("from_ms", from_ms, "must not be negative")
@@ -269,8 +277,9 @@ class Engine:
             raise InvalidArgument("limit", limit, f"must be 0..{MAX_LIST_LIMIT} (0 means 100)")
         after = _decode_page_token(page_token)
         page = self._store.list_pending(
-            topic, from_ms, to_ms, limit or 100, after, self._wheel_floors(), LIST_SCAN_BUDGET
-        )
+            topic, from_ms, to_ms, limit or 100, after, self._wheel_floors(), LIST_SCAN_BUDGET,
+            self.settings.max_list_bytes, include_body,
+        )  # fmt: skip
         timers = [self._with_wheel(t) for t in page.timers]
         token = keys.encode_page_token(page.next_after) if page.next_after else ""
         return timers, token

@@ -66,6 +66,7 @@ def build_grpc_server(
     )
     server = grpc.server(
         pool,
+        maximum_concurrent_rpcs=settings.max_concurrent_rpcs,  # beyond: RESOURCE_EXHAUSTED
         options=[
             ("grpc.max_receive_message_length", settings.max_request_bytes),
             ("grpc.max_send_message_length", -1),

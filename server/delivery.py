@@ -42,6 +42,7 @@ import structlog
 
 from engine.engine import Engine
 from server import attempts
+from server.limits import PerKeyLimit
 from wheels.domain import FiredTimer, InvalidArgument, Overloaded, ShuttingDown
 from wheels.settings import Settings
 from wheels.validation import validate_nack, validate_topic
@@ -70,6 +71,7 @@ class Subscriber:
 
     topic: str
     max_in_flight: int
+    identity: str = ""  # who it counts against (server.limits.caller_identity)
     in_flight: int = 0
     closed: bool = False
     _dispatcher: _Topic | None = field(default=None, repr=False)
@@ -198,6 +200,8 @@ class DeliveryHub:
         self._lock = threading.Lock()
         self._topics: dict[str, _Topic] = {}
         self._subscribers = 0
+        limit = settings.max_subscribers_per_peer
+        self._per_caller = PerKeyLimit(limit, "max_subscribers_per_peer")
         self._closed = False
         self._fired: queue.SimpleQueue[set[str] | None] = queue.SimpleQueue()
         recovered = engine.ready_topics()
@@ -209,14 +213,17 @@ class DeliveryHub:
         log.info("delivery_started", recovered_topics=len(recovered), unacked=engine.unacked())
 
     # -- subscribing ----------------------------------------------------------------------
-    def subscribe(self, topic: str, max_in_flight: int) -> Subscriber:
+    def subscribe(self, topic: str, max_in_flight: int, identity: str = "") -> Subscriber:
+        """A new stream of `topic` for the caller `identity`; Overloaded beyond
+        `max_subscribers` in all or `max_subscribers_per_peer` for this caller."""
         validate_topic(topic, self.settings)
         limit = self.settings.max_in_flight_limit
         if not 0 <= max_in_flight <= limit:
             raise InvalidArgument(
                 "max_in_flight", max_in_flight, f"must be 0..{limit} (0 means the default)"
             )
-        subscriber = Subscriber(topic, max_in_flight or self.settings.max_in_flight_default)
+        default = self.settings.max_in_flight_default
+        subscriber = Subscriber(topic, max_in_flight or default, identity)
         with self._lock:
             if self._closed:
                 raise ShuttingDown("the server is shutting down")
@@ -225,11 +232,12 @@ class DeliveryHub:
                     f"subscribers={self._subscribers}: the server serves at most "
                     f"{self.settings.max_subscribers} Subscribe streams; retry later"
                 )
+            self._per_caller.acquire(identity, "Subscribe")
             self._subscribers += 1
             dispatcher = self._topic(topic)
-        with dispatcher.cond:
-            dispatcher.subscribers += 1
-            subscriber._dispatcher = dispatcher
+            with dispatcher.cond:  # under _lock: an idle dispatcher is not freed meanwhile
+                dispatcher.subscribers += 1
+                subscriber._dispatcher = dispatcher
         return subscriber
 
     def next_batch(
@@ -288,6 +296,8 @@ class DeliveryHub:
                 dispatcher.cond.notify_all()
         with self._lock:
             self._subscribers -= 1
+            self._per_caller.release(subscriber.identity)
+            self._free_if_idle(dispatcher)
         if dispatcher.dying:
             attempts.move_dead_letters(self.engine, dispatcher)
         if returned:
@@ -303,6 +313,8 @@ class DeliveryHub:
             with dispatcher.cond:
                 dispatcher.forget(message_ids)
                 dispatcher.cond.notify_all()  # room freed
+            with self._lock:
+                self._free_if_idle(dispatcher)
         return len(acked)
 
     def nack(
@@ -362,6 +374,21 @@ class DeliveryHub:
         if dispatcher is None:
             dispatcher = self._topics[name] = _Topic(name, self)
         return dispatcher
+
+    def topic_count(self) -> int:
+        """Dispatchers held: topics with subscribers or messages still tracked."""
+        with self._lock:
+            return len(self._topics)
+
+    def _free_if_idle(self, dispatcher: _Topic) -> None:
+        """Drop a dispatcher nobody subscribes to and that tracks nothing (call with
+        `_lock` held), so topics once used do not hold memory forever. A later subscriber
+        gets a new one whose cursor starts at 0: the store's `ready` entries of the topic
+        are exactly the un-acked messages, so nothing is skipped."""
+        with dispatcher.cond:
+            idle = not (dispatcher.subscribers or dispatcher.entries or dispatcher.dying)
+        if idle and self._topics.get(dispatcher.name) is dispatcher:
+            del self._topics[dispatcher.name]
 
     def _run(self) -> None:
         """Fired topics from the writer -> dirty dispatchers, subscribers woken."""

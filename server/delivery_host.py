@@ -57,8 +57,10 @@ class DeliveryHost:
             return getattr(self._hub, method)(*args)
         raise AttributeError(f"delivery method {method!r} is not callable remotely")
 
-    def _subscribe(self, context: CallContext, topic: str, max_in_flight: int) -> int:
-        subscriber = self._hub.subscribe(topic, max_in_flight)
+    def _subscribe(
+        self, context: CallContext, topic: str, max_in_flight: int, identity: str = ""
+    ) -> int:
+        subscriber = self._hub.subscribe(topic, max_in_flight, identity)
         number = next(self._numbers)
         with self._lock:
             self._subscribers[number] = subscriber

@@ -19,6 +19,7 @@ import grpc
 from engine.engine import Engine
 from server.delivery import Delivered, DeliveryHub
 from server.errors import rpc_errors
+from server.limits import ByteBudget, caller_identity
 from timerwheel.v1 import timerwheel_pb2 as pb
 from timerwheel.v1 import timerwheel_pb2_grpc as pb_grpc
 from wheels.domain import (
@@ -33,6 +34,7 @@ from wheels.domain import (
     When,
     WhenKind,
 )
+from wheels.validation import validate_ack_count
 
 NO_UPPER_BOUND_MS = 2**63 - 1  # List with to_ms=0: every pending timer from from_ms on
 
@@ -163,9 +165,12 @@ class TimerService(pb_grpc.TimerServiceServicer):
     def __init__(self, engine: Engine, hub: DeliveryHub) -> None:
         self._engine = engine
         self._hub = hub
+        # Requests held while their sends are committed, responses while built: bytes.
+        limit = engine.settings.max_inflight_request_bytes
+        self._budget = ByteBudget(limit, "max_inflight_request_bytes")
 
     def Send(self, request: pb.SendRequest, context: grpc.ServicerContext) -> pb.SendResponse:
-        with rpc_errors(context, "Send"):
+        with rpc_errors(context, "Send"), self._budget.hold(request.ByteSize(), "Send"):
             spec = spec_from_proto(request)
             [result] = self._engine.send_batch_async([spec]).result()
             return send_response(result)
@@ -173,7 +178,8 @@ class TimerService(pb_grpc.TimerServiceServicer):
     def SendBatch(
         self, request: pb.SendBatchRequest, context: grpc.ServicerContext
     ) -> pb.SendBatchResponse:
-        with rpc_errors(context, "SendBatch"):
+        size = request.ByteSize()
+        with rpc_errors(context, "SendBatch"), self._budget.hold(size, "SendBatch"):
             many = len(request.messages) > 1  # the engine's field-naming rule, too
             specs = [
                 spec_from_proto(message, f"messages[{index}]." if many else "")
@@ -203,20 +209,28 @@ class TimerService(pb_grpc.TimerServiceServicer):
 
     def Get(self, request: pb.GetRequest, context: grpc.ServicerContext) -> pb.TimerMessage:
         with rpc_errors(context, "Get"):
-            return timer_message(self._engine.get(request.message_id), request.include_body)
+            timer = self._engine.get(request.message_id)
+            size = len(timer.body) if request.include_body else 0
+            with self._budget.hold(size, "Get response"):
+                return timer_message(timer, request.include_body)
 
     def List(self, request: pb.ListRequest, context: grpc.ServicerContext) -> pb.ListResponse:
         with rpc_errors(context, "List"):
             to_ms = request.to_ms or NO_UPPER_BOUND_MS
             timers, token = self._engine.list_pending(
-                request.topic, request.from_ms, to_ms, request.limit, request.page_token
-            )
-            return pb.ListResponse(
-                messages=[timer_message(t) for t in timers], next_page_token=token
-            )
+                request.topic, request.from_ms, to_ms, request.limit, request.page_token,
+                request.include_body,
+            )  # fmt: skip
+            size = sum(len(t.body) for t in timers)
+            with self._budget.hold(size, "List response"):
+                return pb.ListResponse(
+                    messages=[timer_message(t, request.include_body) for t in timers],
+                    next_page_token=token,
+                )
 
     def Ack(self, request: pb.AckRequest, context: grpc.ServicerContext) -> pb.AckResponse:
         with rpc_errors(context, "Ack"):
+            validate_ack_count(len(request.message_ids), self._engine.settings)
             return pb.AckResponse(acked=self._hub.ack(request.topic, list(request.message_ids)))
 
     def Reschedule(
@@ -245,7 +259,9 @@ class TimerService(pb_grpc.TimerServiceServicer):
         self, request: pb.SubscribeRequest, context: grpc.ServicerContext
     ) -> Iterator[pb.DeliveryBatch]:
         with rpc_errors(context, "Subscribe"):
-            subscriber = self._hub.subscribe(request.topic, request.max_in_flight)
+            subscriber = self._hub.subscribe(
+                request.topic, request.max_in_flight, caller_identity(context)
+            )
             # Runs when the stream ends in any way (client gone, cancelled, deadline).
             context.add_callback(subscriber.close)
             try:

@@ -9,7 +9,7 @@ batch holds its writes and why it hands them to RocksDB sorted.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from heapq import merge
 from itertools import islice
 
@@ -25,6 +25,7 @@ from wheels.wheel import LEVELS
 WheelEntry = tuple[bytes, bytes]  # (wheel key, topic)
 _BUCKET_MS = keys.COUNT_BUCKET_MS
 _FINAL_STATES = (State.ACKED, State.CANCELLED)
+LIST_READ_CHUNK = 16  # records per multi-get of a List page: 64 MiB at most of 4 MiB bodies
 
 
 @dataclass(frozen=True)
@@ -91,13 +92,17 @@ class TimerStore:
         after: bytes | None,
         floors: dict[str, bytes],
         scan_budget: int,
+        max_bytes: int = 2**62,
+        include_body: bool = True,
     ) -> PendingPage:
         """Scheduled timers of `topic` due in [from_ms, to_ms), across all wheels, by time.
 
         The three wheels are range-scanned and merged by key. `floors` skip the part of
         each wheel that can hold only tombstones (fired or cascaded keys). At most
         `scan_budget` keys are examined, so a sparse topic cannot pin the server; the
-        page then ends early with a continuation key.
+        page then ends early with a continuation key. The page also ends once the timers
+        it holds reach `max_bytes` (one timer at least), so a page of big bodies cannot
+        take the server's memory; without `include_body` bodies are dropped and not counted.
         """
         lo = keys.time_bound(from_ms)
         if after is not None:
@@ -112,22 +117,37 @@ class TimerStore:
         last_key = None
         for examined, (key, entry_topic) in enumerate(merge(*streams)):
             if examined >= scan_budget:
-                return PendingPage(self._timers_for(found), last_key)
+                return self._page(found, last_key, max_bytes, include_body)
             last_key = key
             if entry_topic == wanted:
                 found.append(key)
                 if len(found) == limit:
-                    return PendingPage(self._timers_for(found), key)
-        return PendingPage(self._timers_for(found), None)
+                    return self._page(found, key, max_bytes, include_body)
+        return self._page(found, None, max_bytes, include_body)
 
-    def _timers_for(self, wheel_keys: list[bytes]) -> list[Timer]:
-        ids = [key[keys.TIME_BYTES :] for key in wheel_keys]
-        raws = self._messages.get(ids) if ids else []
-        return [
-            records.decode_timer(message_id.decode(), raw)
-            for message_id, raw in zip(ids, raws, strict=True)
-            if raw is not None
-        ]
+    def _page(
+        self, wheel_keys: list[bytes], next_after: bytes | None, max_bytes: int,
+        include_body: bool,
+    ) -> PendingPage:  # fmt: skip
+        """The timers of `wheel_keys`, read a few at a time (a multi-get of a whole page of
+        4 MiB bodies would itself be gigabytes) until they hold `max_bytes`."""
+        timers: list[Timer] = []
+        held = 0
+        previous_key = b""  # the last key on the page: where the next page continues
+        for start in range(0, len(wheel_keys), LIST_READ_CHUNK):
+            chunk = wheel_keys[start : start + LIST_READ_CHUNK]
+            ids = [key[keys.TIME_BYTES :] for key in chunk]
+            for key, message_id, raw in zip(chunk, ids, self._messages.get(ids), strict=True):
+                if raw is None:
+                    continue
+                timer = records.decode_timer(message_id.decode(), raw)
+                size = len(raw) if include_body else len(raw) - len(timer.body)
+                if timers and held + size > max_bytes:
+                    return PendingPage(timers, previous_key)
+                held += size
+                timers.append(timer if include_body else replace(timer, body=b""))
+                previous_key = key
+        return PendingPage(timers, next_after)
 
     def read_ready(self, topic: str, after_seq: int, limit: int) -> list[FiredTimer]:
         """Fired, un-acked timers of `topic` with fire sequence above `after_seq`."""

@@ -1,6 +1,6 @@
 """The fired-record cache: answers only when it is complete above the reader's cursor."""
 
-from engine.fired_cache import FiredCache
+from engine.fired_cache import FiredCache, entry_bytes
 from store import records
 from wheels.domain import State, Timer, When, WhenKind
 
@@ -18,7 +18,7 @@ def seqs(fired) -> list[int]:
 
 
 def test_serves_what_was_fired_since_start_in_order():
-    cache = FiredCache(start_seq=10, max_entries=100)
+    cache = FiredCache(start_seq=10, max_entries=100, max_bytes=10**9)
     cache.add({"t": [entry(11), entry(13)], "u": [entry(12, "u")]})
     assert seqs(cache.read("t", 10, 10)) == [11, 13]
     assert [f.timer.message_id for f in cache.read("u", 10, 10)] == ["m12"]
@@ -26,7 +26,7 @@ def test_serves_what_was_fired_since_start_in_order():
 
 
 def test_cursors_before_the_start_go_to_the_store():
-    cache = FiredCache(start_seq=10, max_entries=100)
+    cache = FiredCache(start_seq=10, max_entries=100, max_bytes=10**9)
     cache.add({"t": [entry(11)]})
     assert cache.read("t", 9, 10) is None
     assert cache.read("never-fired", 3, 10) is None
@@ -34,7 +34,7 @@ def test_cursors_before_the_start_go_to_the_store():
 
 
 def test_a_read_drops_what_the_reader_holds_and_earlier_cursors_fall_back():
-    cache = FiredCache(start_seq=0, max_entries=100)
+    cache = FiredCache(start_seq=0, max_entries=100, max_bytes=10**9)
     cache.add({"t": [entry(1), entry(2), entry(3)]})
     assert seqs(cache.read("t", 2, 10)) == [3]
     assert cache.read("t", 0, 10) is None  # 1 and 2 were dropped: not complete from 0
@@ -42,7 +42,7 @@ def test_a_read_drops_what_the_reader_holds_and_earlier_cursors_fall_back():
 
 
 def test_over_the_bound_the_largest_topic_is_dropped_to_the_store():
-    cache = FiredCache(start_seq=0, max_entries=3)
+    cache = FiredCache(start_seq=0, max_entries=3, max_bytes=10**9)
     cache.add(
         {"big": [entry(1, "big"), entry(2, "big"), entry(3, "big")], "small": [entry(4, "small")]}
     )
@@ -50,3 +50,26 @@ def test_over_the_bound_the_largest_topic_is_dropped_to_the_store():
     assert seqs(cache.read("small", 0, 10)) == [4]
     cache.add({"big": [entry(5, "big")]})
     assert seqs(cache.read("big", 3, 10)) == [5]
+
+
+def test_over_the_byte_bound_the_largest_topic_by_bytes_is_dropped():
+    """Few entries, big records: the byte bound, not the count, evicts."""
+    big = [entry(seq, "big") for seq in (1, 2)]
+    big = [(seq, mid, raw + b"x" * 10_000) for seq, mid, raw in big]  # same record, padded
+    small = [entry(seq, "small") for seq in (3, 4, 5)]
+    bound = sum(map(entry_bytes, small)) + entry_bytes(big[0]) + 1
+    cache = FiredCache(start_seq=0, max_entries=100, max_bytes=bound)
+    cache.add({"small": small})
+    cache.add({"big": big})
+    assert cache.read("big", 0, 10) is None  # two padded records went over: dropped
+    assert seqs(cache.read("small", 0, 10)) == [3, 4, 5]  # more entries, fewer bytes: kept
+    assert cache.bytes == sum(map(entry_bytes, small))
+
+
+def test_bytes_are_released_as_readers_move_on():
+    cache = FiredCache(start_seq=0, max_entries=100, max_bytes=10**9)
+    entries = [entry(1), entry(2), entry(3)]
+    cache.add({"t": entries})
+    assert cache.bytes == sum(map(entry_bytes, entries))
+    cache.read("t", 2, 10)
+    assert cache.bytes == entry_bytes(entries[2])

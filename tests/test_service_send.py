@@ -55,9 +55,11 @@ def test_send_batch_stores_all_in_one_call_in_order(client):
     results = client.send_batch(requests)
     assert len(results) == 200
     assert len({r.message_id for r in results}) == 200
-    listed = list(client.list_all("bulk", limit=77))
+    listed = list(client.list_all("bulk", limit=77, include_body=True))
     assert [m.message_id for m in listed] == [r.message_id for r in results]
     assert [m.body for m in listed[:2]] == [b"m0", b"m1"]
+    page, _ = client.list("bulk", limit=2)
+    assert [m.body for m in page] == [b"", b""], "List leaves bodies out unless asked"
 
 
 def test_cancel_before_firing_is_never_delivered(client, collectors):

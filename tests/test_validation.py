@@ -121,3 +121,17 @@ def test_delay_levels_are_configurable():
 def test_good_message_ids_pass():
     for message_id in ("order-1:timeout", "A1B2C3", "user@tenant.x_y"):
         assert validate_message_id(message_id) == message_id
+
+
+def test_refused_long_topics_are_not_kept_in_the_topic_cache():
+    """A refused 1 MB topic must not stay in memory (the cache once kept each one)."""
+    from wheels.validation import _topic_problem, validate_topic
+
+    settings = Settings()
+    _topic_problem.cache_clear()
+    for n in range(3):
+        with pytest.raises(InvalidArgument, match="at most 127"):
+            validate_topic(str(n) * 1_000_000, settings)
+    assert _topic_problem.cache_info().currsize == 0
+    validate_topic("orders", settings)
+    assert _topic_problem.cache_info().currsize == 1

@@ -141,22 +141,27 @@ class Client:
         )
 
     def list(
-        self, topic: str, from_ms: int = 0, to_ms: int = 0, limit: int = 0, page_token: str = ""
-    ) -> tuple[list[TimerInfo], str]:
-        """One page of pending timers due in [from_ms, to_ms) (to_ms=0: no upper bound)."""
+        self, topic: str, from_ms: int = 0, to_ms: int = 0, limit: int = 0, page_token: str = "",
+        include_body: bool = False,
+    ) -> tuple[list[TimerInfo], str]:  # fmt: skip
+        """One page of pending timers due in [from_ms, to_ms) (to_ms=0: no upper bound).
+        A page may hold fewer than `limit` (the server's byte budget per page): follow the
+        token."""
         request = pb.ListRequest(
-            topic=topic, from_ms=from_ms, to_ms=to_ms, limit=limit, page_token=page_token
-        )
+            topic=topic, from_ms=from_ms, to_ms=to_ms, limit=limit, page_token=page_token,
+            include_body=include_body,
+        )  # fmt: skip
         response = self._unary(self.service.List, request)
         return [TimerInfo(m) for m in response.messages], response.next_page_token
 
     def list_all(
-        self, topic: str, from_ms: int = 0, to_ms: int = 0, limit: int = 0
-    ) -> Iterator[TimerInfo]:
+        self, topic: str, from_ms: int = 0, to_ms: int = 0, limit: int = 0,
+        include_body: bool = False,
+    ) -> Iterator[TimerInfo]:  # fmt: skip
         """Every page, following next_page_token."""
         token = ""
         while True:
-            page, token = self.list(topic, from_ms, to_ms, limit, token)
+            page, token = self.list(topic, from_ms, to_ms, limit, token, include_body)
             yield from page
             if not token:
                 return

@@ -100,6 +100,17 @@ class Settings:
     write_buffer_bytes: int = 32 * 1024 * 1024
     wheel_write_buffer_bytes: int = 8 * 1024 * 1024
 
+    # Resource bounds: what one client can make the server hold (docs/security.md, "Memory
+    # budget", adds them up). Bytes, not counts, wherever a count would let big bodies in.
+    fired_cache_bytes: int = 64 * 1024 * 1024  # fired records kept in memory for delivery
+    max_list_bytes: int = 8 * 1024 * 1024  # records read for one List page (one at least)
+    max_ack_ids: int = 10_000  # ids in one Ack call
+    # Request bytes held at once by one gRPC process (a worker): a request that would go
+    # over is refused at once with RESOURCE_EXHAUSTED instead of waiting in memory.
+    max_inflight_request_bytes: int = 64 * 1024 * 1024
+    max_concurrent_rpcs: int = 512  # per gRPC process: calls beyond it are refused
+    max_subscribers_per_peer: int = 64  # Subscribe streams of one connection (or token)
+
     def __post_init__(self) -> None:
         _check_positive(self, _POSITIVE_FIELDS)
         if not isinstance(self.workers, int) or not 0 <= self.workers <= 256:
@@ -135,6 +146,12 @@ class Settings:
                 f"{smallest_request} (max_body_bytes + max_properties_bytes + 64 KiB) "
                 "so one largest message fits in a request"
             )
+        if self.max_inflight_request_bytes < self.max_request_bytes:
+            raise SettingsError(
+                f"max_inflight_request_bytes={self.max_inflight_request_bytes}: must be at "
+                f"least max_request_bytes ({self.max_request_bytes}) so the largest request "
+                "can be served"
+            )
         if self.minute_cascade_lead_ms >= MINUTE_MS:
             raise SettingsError(
                 f"minute_cascade_lead_ms={self.minute_cascade_lead_ms}: must be under one minute"
@@ -158,7 +175,9 @@ _POSITIVE_FIELDS = (
     "max_unacked", "ack_timeout_ms", "max_in_flight_default", "block_cache_bytes",
     "write_buffer_bytes", "wheel_write_buffer_bytes", "max_in_flight_limit",
     "delivery_batch_max", "delivery_batch_bytes", "grpc_workers", "max_subscribers",
-    "max_request_bytes", "shutdown_grace_ms",
+    "max_request_bytes", "shutdown_grace_ms", "fired_cache_bytes", "max_list_bytes",
+    "max_ack_ids", "max_inflight_request_bytes", "max_concurrent_rpcs",
+    "max_subscribers_per_peer",
 )  # fmt: skip
 
 

@@ -130,18 +130,20 @@ class GetRequest(_message.Message):
     def __init__(self, message_id: _Optional[str] = ..., include_body: _Optional[bool] = ...) -> None: ...
 
 class ListRequest(_message.Message):
-    __slots__ = ("topic", "from_ms", "to_ms", "limit", "page_token")
+    __slots__ = ("topic", "from_ms", "to_ms", "limit", "page_token", "include_body")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     FROM_MS_FIELD_NUMBER: _ClassVar[int]
     TO_MS_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_BODY_FIELD_NUMBER: _ClassVar[int]
     topic: str
     from_ms: int
     to_ms: int
     limit: int
     page_token: str
-    def __init__(self, topic: _Optional[str] = ..., from_ms: _Optional[int] = ..., to_ms: _Optional[int] = ..., limit: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    include_body: bool
+    def __init__(self, topic: _Optional[str] = ..., from_ms: _Optional[int] = ..., to_ms: _Optional[int] = ..., limit: _Optional[int] = ..., page_token: _Optional[str] = ..., include_body: _Optional[bool] = ...) -> None: ...
 
 class ListResponse(_message.Message):
     __slots__ = ("messages", "next_page_token")
