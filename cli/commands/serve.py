@@ -166,8 +166,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _serve_in_process(settings, security, args, stop: threading.Event, received: list[str]) -> int:
     from server.app import TimerServer  # heavy imports after the cheap checks
+    from server.supervisor import check_port
 
     try:
+        # A plain bind first: gRPC's own failed bind also writes a C-core log line.
+        check_port(settings.host, settings.port)
         server = TimerServer(settings, security=security)
     except Exception as exc:
         return _start_failed(exc, settings)
