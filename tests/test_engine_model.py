@@ -279,7 +279,9 @@ class EngineModel(RuleBasedStateMachine):
             self.body[message_id] = body
             self._record_send(message_id, topic, result.deliver_at_ms)
         elif if_exists is IfExists.KEEP:
-            assert self.engine.send(spec) == (message_id, self.deliver_at[message_id])
+            kept = self.engine.send(spec)
+            assert kept[:2] == (message_id, self.deliver_at[message_id])
+            assert kept.existed and kept.existing_state is expected
         elif expected is not State.SCHEDULED:
             with pytest.raises(FailedPrecondition, match=expected.name):
                 self.engine.send(spec)

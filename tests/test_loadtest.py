@@ -34,14 +34,9 @@ def run_loadtest(tmp_path: Path, *args: str) -> tuple[int, dict, str]:
     return code, json.loads(out.read_text()), out.read_text()
 
 
-class SkewedClock(SystemClock):
+def skewed_clock(skew_ms: int) -> SystemClock:
     """The wall clock shifted by `skew_ms`: a server that believes it is later (or earlier)."""
-
-    def __init__(self, skew_ms: int) -> None:
-        self.skew_ms = skew_ms
-
-    def now_ms(self) -> int:
-        return super().now_ms() + self.skew_ms
+    return SystemClock(skew_ms)
 
 
 def child_pids() -> set[int]:
@@ -127,7 +122,7 @@ def test_cancel_scenario_against_a_running_server(tmp_path):
 
 
 def test_a_server_that_fires_early_fails_the_run(tmp_path, capsys):
-    server = start_server(tmp_path, SkewedClock(+5_000))  # believes it is 5 s later
+    server = start_server(tmp_path, skewed_clock(+5_000))  # believes it is 5 s later
     try:
         code, fig, _ = run_loadtest(
             tmp_path, "--scenario", "smoke", "--target", server.target, "--duration", "1",
@@ -143,7 +138,7 @@ def test_a_server_that_fires_early_fails_the_run(tmp_path, capsys):
 
 
 def test_a_server_that_never_fires_is_lost_within_the_bounded_wait(tmp_path):
-    server = start_server(tmp_path, SkewedClock(-3_600_000))  # believes it is 1 h earlier
+    server = start_server(tmp_path, skewed_clock(-3_600_000))  # believes it is 1 h earlier
     try:
         code, fig, _ = run_loadtest(
             tmp_path, "--scenario", "smoke", "--target", server.target, "--duration", "1",
