@@ -16,15 +16,19 @@ earlier cursor goes to RocksDB); and when the cache as a whole exceeds `max_entr
 reads from RocksDB. Bytes, not only entries: 200 fired 3 MiB bodies are 600 MiB. An entry
 is charged its record and id plus ENTRY_OVERHEAD_BYTES for the tuple and deque slot.
 
-Entries are the records as fired; an entry acked before anyone fetched it (possible only
-for a client that acks an id it learned elsewhere) may still be handed out once more,
-which at-least-once delivery allows and a repeated ack ignores.
+Retired entries: an entry acked (or moved to its dead-letter topic) is no longer in the
+`ready` column family, so the cache must not hand it out either. A reader's cursor does
+not prove it: a dispatcher freed when idle, or a delivery process that restarted, reads
+again from 0, and would get every cached message it had already acked. The writer tells
+the cache which fire sequences each commit retired; reads skip them, and they are
+forgotten with their entries.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import deque
+from itertools import islice
 
 from store import records
 from wheels.domain import FiredTimer
@@ -45,12 +49,16 @@ class FiredCache:
         self._topics: dict[str, deque[FiredEntry]] = {}
         self._topic_bytes: dict[str, int] = {}
         self._floors: dict[str, int] = {}
+        self._retired: dict[str, set[int]] = {}  # per topic: cached seqs acked or moved
         self._size = 0
         self._bytes = 0
         self._lock = threading.Lock()
 
-    def add(self, fired: dict[str, list[FiredEntry]]) -> None:
-        """Entries of one committed batch, per topic, in fire order."""
+    def add(
+        self, fired: dict[str, list[FiredEntry]], retired: dict[str, list[int]] | None = None
+    ) -> None:
+        """One committed batch: its fired entries per topic in fire order, and the fire
+        sequences whose ready entries it removed (acks, dead letters)."""
         with self._lock:
             for topic, entries in fired.items():
                 self._topics.setdefault(topic, deque()).extend(entries)
@@ -58,6 +66,11 @@ class FiredCache:
                 self._topic_bytes[topic] = self._topic_bytes.get(topic, 0) + added
                 self._size += len(entries)
                 self._bytes += added
+            for topic, seqs in (retired or {}).items():
+                entries = self._topics.get(topic)
+                if entries:  # only what is cached: older sequences are not served from here
+                    first = entries[0][0]
+                    self._retired.setdefault(topic, set()).update(s for s in seqs if s >= first)
             while self._size > self._max_entries or self._bytes > self._max_bytes:
                 self._drop_largest()
 
@@ -84,18 +97,25 @@ class FiredCache:
             entries = self._topics.get(topic)
             if not entries:
                 return []
+            retired = self._retired.get(topic)
             while entries and entries[0][0] <= after_seq:  # the reader holds these
-                dropped = entry_bytes(entries.popleft())
-                self._topic_bytes[topic] -= dropped
-                self._bytes -= dropped
+                dropped = entries.popleft()
+                self._topic_bytes[topic] -= entry_bytes(dropped)
+                self._bytes -= entry_bytes(dropped)
                 self._size -= 1
+                if retired:
+                    retired.discard(dropped[0])
             # What was dropped is no longer here: an earlier cursor must go to RocksDB.
             self._floors[topic] = max(after_seq, self._floors.get(topic, self._start_seq))
-            return [entries[i] for i in range(min(limit, len(entries)))]
+            if not retired:
+                return list(islice(entries, limit))
+            live = (entry for entry in entries if entry[0] not in retired)
+            return list(islice(live, limit))
 
     def _drop_largest(self) -> None:
         topic = max(self._topic_bytes, key=self._topic_bytes.__getitem__)
         entries = self._topics.pop(topic)
+        self._retired.pop(topic, None)
         self._bytes -= self._topic_bytes.pop(topic)
         self._size -= len(entries)
         if entries:

@@ -63,7 +63,9 @@ class Writer:
         clock: Clock,
         store: TimerStore,
         scheduler: Scheduler,
-        on_commit_fired: Callable[[dict[str, list[tuple[int, bytes, bytes]]]], None],
+        on_commit_fired: Callable[
+            [dict[str, list[tuple[int, bytes, bytes]]], dict[str, list[int]]], None
+        ],
         counts: PendingCounts,
     ) -> None:
         self._settings = settings
@@ -230,8 +232,9 @@ class Writer:
                 op.future.set_result(value)
             else:
                 op.future.set_exception(value)
+        if batch.fired_topics or batch.retired:
+            self._on_commit_fired(batch.fired_entries, batch.retired)
         if batch.fired_topics:
-            self._on_commit_fired(batch.fired_entries)
             self._notify(batch.fired_topics)
         return more or self._scheduler.busy() or bool(self._queue)
 

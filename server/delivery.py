@@ -192,8 +192,16 @@ class DeliveryHub:
     """All topics' dispatchers, the subscriber count and the un-acked backlog count."""
 
     def __init__(
-        self, engine: Engine, settings: Settings, now_ms: Callable[[], int] = monotonic_ms
+        self,
+        engine: Engine,
+        settings: Settings,
+        now_ms: Callable[[], int] = monotonic_ms,
+        *,
+        background: bool = True,
     ) -> None:
+        """`background=False` (tests, with an engine made the same way) marks fired topics
+        dirty on the caller's thread, so a test in virtual time sees every fire at once;
+        a server keeps them off the writer's thread (see the module docstring)."""
         self.engine = engine
         self.settings = settings
         self._now_ms = now_ms
@@ -207,9 +215,15 @@ class DeliveryHub:
         recovered = engine.ready_topics()
         for topic in recovered:
             self._topic(topic)
-        engine.add_fired_listener(self._fired.put)
-        self._thread = threading.Thread(target=self._run, name="timerwheel-delivery", daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None
+        if background:
+            engine.add_fired_listener(self._fired.put)
+            self._thread = threading.Thread(
+                target=self._run, name="timerwheel-delivery", daemon=True
+            )
+            self._thread.start()
+        else:
+            engine.add_fired_listener(self._mark_dirty)
         log.info("delivery_started", recovered_topics=len(recovered), unacked=engine.unacked())
 
     # -- subscribing ----------------------------------------------------------------------
@@ -360,8 +374,9 @@ class DeliveryHub:
         for dispatcher in topics:
             with dispatcher.cond:
                 dispatcher.cond.notify_all()
-        self._fired.put(None)
-        self._thread.join(timeout=5)
+        if self._thread is not None:
+            self._fired.put(None)
+            self._thread.join(timeout=5)
         try:
             unacked: int | None = self.unacked()
         except ShuttingDown:  # the engine (another process) is already gone
@@ -396,9 +411,13 @@ class DeliveryHub:
             topics = self._fired.get()
             if topics is None:
                 return
-            with self._lock:
-                dispatchers = [self._topics[t] for t in topics if t in self._topics]
-            for dispatcher in dispatchers:
-                with dispatcher.cond:
-                    dispatcher.dirty = True
-                    dispatcher.cond.notify_all()
+            self._mark_dirty(topics)
+
+    def _mark_dirty(self, topics: set[str]) -> None:
+        """These topics fired: their dispatchers read the store again, subscribers wake."""
+        with self._lock:
+            dispatchers = [self._topics[t] for t in topics if t in self._topics]
+        for dispatcher in dispatchers:
+            with dispatcher.cond:
+                dispatcher.dirty = True
+                dispatcher.cond.notify_all()

@@ -37,12 +37,20 @@ class StagedBatch:
     prefetched: dict[bytes, bytes | None] = field(default_factory=dict)
     fired_topics: set[str] = field(default_factory=set)
     fired_entries: dict[str, list[tuple[int, bytes, bytes]]] = field(default_factory=dict)
+    # Fire sequences whose `ready` entries this batch removes (acks, dead letters), per
+    # topic: the fired cache must not hand those out again (engine.fired_cache).
+    retired: dict[str, list[int]] = field(default_factory=dict)
     fired: int = 0
     operations: int = 0
     # Changes of the pending-timer counters, per minute counter key (store.counts).
     count_deltas: dict[bytes, int] = field(default_factory=dict)
     # Recurring series found due: (id, record, topic, fire seq), fired by engine.series.
     series_due: list[tuple[bytes, bytes, str, int]] = field(default_factory=list)
+
+    def remove_ready(self, topic: str, seq: int) -> None:
+        """A fired message leaves `topic`'s ready entries (acked, or moved to its DLQ)."""
+        self.writes[keys.CF_READY][keys.ready_key(topic, seq)] = None
+        self.retired.setdefault(topic, []).append(seq)
 
     @property
     def records(self) -> dict[bytes, bytes | None]:

@@ -39,8 +39,7 @@ def stage_dead_letter(
 ) -> None:  # fmt: skip
     """Move a FIRED message to `topic` (its DLQ): old ready entry out, the new record
     FIRED there under `seq`, its `extras` entry (if any) removed."""
-    old_ready = keys.ready_key(records.record_topic(raw), records.record_ready_seq(raw))
-    batch.writes[keys.CF_READY][old_ready] = None
+    batch.remove_ready(records.record_topic(raw), records.record_ready_seq(raw))
     if records.has_extras(raw):
         batch.writes[keys.CF_EXTRAS][message_id] = None
     store.stage_fire_new(batch, message_id, record, topic, seq)

@@ -373,8 +373,7 @@ class TimerStore:
         self, batch: StagedBatch, message_id: str, raw: bytes, now_ms: int, expire_at_ms: int
     ) -> None:
         """Retire a FIRED timer: ready entry out, record ACKED, expiry scheduled."""
-        ready = keys.ready_key(records.record_topic(raw), records.record_ready_seq(raw))
-        batch.writes[keys.CF_READY][ready] = None
+        batch.remove_ready(records.record_topic(raw), records.record_ready_seq(raw))
         batch.records[message_id.encode()] = records.as_acked(raw, now_ms)
         batch.writes[keys.CF_EXPIRY][keys.wheel_key(expire_at_ms, message_id)] = b""
         batch.operations += 1

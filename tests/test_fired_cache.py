@@ -73,3 +73,18 @@ def test_bytes_are_released_as_readers_move_on():
     assert cache.bytes == sum(map(entry_bytes, entries))
     cache.read("t", 2, 10)
     assert cache.bytes == entry_bytes(entries[2])
+
+
+def test_retired_entries_are_never_served_again_even_to_a_reader_starting_over():
+    """A dispatcher freed while idle (or a restarted delivery process) reads from 0
+    again: what was acked or dead-lettered meanwhile must not come back."""
+    cache = FiredCache(start_seq=0, max_entries=100, max_bytes=10**9)
+    cache.add({"t": [entry(1), entry(2), entry(3), entry(4)]})
+    assert seqs(cache.read("t", 0, 10)) == [1, 2, 3, 4]
+    cache.add({}, {"t": [1, 3], "u": [9]})  # acked; "u" has nothing cached: ignored
+    assert seqs(cache.read("t", 0, 10)) == [2, 4]
+    assert seqs(cache.read("t", 0, 1)) == [2]  # the limit counts live entries only
+    cache.add({"t": [entry(5)]}, {"t": [4]})
+    assert seqs(cache.read("t", 0, 2)) == [2, 5]
+    assert seqs(cache.read("t", 2, 10)) == [5]  # dropped below the cursor, sets and all
+    assert cache.read("u", 0, 10) == []
