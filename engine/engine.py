@@ -19,6 +19,7 @@ from dataclasses import replace
 import structlog
 
 from engine.fired_cache import FiredCache
+from engine.gauges import UnackedByTopic, engine_gauges
 from engine.ids import MessageIds
 from engine.move_ops import DeadLetterOp, RescheduleOp
 from engine.ops import AckOp, CancelOp, SendOp
@@ -117,10 +118,12 @@ class Engine:
         )
         self._counts = PendingCounts(self._database)
         self._writer = Writer(
-            settings, clock, self._store, self._scheduler, self._fired_cache.add, self._counts
+            settings, clock, self._store, self._scheduler, self._on_commit_fired, self._counts
         )
         self._fire_seq_base = self._scheduler.state.fire_seq
-        self._unacked_base = sum(self._store.count_ready(t) for t in self._store.ready_topics())
+        ready = {topic: self._store.count_ready(topic) for topic in self._store.ready_topics()}
+        self._unacked_base = sum(ready.values())
+        self._unacked_by_topic = UnackedByTopic(ready)
         self._acked = 0
         self._acked_lock = threading.Lock()
         self._closed = False
@@ -196,6 +199,7 @@ class Engine:
         acked = self._writer.wait(self._writer.submit(AckOp(topic=topic, message_ids=ids)))
         with self._acked_lock:
             self._acked += len(acked)
+        self._unacked_by_topic.acked(topic, len(acked))
         return acked
 
     def dead_letter(self, topic: str, message_id: str, attempts: int, reason: str) -> bool:
@@ -207,6 +211,7 @@ class Engine:
         if moved:
             with self._acked_lock:
                 self._acked += 1
+            self._unacked_by_topic.acked(topic, 1)
         return moved
 
     def max_attempts(self, message_id: str) -> int:
@@ -335,6 +340,10 @@ class Engine:
     def queued_ops(self) -> int:
         return self._writer.queued_weight
 
+    def metrics_gauges(self, top_topics: int) -> dict:
+        """Scrape-time gauges (engine.gauges): in memory or RocksDB properties only."""
+        return engine_gauges(self, self._store, self._counts, self._unacked_by_topic, top_topics)
+
     def stats(self) -> dict[str, int]:
         state = self._scheduler.state
         counts = {
@@ -386,6 +395,10 @@ class Engine:
         self.close()
 
     # == helpers ========================================================================
+    def _on_commit_fired(self, entries: dict[str, list[tuple[int, bytes, bytes]]]) -> None:
+        self._fired_cache.add(entries)
+        self._unacked_by_topic.fired(entries)
+
     def _wheel_floors(self) -> dict[str, bytes]:
         """Below these keys a wheel holds only tombstones (fired or cascaded away), so list
         scans start there instead of wading through them."""

@@ -29,12 +29,14 @@ is how tests run the writer in virtual time.
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 
 import structlog
 
+from engine import metrics
 from engine.ops import Op, WriterContext
 from engine.series import fire_due_series
 from store import keys
@@ -199,6 +201,7 @@ class Writer:
     def iterate(self) -> bool:
         """One group commit. True when more work is already waiting."""
         ops = self._take_ops()
+        commit_s = 0.0
         saved = self._scheduler.state
         batch = StagedBatch()
         now_ms = self._scheduler.observe(self._clock.now_ms())
@@ -210,7 +213,9 @@ class Writer:
             if batch.operations or ops or self._scheduler.state != saved:
                 self._store.stage_state(batch, self._scheduler.state)
                 counted = self._counts.stage(batch)
+                started = time.perf_counter()
                 self._store.commit(batch)
+                commit_s = time.perf_counter() - started
         except WalSyncFailed as exc:
             # The batch is applied but maybe not durable: its scheduler state stays (it is
             # what readers see), its operations are not acknowledged, and the writer stops.
@@ -232,6 +237,8 @@ class Writer:
                 op.future.set_result(value)
             else:
                 op.future.set_exception(value)
+        if commit_s:
+            metrics.recorder().committed(ops, outcomes, batch.fired_entries, commit_s)
         if batch.fired_topics or batch.retired:
             self._on_commit_fired(batch.fired_entries, batch.retired)
         if batch.fired_topics:
@@ -242,7 +249,9 @@ class Writer:
     def _tick(self, batch: StagedBatch, now_ms: int) -> bool:
         more = False
         for task in self._scheduler.cascade_tasks():
+            started = time.perf_counter()
             more |= self._cascade_chunk(batch, task, now_ms)
+            metrics.recorder().cascade_chunk(task.upper.name, time.perf_counter() - started)
         more |= self._fire_chunk(batch, now_ms)
         if batch.series_due:  # due recurring series: occurrence out, next one in, before
             fire_due_series(self._ctx, batch, now_ms)  # any operation reads them

@@ -26,11 +26,13 @@ import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from engine import metrics
 from engine.engine import Engine
 from engine.system_clock import SystemClock
 from server.admin_service import TimerAdmin
 from server.delivery import DeliveryHub
 from server.guard import RequestGuard
+from server.metrics_http import MetricsEndpoint, ScrapeGauges
 from server.protection import UNPROTECTED, Protection, listen, load_protection, log_protection
 from server.service import TimerService
 from timerwheel.v1 import timerwheel_pb2 as pb
@@ -108,18 +110,30 @@ class TimerServer:
         self.protection = load_protection(settings.host, security or SecuritySettings())
         self.engine = Engine(settings, clock or SystemClock(settings.clock_offset_ms))
         self.hub: DeliveryHub | None = None
+        self.metrics: MetricsEndpoint | None = None
         try:
             self.hub = DeliveryHub(self.engine, settings)
+            if settings.metrics_port >= 0:
+                self.metrics = self._serve_metrics()
             self._grpc = self._build_grpc()
             address = bind_address(settings.host, settings.port)
             self.port = listen(self._grpc, address, self.protection.security)
         except BaseException:
+            if self.metrics is not None:
+                self.metrics.close()
             if self.hub is not None:
                 self.hub.close()
             self.engine.close()
             raise
         self._stopped = threading.Event()
         self._stop_lock = threading.Lock()
+
+    def _serve_metrics(self) -> MetricsEndpoint:
+        """/metrics of this process (docs/metrics.md): metrics are turned on here."""
+        metrics.enable()
+        top = self.settings.metrics_top_topics
+        gauges = ScrapeGauges(lambda: self.engine.metrics_gauges(top), self.hub.subscriber_count)
+        return MetricsEndpoint(self.settings.metrics_host, self.settings.metrics_port, gauges)
 
     def _build_grpc(self) -> grpc.Server:
         server, self.health = build_grpc_server(
@@ -154,6 +168,8 @@ class TimerServer:
             self.health.enter_graceful_shutdown()
             self.hub.close()
             self._grpc.stop(grace_s).wait()
+            if self.metrics is not None:
+                self.metrics.close()
             self.engine.close()
             self._stopped.set()
             log.info("server_stopped", seconds=round(time.monotonic() - started, 3))

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from engine import metrics
 from engine.engine import Engine
 from server import attempts
 from server.limits import PerKeyLimit
@@ -169,6 +170,9 @@ class _Topic:
         if ids:
             subscriber.in_flight += len(ids)
             self.deadlines.append((deadline_ms, subscriber, ids))
+            recorder = metrics.recorder()
+            if recorder.enabled:
+                recorder.delivered(batch, metrics.wall_ms() + settings.clock_offset_ms)
         return batch
 
     def forget(self, message_ids: list[str]) -> None:

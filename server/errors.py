@@ -14,6 +14,7 @@ from contextlib import contextmanager
 import grpc
 import structlog
 
+from engine import metrics
 from wheels.domain import (
     AlreadyExists,
     FailedPrecondition,
@@ -56,6 +57,7 @@ def rpc_errors(context: grpc.ServicerContext, method: str) -> Iterator[None]:
         yield
     except TimerwheelError as exc:
         code = status_code_of(exc)
+        metrics.recorder().refused(method, code.name)
         # Client mistakes are the client's to log; backpressure is ours to see.
         if code is grpc.StatusCode.RESOURCE_EXHAUSTED:
             log.warning("rpc_refused", method=method, code=code.name, error=str(exc))

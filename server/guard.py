@@ -23,6 +23,7 @@ from collections.abc import Callable
 import grpc
 import structlog
 
+from engine import metrics
 from server.access import (
     SERVICE_PREFIX,
     Denied,
@@ -73,7 +74,7 @@ class RequestGuard(grpc.ServerInterceptor):
         try:
             principal = self._authenticate(method, details.invocation_metadata)
         except Denied as denied:
-            return _refusal(handler, denied)
+            return _refusal(handler, denied, short_name(method))
         check = self._request_check(principal, method)
         return _wrapped(handler, method, check)
 
@@ -125,6 +126,7 @@ def _wrapped(handler, method: str, check) -> grpc.RpcMethodHandler:
 
     def admit(request, context) -> None:
         if isinstance(request, Undecodable):
+            metrics.recorder().refused(short_name(method), "INVALID_ARGUMENT")
             context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"{short_name(method)}: the request does not decode ({request.reason}); "
@@ -134,6 +136,7 @@ def _wrapped(handler, method: str, check) -> grpc.RpcMethodHandler:
             try:
                 check(request)
             except Denied as denied:
+                metrics.recorder().refused(short_name(method), denied.code.name)
                 context.abort(denied.code, str(denied))
 
     deserialize = tolerant(handler.request_deserializer)
@@ -156,10 +159,11 @@ def _wrapped(handler, method: str, check) -> grpc.RpcMethodHandler:
     return grpc.unary_unary_rpc_method_handler(unary, deserialize, handler.response_serializer)
 
 
-def _refusal(handler, denied: Denied) -> grpc.RpcMethodHandler:
+def _refusal(handler, denied: Denied, method: str) -> grpc.RpcMethodHandler:
     """A handler that refuses without decoding the request (it may be huge)."""
 
     def refuse(_request, context):
+        metrics.recorder().refused(method, denied.code.name)
         context.abort(denied.code, str(denied))
 
     def ignore(_data: bytes) -> object:

@@ -41,6 +41,7 @@ _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 HEADER_BYTES = _HEADER.size
 _I64 = struct.Struct(">q")
+_DELIVER_AT_OFFSET = 3 + 8 * 1  # after version, state, when_kind, when_value
 _FIRED_AT_OFFSET = 3 + 8 * 3  # after version, state, when_kind, when_value, deliver, created
 _ACKED_AT_OFFSET = 3 + 8 * 4
 _READY_SEQ_OFFSET = 3 + 8 * 6
@@ -231,6 +232,11 @@ def with_schedule(raw: bytes, when: When, deliver_at_ms: int) -> bytes:
     fields = list(_HEADER.unpack_from(raw))
     fields[2:5] = [when.kind | (fields[2] & ~_KIND_MASK), when.value, deliver_at_ms]
     return _HEADER.pack(*fields) + raw[HEADER_BYTES:]
+
+
+def record_fire_lateness_ms(raw: bytes) -> int:
+    """fired_at_ms - deliver_at_ms of a FIRED record (two fixed offsets, no full decode)."""
+    return _I64.unpack_from(raw, _FIRED_AT_OFFSET)[0] - _I64.unpack_from(raw, _DELIVER_AT_OFFSET)[0]
 
 
 def record_deliver_at_ms(raw: bytes) -> int:

@@ -111,6 +111,13 @@ class Settings:
     max_concurrent_rpcs: int = 512  # per gRPC process: calls beyond it are refused
     max_subscribers_per_peer: int = 64  # Subscribe streams of one connection (or token)
 
+    # Prometheus metrics (docs/metrics.md): /metrics over HTTP on metrics_host:metrics_port.
+    # Off by default (-1): an endpoint without TLS or tokens is opened only when asked for;
+    # 0 picks a free port. Loopback by default, whatever `host` is.
+    metrics_port: int = -1
+    metrics_host: str = "127.0.0.1"
+    metrics_top_topics: int = 20  # topics labelled in per-topic gauges; the rest: "other"
+
     def __post_init__(self) -> None:
         _check_positive(self, _POSITIVE_FIELDS)
         if not isinstance(self.workers, int) or not 0 <= self.workers <= 256:
@@ -121,6 +128,7 @@ class Settings:
             )
         if not 0 <= self.port <= 65535:
             raise SettingsError(f"port={self.port}: must be 0..65535")
+        _check_metrics(self)
         if not self.data_dir:
             raise SettingsError("data_dir='': must name a directory")
         if not self.delay_levels_ms:
@@ -186,3 +194,18 @@ def _check_positive(settings: Settings, names: tuple[str, ...]) -> None:
         value = getattr(settings, name)
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             raise SettingsError(f"{name}={value!r}: must be a positive integer")
+
+
+def _check_metrics(settings: Settings) -> None:
+    port = settings.metrics_port
+    if not isinstance(port, int) or isinstance(port, bool) or not -1 <= port <= 65535:
+        raise SettingsError(f"metrics_port={port!r}: must be -1 (off), 0 (a free port) or 1..65535")
+    if port > 0 and port == settings.port and settings.metrics_host == settings.host:
+        raise SettingsError(
+            f"metrics_port={port}: is the gRPC port ({settings.port}); give another"
+        )
+    if not settings.metrics_host:
+        raise SettingsError("metrics_host='': must name an address (127.0.0.1: loopback)")
+    top = settings.metrics_top_topics
+    if not isinstance(top, int) or isinstance(top, bool) or not 1 <= top <= 1000:
+        raise SettingsError(f"metrics_top_topics={top!r}: must be 1..1000")

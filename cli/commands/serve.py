@@ -5,6 +5,7 @@
     timerwheel serve --port 0 --port-file /tmp/tw.port   # any free port, written there
     timerwheel serve --config timerwheel.toml --ack-timeout 10s --set max_unacked=50000
     timerwheel serve --workers 4                      # engine, delivery, 4 gRPC processes
+    timerwheel serve --metrics-port 9464              # Prometheus /metrics (docs/metrics.md)
     timerwheel serve --host 0.0.0.0 --tls-cert server.pem --tls-key server.key \
         --auth-tokens tokens.toml [--tls-client-ca clients-ca.pem] [--export-root /srv/exports]
 
@@ -49,6 +50,11 @@ SETTING_FLAGS = {
     "--workers": ("workers", "run as processes: engine, delivery, N gRPC workers (default 0: one)"),
     "--grpc-workers": ("grpc_workers", "threads for unary calls per worker (default 32)"),
     "--max-subscribers": ("max_subscribers", "concurrent Subscribe streams (default 256)"),
+    "--metrics-port": (
+        "metrics_port",
+        "serve Prometheus /metrics on this port (default -1: off; 0: a free one)",
+    ),
+    "--metrics-host": ("metrics_host", "address of /metrics (default 127.0.0.1)"),
 }
 
 
@@ -75,6 +81,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     _register_security(parser)
     parser.add_argument("--port-file", help="write the bound port here once serving")
+    parser.add_argument("--metrics-port-file", help="write the bound metrics port here")
     parser.add_argument("--log-level", choices=LEVELS, default="info")
     parser.add_argument(
         "--log-format", choices=FORMATS, default="auto",
@@ -178,6 +185,8 @@ def _serve_in_process(settings, security, args, stop: threading.Event, received:
     try:
         if args.port_file:
             _write_port_file(args.port_file, server.port)
+        if args.metrics_port_file and server.metrics is not None:
+            _write_port_file(args.metrics_port_file, server.metrics.port)
         while not stop.wait(1.0):
             pass
         log.info("signal_received", signal=received[0] if received else "?")
@@ -200,6 +209,8 @@ def _serve_processes(settings, protection, args, stop: threading.Event, received
     try:
         if args.port_file:
             _write_port_file(args.port_file, supervisor.port)
+        if args.metrics_port_file and supervisor.metrics is not None:
+            _write_port_file(args.metrics_port_file, supervisor.metrics.port)
         code = supervisor.run(stop)
         if stop.is_set():
             log.info("signal_received", signal=received[0] if received else "?")

@@ -1,0 +1,129 @@
+"""`/metrics` over HTTP (prometheus_client's server), and the gauges computed per scrape.
+
+What a scrape returns: the counters and histograms of `engine.metrics` plus the gauges
+below, read when Prometheus asks and never kept up to date on the firing path:
+
+    timerwheel_writer_up                     1 while the writer thread runs (0: stopped,
+                                             or the engine process is unreachable)
+    timerwheel_writer_queue_ops              operations waiting for the writer
+    timerwheel_pending_timers{wheel}         RocksDB's estimate of keys in each wheel
+    timerwheel_fired_unacked{topic}          top `metrics_top_topics` topics + "other"
+    timerwheel_timers_due{within}            due in the next 1m / 10m / 60m (whole minutes)
+    timerwheel_subscribers                   open Subscribe streams
+    timerwheel_rocksdb_live_data_bytes, timerwheel_rocksdb_pending_compaction_bytes,
+    timerwheel_rocksdb_sst_files_bytes, timerwheel_data_dir_free_bytes
+
+The engine's values come from `Engine.metrics_gauges` (one call; under `--workers N` an
+IPC call from the supervisor to the engine process) and the subscriber count from the
+delivery hub (or the delivery process).
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Callable
+
+import structlog
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.multiprocess import MultiProcessCollector
+
+from engine import metrics
+
+log = structlog.get_logger("timerwheel.metrics")
+
+
+class ScrapeGauges:
+    """A prometheus_client collector: the gauges, read at scrape time."""
+
+    def __init__(self, engine_gauges: Callable[[], dict], subscribers: Callable[[], int]) -> None:
+        self._engine_gauges = engine_gauges
+        self._subscribers = subscribers
+
+    def collect(self):
+        try:
+            values = self._engine_gauges()
+        except Exception as exc:  # the engine process is restarting: the writer is not up
+            log.warning("metrics_engine_unreachable", error=str(exc))
+            values = None
+        up = values is not None and values["writer_up"]
+        yield _gauge("timerwheel_writer_up", "1 while the writer runs", up)
+        if values is not None:
+            yield from _engine_families(values)
+        try:
+            yield _gauge("timerwheel_subscribers", "Open Subscribe streams", self._subscribers())
+        except Exception as exc:  # the delivery process is restarting
+            log.warning("metrics_delivery_unreachable", error=str(exc))
+
+
+def _engine_families(values: dict):
+    yield _gauge("timerwheel_writer_queue_ops", "Operations waiting for the writer",
+                 values["writer_queue_ops"])  # fmt: skip
+    yield _labelled(
+        "timerwheel_pending_timers", "Timers in each wheel (RocksDB's key estimate)", "wheel",
+        values["pending_by_wheel"],
+    )  # fmt: skip
+    yield _labelled(
+        "timerwheel_fired_unacked", "Fired, not yet acked messages, by topic (top N + other)",
+        "topic", values["unacked_by_topic"],
+    )  # fmt: skip
+    due = {f"{ms // 60_000}m": count for ms, count in values["due_within_ms"].items()}
+    yield _labelled(
+        "timerwheel_timers_due", "Pending timers due within the next minutes (whole minutes)",
+        "within", due,
+    )  # fmt: skip
+    for name, text in (
+        ("rocksdb_live_data_bytes", "RocksDB estimate of live data, all column families"),
+        ("rocksdb_pending_compaction_bytes", "RocksDB estimate of bytes compaction must rewrite"),
+        ("rocksdb_sst_files_bytes", "Size of all SST files"),
+        ("data_dir_free_bytes", "Free bytes on the data directory's filesystem"),
+    ):  # fmt: skip
+        key = name.removeprefix("rocksdb_")
+        yield _gauge(f"timerwheel_{name}", text, values[key])
+
+
+def _gauge(name: str, text: str, value) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, text, value=float(value or 0))
+
+
+def _labelled(name: str, text: str, label: str, values: dict) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, text, labels=[label])
+    for key, value in sorted(values.items()):
+        family.add_metric([key], float(value))
+    return family
+
+
+class _Instruments:
+    """This process's counters and histograms (metrics off: none)."""
+
+    def collect(self):
+        return metrics.REGISTRY.collect()
+
+
+class MetricsEndpoint:
+    """The HTTP server of /metrics; `port` is the bound one (for a requested 0)."""
+
+    def __init__(
+        self, host: str, port: int, gauges: ScrapeGauges, multiprocess_dir: str | None = None
+    ) -> None:
+        registry = CollectorRegistry(auto_describe=False)
+        if multiprocess_dir is None:
+            registry.register(_Instruments())
+        else:
+            MultiProcessCollector(registry, path=multiprocess_dir)
+        registry.register(gauges)
+        try:
+            self._httpd, self._thread = start_http_server(port, host, registry)
+        except OSError as exc:
+            reason = errno.errorcode.get(exc.errno or 0, "error")
+            raise OSError(
+                f"cannot serve metrics on {host}:{port} ({reason}); stop what listens there "
+                "or give another --metrics-port (0 picks a free one)"
+            ) from exc
+        self.port = self._httpd.server_port
+        log.info("metrics_serving", host=host, port=self.port, path="/metrics")
+
+    def close(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
