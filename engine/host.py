@@ -20,6 +20,7 @@ from multiprocessing.connection import Connection
 
 import structlog
 
+from engine import metrics
 from engine.engine import Engine
 from engine.ipc import CallContext, CallServer
 from engine.ops import SendOp
@@ -81,12 +82,15 @@ class EngineHost:
 
 def run_engine_process(
     settings: Settings, socket_path: str, authkey: bytes, parent_pid: int,
-    log_args: tuple[str, str], ready: Connection,
+    log_args: tuple[str, str], metrics_dir: str | None, ready: Connection,
 ) -> None:  # fmt: skip
-    """Entry point of the engine process (multiprocessing, spawn)."""
+    """Entry point of the engine process (multiprocessing, spawn); with `metrics_dir`,
+    its metrics go to the supervisor through that directory (engine.metrics)."""
     from cli.log_config import configure_logging
 
     stop = become_child(parent_pid)
+    if metrics_dir is not None:
+        metrics.enable(metrics_dir)
     configure_logging(*log_args)
     try:
         engine = Engine(settings, SystemClock(settings.clock_offset_ms))

@@ -18,6 +18,7 @@ from multiprocessing.connection import Connection
 
 import structlog
 
+from engine import metrics
 from engine.ipc import CallClient, CallContext, CallServer
 from engine.proc import become_child, wait_for_stop
 from engine.remote import RemoteEngine
@@ -97,12 +98,15 @@ class DeliveryHost:
 
 def run_delivery_process(
     settings: Settings, engine_path: str, socket_path: str, authkey: bytes, parent_pid: int,
-    log_args: tuple[str, str], ready: Connection,
+    log_args: tuple[str, str], metrics_dir: str | None, ready: Connection,
 ) -> None:  # fmt: skip
-    """Entry point of the delivery process (multiprocessing, spawn)."""
+    """Entry point of the delivery process (multiprocessing, spawn); `metrics_dir` as
+    for the engine process (engine.host)."""
     from cli.log_config import configure_logging
 
     stop = become_child(parent_pid)
+    if metrics_dir is not None:
+        metrics.enable(metrics_dir)
     configure_logging(*log_args)
     engine = RemoteEngine(
         settings, CallClient(engine_path, authkey, "engine"), SystemClock(settings.clock_offset_ms)

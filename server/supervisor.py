@@ -38,7 +38,9 @@ from multiprocessing.connection import Connection, wait
 import structlog
 
 from engine.host import run_engine_process
+from engine.ipc import CallClient
 from server.delivery_host import run_delivery_process
+from server.metrics_http import MetricsEndpoint, ScrapeGauges
 from server.protection import UNPROTECTED, Protection
 from server.worker import run_worker_process
 from wheels.settings import Settings
@@ -93,16 +95,28 @@ class Supervisor:
         authkey = secrets.token_bytes(32)
         pid = os.getpid()
         self.port = check_port(settings.host, settings.port)
+        if settings.metrics_port > 0:
+            check_port(settings.metrics_host, settings.metrics_port)
         settings = settings.replace(port=self.port)
         self.settings = settings
+        # Metrics: every child writes its counters to prometheus_client's multiprocess
+        # files here; this process serves /metrics from them (server.metrics_http).
+        metrics_dir = None
+        if settings.metrics_port >= 0:
+            metrics_dir = os.path.join(self._runtime_dir, "metrics")
+            os.mkdir(metrics_dir)
+        self._metrics_dir = metrics_dir
+        self._calls = (CallClient(engine_path, authkey, "engine"),
+                       CallClient(delivery_path, authkey, "delivery"))  # fmt: skip
+        self.metrics: MetricsEndpoint | None = None
         self._children = [
             Child("engine", 0, run_engine_process,
-                  (settings, engine_path, authkey, pid, log_args)),
+                  (settings, engine_path, authkey, pid, log_args, metrics_dir)),
             Child("delivery", 0, run_delivery_process,
-                  (settings, engine_path, delivery_path, authkey, pid, log_args)),
+                  (settings, engine_path, delivery_path, authkey, pid, log_args, metrics_dir)),
             *(Child("worker", index, run_worker_process,
                     (settings, index, engine_path, delivery_path, authkey, pid, log_args,
-                     protection))
+                     protection, metrics_dir))
               for index in range(workers)),
         ]  # fmt: skip
         self._stopping = threading.Event()
@@ -113,6 +127,8 @@ class Supervisor:
         try:
             for child in self._children:
                 self._start(child)
+            if self._metrics_dir is not None:
+                self.metrics = self._serve_metrics()
         except BaseException:
             self._stop_all()
             raise
@@ -122,6 +138,20 @@ class Supervisor:
             pids={child.name: child.process.pid for child in self._children},
         )  # fmt: skip
         return self
+
+    def _serve_metrics(self) -> MetricsEndpoint:
+        """/metrics: the children's counters from their files, the gauges asked of the
+        engine and delivery processes at each scrape."""
+        engine, delivery = self._calls
+        top = self.settings.metrics_top_topics
+        gauges = ScrapeGauges(
+            lambda: engine.call("metrics_gauges", top), lambda: delivery.call("subscriber_count")
+        )
+        host, port = self.settings.metrics_host, self.settings.metrics_port
+        try:
+            return MetricsEndpoint(host, port, gauges, multiprocess_dir=self._metrics_dir)
+        except OSError as exc:
+            raise StartFailed(str(exc)) from exc
 
     @property
     def worker_count(self) -> int:
@@ -201,6 +231,10 @@ class Supervisor:
         if self._stopping.is_set():
             return
         self._stopping.set()
+        if self.metrics is not None:
+            self.metrics.close()
+        for calls in self._calls:
+            calls.close()
         grace_s = self.settings.shutdown_grace_ms / 1000
         for kind, timeout_s in (
             ("worker", grace_s + CHILD_STOP_S), ("delivery", CHILD_STOP_S),

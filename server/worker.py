@@ -16,6 +16,7 @@ from multiprocessing.connection import Connection
 
 import structlog
 
+from engine import metrics
 from engine.ipc import CallClient
 from engine.proc import become_child, wait_for_stop
 from engine.remote import RemoteEngine
@@ -30,13 +31,16 @@ log = structlog.get_logger("timerwheel.worker")
 
 def run_worker_process(
     settings: Settings, index: int, engine_path: str, delivery_path: str, authkey: bytes,
-    parent_pid: int, log_args: tuple[str, str], protection: Protection, ready: Connection,
+    parent_pid: int, log_args: tuple[str, str], protection: Protection,
+    metrics_dir: str | None, ready: Connection,
 ) -> None:  # fmt: skip
     """Entry point of worker `index` (multiprocessing, spawn). `protection` was loaded and
     checked by `timerwheel serve` before any process started (server.protection)."""
     from cli.log_config import configure_logging
 
     stop = become_child(parent_pid)
+    if metrics_dir is not None:  # refusals are counted here (engine.metrics)
+        metrics.enable(metrics_dir)
     configure_logging(*log_args)
     engine = RemoteEngine(
         settings, CallClient(engine_path, authkey, "engine"), SystemClock(settings.clock_offset_ms)

@@ -65,7 +65,7 @@ def deltas(before: Samples, after: Samples) -> dict[str, float]:
     return result
 
 
-def run_scenario(target: str, port: int, next_minute_ms: int) -> None:
+def run_scenario(target: str, port: int, clock_offset_ms: int) -> None:
     """The scenario both modes run; asserts every metric moved by what it did."""
     with TimerClient(target, timeout_s=WAIT_S) as client:
         before = scrape(port)
@@ -75,8 +75,9 @@ def run_scenario(target: str, port: int, next_minute_ms: int) -> None:
             fired_now = [client.send("m", b"now", delay_ms=0).message_id for _ in range(3)]
             # Due just after the next minute boundary: it waits in the minute wheel and is
             # cascaded to the second wheel before it fires.
-            cascaded = client.send("m", b"c", deliver_at_ms=next_minute_ms + 500).message_id
-            assert client.get(cascaded).wheel == "minute"
+            due_ms = next_minute_ms(clock_offset_ms) + 500
+            cascaded = client.send("m", b"c", deliver_at_ms=due_ms).message_id
+            assert client.get(cascaded).wheel != "second"
             client.send("m", b"stays", delay_ms=5 * 60_000)
             cancelled = client.send("m", b"x", delay_ms=30 * 60_000).message_id
             assert client.cancel(cancelled).name == "CANCELLED"
@@ -120,23 +121,24 @@ def run_scenario(target: str, port: int, next_minute_ms: int) -> None:
         assert (f"timerwheel_{name}", frozenset()) in after
 
 
-def clock_offset_to_second_56() -> int:
-    """An offset putting the server's clock at second 56 of a minute: a timer just after
-    the next minute boundary is then a few seconds away and in the minute wheel."""
-    now_ms = wall_ms()
-    return (56_000 - now_ms % 60_000) % 60_000
+def clock_offset_to_second(second: int) -> int:
+    """An offset putting the server's clock (when it starts) at `second` of a minute, so
+    that the next minute boundary, where the scenario's cascaded timer is due, comes soon."""
+    return (second * 1000 - wall_ms() % 60_000) % 60_000
 
 
 def next_minute_ms(offset_ms: int) -> int:
-    server_now = time.time_ns() // 1_000_000 + offset_ms
+    """The first minute boundary of the server's clock that its minute cascade (lead 1 s)
+    has not started yet: a timer due then waits in an upper wheel and is cascaded."""
+    server_now = time.time_ns() // 1_000_000 + offset_ms + 2_000
     return server_now - server_now % 60_000 + 60_000
 
 
 def test_metrics_move_by_what_a_scenario_did(make_server):
-    offset = clock_offset_to_second_56()
+    offset = clock_offset_to_second(56)
     server = make_server(metrics_port=0, minute_cascade_lead_ms=1_000, clock_offset_ms=offset)
     assert server.metrics is not None
-    run_scenario(server.target, server.metrics.port, next_minute_ms(offset))
+    run_scenario(server.target, server.metrics.port, offset)
 
 
 def test_metrics_are_off_by_default(make_server):
