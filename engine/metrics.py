@@ -25,7 +25,13 @@ import time
 from bisect import bisect_left
 from collections.abc import Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, values
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    disable_created_metrics,
+    values,
+)
 
 from store import records
 
@@ -192,6 +198,7 @@ def enable(multiprocess_dir: str | None = None) -> Recorder:
     with _lock:
         if isinstance(_recorder, Recorder):
             return _recorder
+        disable_created_metrics()  # no `_created` series: start times are noise here
         if multiprocess_dir is not None:
             os.environ["PROMETHEUS_MULTIPROC_DIR"] = multiprocess_dir
             values.ValueClass = values.MultiProcessValue()
