@@ -395,9 +395,12 @@ class Engine:
         self.close()
 
     # == helpers ========================================================================
-    def _on_commit_fired(self, entries: dict[str, list[tuple[int, bytes, bytes]]]) -> None:
-        self._fired_cache.add(entries)
-        self._unacked_by_topic.fired(entries)
+    def _on_commit_fired(
+        self, entries: dict[str, list[tuple[int, bytes, bytes]]], retired: dict[str, list[int]]
+    ) -> None:
+        self._fired_cache.add(entries, retired)
+        if entries:
+            self._unacked_by_topic.fired(entries)
 
     def _wheel_floors(self) -> dict[str, bytes]:
         """Below these keys a wheel holds only tombstones (fired or cascaded away), so list
