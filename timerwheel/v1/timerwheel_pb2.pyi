@@ -25,6 +25,20 @@ class IfExists(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     IF_EXISTS_REJECT: _ClassVar[IfExists]
     IF_EXISTS_REPLACE: _ClassVar[IfExists]
     IF_EXISTS_KEEP: _ClassVar[IfExists]
+
+class TraceKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TRACE_KIND_UNSPECIFIED: _ClassVar[TraceKind]
+    TRACE_SENT: _ClassVar[TraceKind]
+    TRACE_CASCADED: _ClassVar[TraceKind]
+    TRACE_FIRED: _ClassVar[TraceKind]
+    TRACE_DELIVERED: _ClassVar[TraceKind]
+    TRACE_NACKED: _ClassVar[TraceKind]
+    TRACE_ACKED: _ClassVar[TraceKind]
+    TRACE_CANCELLED: _ClassVar[TraceKind]
+    TRACE_RESCHEDULED: _ClassVar[TraceKind]
+    TRACE_DEAD_LETTERED: _ClassVar[TraceKind]
+    TRACE_REPLACED: _ClassVar[TraceKind]
 STATE_UNSPECIFIED: State
 SCHEDULED: State
 FIRED: State
@@ -35,6 +49,17 @@ MISSED_FIRE_EACH: MissedPolicy
 IF_EXISTS_REJECT: IfExists
 IF_EXISTS_REPLACE: IfExists
 IF_EXISTS_KEEP: IfExists
+TRACE_KIND_UNSPECIFIED: TraceKind
+TRACE_SENT: TraceKind
+TRACE_CASCADED: TraceKind
+TRACE_FIRED: TraceKind
+TRACE_DELIVERED: TraceKind
+TRACE_NACKED: TraceKind
+TRACE_ACKED: TraceKind
+TRACE_CANCELLED: TraceKind
+TRACE_RESCHEDULED: TraceKind
+TRACE_DEAD_LETTERED: TraceKind
+TRACE_REPLACED: TraceKind
 
 class SendRequest(_message.Message):
     __slots__ = ("topic", "body", "properties", "deliver_at_ms", "delay_ms", "delay_level", "message_id", "if_exists", "max_attempts", "dead_letter_topic", "repeat")
@@ -122,12 +147,14 @@ class CancelResponse(_message.Message):
     def __init__(self, state: _Optional[_Union[State, str]] = ...) -> None: ...
 
 class GetRequest(_message.Message):
-    __slots__ = ("message_id", "include_body")
+    __slots__ = ("message_id", "include_body", "include_trace")
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_BODY_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_TRACE_FIELD_NUMBER: _ClassVar[int]
     message_id: str
     include_body: bool
-    def __init__(self, message_id: _Optional[str] = ..., include_body: _Optional[bool] = ...) -> None: ...
+    include_trace: bool
+    def __init__(self, message_id: _Optional[str] = ..., include_body: _Optional[bool] = ..., include_trace: _Optional[bool] = ...) -> None: ...
 
 class ListRequest(_message.Message):
     __slots__ = ("topic", "from_ms", "to_ms", "limit", "page_token", "include_body")
@@ -154,12 +181,14 @@ class ListResponse(_message.Message):
     def __init__(self, messages: _Optional[_Iterable[_Union[TimerMessage, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class SubscribeRequest(_message.Message):
-    __slots__ = ("topic", "max_in_flight")
+    __slots__ = ("topic", "max_in_flight", "consumer")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     MAX_IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_FIELD_NUMBER: _ClassVar[int]
     topic: str
     max_in_flight: int
-    def __init__(self, topic: _Optional[str] = ..., max_in_flight: _Optional[int] = ...) -> None: ...
+    consumer: str
+    def __init__(self, topic: _Optional[str] = ..., max_in_flight: _Optional[int] = ..., consumer: _Optional[str] = ...) -> None: ...
 
 class DeliveryBatch(_message.Message):
     __slots__ = ("deliveries",)
@@ -227,7 +256,7 @@ class NackResponse(_message.Message):
     def __init__(self, nacked: _Optional[int] = ..., dead_lettered: _Optional[int] = ...) -> None: ...
 
 class TimerMessage(_message.Message):
-    __slots__ = ("message_id", "topic", "body", "properties", "deliver_at_ms", "created_at_ms", "state", "wheel", "fired_at_ms", "acked_at_ms", "cancelled_at_ms", "repeat", "next_occurrence")
+    __slots__ = ("message_id", "topic", "body", "properties", "deliver_at_ms", "created_at_ms", "state", "wheel", "fired_at_ms", "acked_at_ms", "cancelled_at_ms", "repeat", "next_occurrence", "trace", "attempts")
     class PropertiesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -248,6 +277,8 @@ class TimerMessage(_message.Message):
     CANCELLED_AT_MS_FIELD_NUMBER: _ClassVar[int]
     REPEAT_FIELD_NUMBER: _ClassVar[int]
     NEXT_OCCURRENCE_FIELD_NUMBER: _ClassVar[int]
+    TRACE_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     message_id: str
     topic: str
     body: bytes
@@ -261,7 +292,29 @@ class TimerMessage(_message.Message):
     cancelled_at_ms: int
     repeat: Repeat
     next_occurrence: int
-    def __init__(self, message_id: _Optional[str] = ..., topic: _Optional[str] = ..., body: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., deliver_at_ms: _Optional[int] = ..., created_at_ms: _Optional[int] = ..., state: _Optional[_Union[State, str]] = ..., wheel: _Optional[str] = ..., fired_at_ms: _Optional[int] = ..., acked_at_ms: _Optional[int] = ..., cancelled_at_ms: _Optional[int] = ..., repeat: _Optional[_Union[Repeat, _Mapping]] = ..., next_occurrence: _Optional[int] = ...) -> None: ...
+    trace: _containers.RepeatedCompositeFieldContainer[TraceEvent]
+    attempts: int
+    def __init__(self, message_id: _Optional[str] = ..., topic: _Optional[str] = ..., body: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., deliver_at_ms: _Optional[int] = ..., created_at_ms: _Optional[int] = ..., state: _Optional[_Union[State, str]] = ..., wheel: _Optional[str] = ..., fired_at_ms: _Optional[int] = ..., acked_at_ms: _Optional[int] = ..., cancelled_at_ms: _Optional[int] = ..., repeat: _Optional[_Union[Repeat, _Mapping]] = ..., next_occurrence: _Optional[int] = ..., trace: _Optional[_Iterable[_Union[TraceEvent, _Mapping]]] = ..., attempts: _Optional[int] = ...) -> None: ...
+
+class TraceEvent(_message.Message):
+    __slots__ = ("kind", "at_ms", "wheel", "from_wheel", "attempt", "subscriber", "detail", "deliver_at_ms")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    AT_MS_FIELD_NUMBER: _ClassVar[int]
+    WHEEL_FIELD_NUMBER: _ClassVar[int]
+    FROM_WHEEL_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIBER_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    DELIVER_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    kind: TraceKind
+    at_ms: int
+    wheel: str
+    from_wheel: str
+    attempt: int
+    subscriber: str
+    detail: str
+    deliver_at_ms: int
+    def __init__(self, kind: _Optional[_Union[TraceKind, str]] = ..., at_ms: _Optional[int] = ..., wheel: _Optional[str] = ..., from_wheel: _Optional[str] = ..., attempt: _Optional[int] = ..., subscriber: _Optional[str] = ..., detail: _Optional[str] = ..., deliver_at_ms: _Optional[int] = ...) -> None: ...
 
 class ExportRequest(_message.Message):
     __slots__ = ("out_dir", "max_rows_per_file")
