@@ -275,7 +275,7 @@ class Writer:
         if due_count:
             first_seq = self._scheduler.take_fire_seqs(due_count)
             self._store.stage_fire(batch, task.upper.name, entries[:due_count], first_seq, now_ms)
-        self._store.stage_move(batch, task.upper.name, task.lower.name, entries[due_count:])
+        self._store.stage_move(batch, task.upper.name, task.lower.name, entries[due_count:], now_ms)
         next_from = keys.key_after(entries[-1][0]) if len(entries) == limit else None
         self._scheduler.cascade_progress(task, next_from)
         return next_from is not None

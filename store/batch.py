@@ -40,6 +40,9 @@ class StagedBatch:
     # Fire sequences whose `ready` entries this batch removes (acks, dead letters), per
     # topic: the fired cache must not hand those out again (engine.fired_cache).
     retired: dict[str, list[int]] = field(default_factory=dict)
+    # Trace events of this group, (message id, encoded event), keyed at commit
+    # (store.trace.TraceLog.stage).
+    trace: list[tuple[bytes, bytes]] = field(default_factory=list)
     fired: int = 0
     operations: int = 0
     # Changes of the pending-timer counters, per minute counter key (store.counts).

@@ -25,12 +25,21 @@ column family       key                                           value
 ``counts``          topic + 0x00 + minute start ms (8 B BE)       8 B BE int: SCHEDULED
                     topic + 0x01 (the topic's total)              timers due in that minute
                                                                   (store.counts); absent = 0
+``trace``           message id + 0x00 + trace seq (8 B BE)        one event of the message's
+                                                                  life (store.trace): only
+                                                                  what its record cannot
+                                                                  say; removed with it
 ==================  ============================================  ==========================
 
 A slot of a wheel level is the key range [encode(slot_start), encode(slot_end)): the
 empty id sorts first, so ``time_bound(t)`` is the smallest key at time t. Topics never
 contain 0x00 (validation allows ``[A-Za-z0-9_.%|-]``), so ``topic + 0x00`` is a clean
-prefix and one topic's ready entries are one contiguous range, in fire order.
+prefix and one topic's ready entries are one contiguous range, in fire order. Message
+ids never contain 0x00 either, so a message's trace events are one contiguous range,
+in the order they were written (the trace seq, in ``meta``, only grows).
+
+Wheels are named in values by one byte (``WHEEL_CODES``): trace events and the two
+placement bits of a record (store.records).
 """
 
 from __future__ import annotations
@@ -52,15 +61,20 @@ CF_EXPIRY = "expiry"
 CF_META = "meta"
 CF_EXTRAS = "extras"
 CF_COUNTS = "counts"
+CF_TRACE = "trace"
 ALL_COLUMN_FAMILIES = (
     CF_MESSAGES, *CF_WHEEL.values(), CF_READY, CF_EXPIRY, CF_META, CF_EXTRAS, CF_COUNTS,
+    CF_TRACE,
 )  # fmt: skip
+WHEEL_CODES = {"": 0, "second": 1, "minute": 2, "hour": 3}  # "": none (due at once)
+WHEEL_NAMES = {code: name for name, code in WHEEL_CODES.items()}
 
 META_SCHEMA_VERSION = b"schema_version"
 META_NOW_MS = b"clock.now_ms"
 META_FIRE_FROM = b"fire.from"
 META_FIRE_SEQ = b"fire.seq"
 META_COUNTS_BUILT = b"counts.built"  # the `counts` family covers every wheel key
+META_TRACE_SEQ = b"trace.seq"  # the next trace event's seq
 SCHEMA_VERSION = 1
 
 
@@ -133,6 +147,15 @@ def ready_prefix(topic: str) -> bytes:
 
 def ready_key(topic: str, seq: int) -> bytes:
     return topic.encode() + TOPIC_SEPARATOR + U64.pack(seq)
+
+
+def trace_prefix(message_id: bytes) -> bytes:
+    """Every trace key of one message starts with this."""
+    return message_id + TOPIC_SEPARATOR
+
+
+def trace_key(message_id: bytes, seq: int) -> bytes:
+    return message_id + TOPIC_SEPARATOR + U64.pack(seq)
 
 
 def ready_seq(raw: bytes) -> int:

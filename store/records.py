@@ -10,10 +10,12 @@
 State changes (fire, ack, cancel) rewrite only the header: the rest of the record is
 copied as bytes, never decoded, which keeps the firing path cheap.
 
-The when_kind byte holds flags above its low six bits: ``EXTRAS_FLAG`` says the message
+The when_kind byte holds flags above its low four bits: ``EXTRAS_FLAG`` says the message
 has an entry in the ``extras`` column family (its send options, `encode_extras`), so only
 those few messages cost a read there; ``SERIES_FLAG`` marks a recurring series, which
-the writer fires as an occurrence instead of firing the record itself.
+the writer fires as an occurrence instead of firing the record itself; bits 4-5 say which
+wheel the send placed it in (``store.keys.WHEEL_CODES``; 0: due at once, or a record
+written before they were), the start of its trace (store.trace).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import struct
 from collections.abc import Mapping
 from functools import lru_cache
 
+from store.keys import WHEEL_CODES, WHEEL_NAMES
 from wheels.domain import (
     DeliveryView,
     MissedPolicy,
@@ -34,6 +37,7 @@ from wheels.domain import (
     When,
     WhenKind,
 )
+from wheels.trace import RecordFacts
 
 RECORD_VERSION = 1
 _HEADER = struct.Struct(">BBBqqqqqqq")
@@ -54,7 +58,9 @@ _NEW_TAIL = bytes(_HEADER.size - len(_NEW_HEAD) - _NEW_FIELDS.size)
 _WHEN_KIND_OFFSET = 2
 EXTRAS_FLAG = 0x80  # in the when_kind byte: the message has an `extras` entry
 SERIES_FLAG = 0x40  # ... and it is a recurring series (its extras say how it repeats)
-_KIND_MASK = 0x3F
+_PLACEMENT_SHIFT = 4
+_PLACEMENT_MASK = 0x30
+_KIND_MASK = 0x0F
 
 
 def encode_timer(timer: Timer) -> bytes:
@@ -168,6 +174,30 @@ def with_extras_flag(raw: bytes, series: bool = False) -> bytes:
     patched = bytearray(raw)
     patched[_WHEN_KIND_OFFSET] |= EXTRAS_FLAG | (SERIES_FLAG if series else 0)
     return bytes(patched)
+
+
+def with_placement(raw: bytes, wheel: str) -> bytes:
+    """The record of a new send, marked with the wheel it is placed in ("": due at once)."""
+    code = WHEEL_CODES[wheel] << _PLACEMENT_SHIFT
+    kind = raw[_WHEN_KIND_OFFSET]
+    if kind & _PLACEMENT_MASK == code:
+        return raw
+    return b"".join((raw[:_WHEN_KIND_OFFSET], bytes(((kind & ~_PLACEMENT_MASK) | code,)),
+                     raw[_WHEN_KIND_OFFSET + 1 :]))  # fmt: skip
+
+
+def record_placement(raw: bytes) -> str:
+    """The wheel the send placed the timer in ("": due at once, or not recorded)."""
+    return WHEEL_NAMES[(raw[_WHEN_KIND_OFFSET] & _PLACEMENT_MASK) >> _PLACEMENT_SHIFT]
+
+
+def trace_facts(raw: bytes) -> RecordFacts:
+    """What the record says about the timer's history (the base of its trace)."""
+    header = _HEADER.unpack_from(raw)
+    return RecordFacts(
+        created_at_ms=header[5], placed_in=record_placement(raw), fired_at_ms=header[6],
+        acked_at_ms=header[7], cancelled_at_ms=header[8],
+    )  # fmt: skip
 
 
 def with_deliver_at(raw: bytes, deliver_at_ms: int) -> bytes:

@@ -18,8 +18,10 @@ from rocksdict import ReadOptions
 from store import keys, records
 from store.batch import StagedBatch
 from store.rocks import RocksDatabase
+from store.trace import TraceLog, cascaded_event, encode_event
 from wheels.domain import FiredTimer, State, Timer
 from wheels.scheduler import CascadeState, SchedulerState
+from wheels.trace import TraceEvent, TraceKind
 from wheels.wheel import LEVELS
 
 WheelEntry = tuple[bytes, bytes]  # (wheel key, topic)
@@ -43,11 +45,12 @@ class TimerStore:
         self._expiry = cf[keys.CF_EXPIRY]
         self._meta = cf[keys.CF_META]
         self._wheels = {name: cf[family] for name, family in keys.CF_WHEEL.items()}
+        self.trace = TraceLog(cf[keys.CF_TRACE], self._meta)
 
     def close(self) -> None:
         """Drop every column-family reference, then close the database (releases the LOCK)."""
         for name in [n for n, v in vars(self).items() if n.startswith(("_messages", "_ready",
-                     "_expiry", "_meta", "_wheels"))]:  # fmt: skip
+                     "_expiry", "_meta", "_wheels", "trace"))]:  # fmt: skip
             delattr(self, name)
         self.database.close()
 
@@ -288,11 +291,13 @@ class TimerStore:
         batch.operations += 1
 
     def stage_move(
-        self, batch: StagedBatch, upper: str, lower: str, entries: list[WheelEntry]
+        self, batch: StagedBatch, upper: str, lower: str, entries: list[WheelEntry], now_ms: int
     ) -> None:
-        """Cascade: keys out of `upper`, into `lower`, unchanged."""
+        """Cascade: keys out of `upper`, into `lower`, unchanged; a CASCADED event each."""
         batch.writes[keys.CF_WHEEL[lower]].update(entries)
         batch.writes[keys.CF_WHEEL[upper]].update(dict.fromkeys(key for key, _ in entries))
+        event, start = cascaded_event(upper, lower, now_ms), keys.TIME_BYTES
+        batch.trace.extend((key[start:], event) for key, _ in entries)
         batch.operations += len(entries)
 
     def stage_fire(
@@ -329,6 +334,9 @@ class TimerStore:
             name = topic.decode()
             batch.fired_topics.add(name)
             batch.fired_entries.setdefault(name, []).extend(fired_of_topic)
+            if wheel != "second":  # overdue when its cascade came: the trace says where from
+                event = encode_event(TraceEvent(TraceKind.FIRED, now_ms, wheel=wheel))
+                batch.trace.extend((message_id, event) for _, message_id, _ in fired_of_topic)
         batch.fired += seq - first_seq
         batch.operations += len(entries)
         return seq - first_seq
@@ -394,6 +402,7 @@ class TimerStore:
                 batch.records[message_id] = None
                 if records.has_extras(raw):
                     batch.writes[keys.CF_EXTRAS][message_id] = None
+                self.trace.stage_forget(batch, (message_id,))
         batch.operations += len(entries)
         return entries[-1][0] if len(entries) == limit else None
 
@@ -411,4 +420,5 @@ class TimerStore:
             )
 
     def commit(self, batch: StagedBatch) -> None:
+        self.trace.stage(batch)
         self.database.write(batch.to_write_batch(self.database.handles))

@@ -234,9 +234,9 @@ def test_a_200k_timer_minute_slot_cascades_in_bounded_chunks(make_engine, clock)
     moved_per_batch = []
     stage_move = engine.store.stage_move
 
-    def recording_move(batch, upper, lower, entries):
+    def recording_move(batch, upper, lower, entries, now_ms):
         moved_per_batch.append(len(entries))
-        return stage_move(batch, upper, lower, entries)
+        return stage_move(batch, upper, lower, entries, now_ms)
 
     engine.store.stage_move = recording_move
     clock.advance(slot_start - Settings().minute_cascade_lead_ms - clock.now_ms())

@@ -97,3 +97,17 @@ def test_an_unknown_state_byte_is_refused_not_guessed():
         records.record_state(bytes(raw))
     with pytest.raises(ValueError, match="9"):
         records.decode_timer("x", bytes(raw))
+
+
+@given(timers, st.sampled_from(["", "second", "minute", "hour"]))
+def test_placement_bits_name_the_wheel_and_leave_the_rest(timer, wheel):
+    raw = records.with_extras_flag(records.encode_timer(timer), series=True)
+    placed = records.with_placement(raw, wheel)
+    assert records.record_placement(placed) == wheel
+    assert records.decode_timer(timer.message_id, placed) == records.decode_timer(
+        timer.message_id, raw
+    )
+    assert records.has_extras(placed) and records.is_series(placed)
+    assert records.trace_facts(placed).placed_in == wheel
+    moved = records.with_schedule(placed, When(WhenKind.DELAY, 5), 123)
+    assert records.record_placement(moved) == wheel  # a reschedule keeps the first placement

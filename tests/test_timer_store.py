@@ -14,11 +14,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from store import keys, records
+from store import trace as trace_cf
 from store.batch import StagedBatch
 from store.rocks import RocksDatabase, RocksTuning
 from store.timer_store import TimerStore
 from wheels.domain import State, Timer, When, WhenKind
 from wheels.scheduler import CascadeState, SchedulerState, TimerKey
+from wheels.trace import TraceEvent, TraceKind
 
 T0 = 1_700_000_000_000
 
@@ -94,7 +96,7 @@ def test_move_takes_keys_out_of_the_upper_wheel_into_the_lower(open_store):
     store = open_store()
     commit(store, lambda b: [schedule(store, b, timer(f"m{i}", T0 + i), "hour") for i in range(3)])
     entries = store.scan("hour", b"", keys.time_bound(T0 + 2), 10)
-    commit(store, lambda b: store.stage_move(b, "hour", "minute", entries))
+    commit(store, lambda b: store.stage_move(b, "hour", "minute", entries, 0))
     assert wheel_ids(store, "hour") == ["m2"]
     assert wheel_ids(store, "minute") == ["m0", "m1"]
 
@@ -303,3 +305,93 @@ def test_scheduler_state_and_data_survive_reopen(open_store):
     )
     commit(reopened, lambda b: reopened.stage_state(b, done))
     assert reopened.load_state() == done
+
+
+# -- the trace column family (store.trace) -------------------------------------------
+def trace_event(kind: TraceKind, at_ms: int, **fields) -> TraceEvent:
+    return TraceEvent(kind, at_ms, **fields)
+
+
+@given(
+    kind=st.sampled_from(list(TraceKind)),
+    at_ms=st.integers(0, 2**62),
+    wheels=st.sampled_from(["", "second", "minute", "hour"]),
+    attempt=st.integers(0, 65_535),
+    text=st.text(max_size=40),
+)
+def test_trace_events_round_trip(kind, at_ms, wheels, attempt, text):
+    delivered = kind is TraceKind.DELIVERED
+    event = TraceEvent(
+        kind, at_ms, wheel=wheels, from_wheel=wheels, attempt=attempt,
+        subscriber=text if delivered else "", detail="" if delivered else text,
+        deliver_at_ms=at_ms // 2,
+    )  # fmt: skip
+    assert trace_cf.decode_event(trace_cf.encode_event(event)) == event
+
+
+def stage_events(batch: StagedBatch, message_id: str, *events: TraceEvent) -> None:
+    batch.trace.extend((message_id.encode(), trace_cf.encode_event(e)) for e in events)
+
+
+def test_trace_events_keep_their_write_order_per_message_across_reopens(open_store):
+    store = open_store()
+    first = trace_event(TraceKind.DELIVERED, 9, attempt=1, subscriber="s1")
+    commit(store, lambda b: stage_events(b, "a", first, trace_event(TraceKind.NACKED, 5)))
+    commit(store, lambda b: stage_events(b, "ab", trace_event(TraceKind.CANCELLED, 1)))
+    store.close()
+    store = open_store()  # the seq counter comes back from meta: later events sort after
+    second = trace_event(TraceKind.DELIVERED, 3, attempt=2, subscriber="s2")
+    commit(store, lambda b: stage_events(b, "a", second))
+    assert store.trace.read("a") == [first, trace_event(TraceKind.NACKED, 5), second]
+    assert store.trace.read("ab") == [trace_event(TraceKind.CANCELLED, 1)]  # "a" is a prefix
+    assert store.trace.read("b") == []
+    assert store.trace.attempts(["a", "ab", "b"]) == {"a": 2}
+
+
+def test_attempts_count_again_after_a_dead_letter(open_store):
+    store = open_store()
+    commit(store, lambda b: stage_events(
+        b, "d", trace_event(TraceKind.DELIVERED, 1, attempt=3),
+        trace_event(TraceKind.DEAD_LETTERED, 2, detail="q.dlq"),
+        trace_event(TraceKind.DELIVERED, 3, attempt=1),
+    ))  # fmt: skip
+    assert store.trace.attempts(["d"]) == {"d": 1}
+
+
+def test_a_batch_committed_twice_keys_its_events_once(open_store):
+    store = open_store()
+    batch = StagedBatch()
+    stage_events(batch, "x", trace_event(TraceKind.NACKED, 1))
+    store.commit(batch)
+    store.commit(batch)  # a retried commit writes the same keys again
+    assert len(store.trace.read("x")) == 1
+
+
+def test_the_retention_sweep_removes_a_messages_trace_with_its_record(open_store):
+    store = open_store()
+    acked = records.as_acked(records.encode_timer(timer("gone", T0)), T0 + 1)
+    kept = records.as_acked(records.encode_timer(timer("kept", T0)), T0 + 1)
+
+    def stage(batch):
+        batch.records[b"gone"] = acked
+        batch.records[b"kept"] = kept
+        batch.writes[keys.CF_EXPIRY][keys.wheel_key(T0 + 10, "gone")] = b""
+        batch.writes[keys.CF_EXPIRY][keys.wheel_key(T0 + 99, "kept")] = b""
+        stage_events(batch, "gone", trace_event(TraceKind.DELIVERED, T0, attempt=1))
+        stage_events(batch, "kept", trace_event(TraceKind.DELIVERED, T0, attempt=1))
+
+    commit(store, stage)
+    commit(store, lambda b: store.stage_sweep(b, b"", T0 + 50, 100))
+    assert store.get_record("gone") is None and store.trace.read("gone") == []
+    assert len(store.trace.read("kept")) == 1
+
+
+def test_a_cascade_and_an_overdue_fire_out_of_an_upper_wheel_are_traced(open_store):
+    store = open_store()
+    commit(store, lambda b: [schedule(store, b, timer(f"c{i}", T0 + i), "hour") for i in range(3)])
+    entries = store.scan("hour", b"", keys.time_bound(T0 + 3), 10)
+    commit(store, lambda b: store.stage_move(b, "hour", "minute", entries[1:], T0 - 5))
+    commit(store, lambda b: store.stage_fire(b, "hour", entries[:1], 1, T0 + 20))
+    moved = TraceEvent(TraceKind.CASCADED, T0 - 5, wheel="minute", from_wheel="hour")
+    assert store.trace.read("c1") == store.trace.read("c2") == [moved]
+    assert store.trace.read("c0") == [TraceEvent(TraceKind.FIRED, T0 + 20, wheel="hour")]

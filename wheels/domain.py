@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import NamedTuple
 
+from wheels.trace import TraceEvent
+
 
 class State(IntEnum):
     """Lifecycle of a timer; values equal the proto enum `timerwheel.v1.State`."""
@@ -102,6 +104,8 @@ class Timer:
     wheel: str = ""  # "hour" / "minute" / "second" while SCHEDULED, else ""
     repeat: Repeat | None = None  # a series (Get fills these in)
     next_occurrence: int = 0  # of a series: the number of its next occurrence
+    trace: tuple[TraceEvent, ...] = ()  # its life so far (Get with include_trace)
+    attempts: int = 0  # delivery attempts so far (Get with include_trace)
 
     def same_request(self, spec: SendSpec) -> bool:
         """True when `spec` is a retry of the send that created this timer."""

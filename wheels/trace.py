@@ -1,0 +1,143 @@
+"""A timer's life as events (`Get` with `include_trace`): the types, and how the events
+are put together from what is stored.
+
+Most of a timer's history is already in its record: when it was sent (and, in two bits,
+which wheel took it), when it fired, when it was acked or cancelled. Writing those again
+as events would cost a RocksDB write per message on the hot paths, so only what the
+record cannot hold is stored as an event (store.trace): each cascade, a fire straight
+out of an upper wheel, each delivery attempt and its failure, reschedules, replacements
+and dead-lettering. `assemble` merges the two into one ordered list:
+
+1. the stored events in time order (in one millisecond, moves and fires before
+   deliveries, else in the order they were written);
+2. SENT at created_at, before everything after it (only what a REPLACE left of the
+   version it replaced is older);
+3. FIRED at fired_at, unless a stored FIRED already says so, after the events that led
+   up to it (cascades, a reschedule, an earlier fire of a dead letter) and before those
+   that followed (deliveries), even within the same millisecond;
+4. ACKED or CANCELLED last: both are final.
+
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+
+class TraceKind(IntEnum):
+    """The values of the public `TraceKind` enum (proto), without its prefix."""
+
+    SENT = 1  # wheel: the wheel it was placed in ("": due at once, or not recorded)
+    CASCADED = 2  # from_wheel -> wheel
+    FIRED = 3  # wheel: the wheel it fired from
+    DELIVERED = 4  # to subscriber, as attempt
+    NACKED = 5  # attempt failed; detail: the nack's reason, "ack timeout", "stream ended"
+    ACKED = 6
+    CANCELLED = 7
+    RESCHEDULED = 8  # deliver_at_ms: the new time; wheel: the wheel placed in
+    DEAD_LETTERED = 9  # detail: the dead-letter topic
+    REPLACED = 10  # a send with if_exists REPLACE stored a new version under the id
+
+
+@dataclass(frozen=True, slots=True)
+class TraceEvent:
+    kind: TraceKind
+    at_ms: int
+    wheel: str = ""
+    from_wheel: str = ""
+    attempt: int = 0
+    subscriber: str = ""
+    detail: str = ""
+    deliver_at_ms: int = 0
+
+
+_MOVES = frozenset({TraceKind.CASCADED, TraceKind.RESCHEDULED, TraceKind.REPLACED, TraceKind.FIRED})
+# Stored kinds that, within the same millisecond, happened before a synthesized event.
+_BEFORE_SENT = frozenset({TraceKind.REPLACED})
+_BEFORE_FIRE = frozenset(
+    {TraceKind.CASCADED, TraceKind.RESCHEDULED, TraceKind.REPLACED, TraceKind.DEAD_LETTERED,
+     TraceKind.FIRED}
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class RecordFacts:
+    """What a timer's record says about its history (0: did not happen)."""
+
+    created_at_ms: int
+    placed_in: str  # the wheel the send placed it in; "" when due at once or unknown
+    fired_at_ms: int = 0
+    acked_at_ms: int = 0
+    cancelled_at_ms: int = 0
+
+
+def assemble(facts: RecordFacts, stored: list[TraceEvent]) -> tuple[TraceEvent, ...]:
+    """The whole trace, oldest first (see the module docstring for the order)."""
+    events = sorted(stored, key=_time_order)
+    if facts.fired_at_ms and not _fire_stored(stored, facts.fired_at_ms):
+        wheel = _wheel_at(facts, events, facts.fired_at_ms)
+        fired = TraceEvent(TraceKind.FIRED, facts.fired_at_ms, wheel=wheel)
+        _insert(events, fired, _BEFORE_FIRE)
+    sent = TraceEvent(TraceKind.SENT, facts.created_at_ms, wheel=facts.placed_in)
+    _insert(events, sent, _BEFORE_SENT)
+    if facts.acked_at_ms:
+        events.append(TraceEvent(TraceKind.ACKED, facts.acked_at_ms))
+    if facts.cancelled_at_ms:
+        events.append(TraceEvent(TraceKind.CANCELLED, facts.cancelled_at_ms))
+    return tuple(events)
+
+
+def attempts_made(events: tuple[TraceEvent, ...] | list[TraceEvent]) -> int:
+    """Delivery attempts in its current topic: the highest attempt delivered since it was
+    last dead-lettered (0: never delivered there)."""
+    made = 0
+    for event in events:
+        if event.kind is TraceKind.DELIVERED:
+            made = max(made, event.attempt)
+        elif event.kind is TraceKind.DEAD_LETTERED:
+            made = 0
+    return made
+
+
+def _time_order(event: TraceEvent) -> tuple[int, int]:
+    """Time, and within a millisecond what moves or fires a timer before what delivers
+    it; `sorted` keeps write order beyond that. (A dead letter's first fire is written
+    at the move, after its deliveries, with the time it happened.)"""
+    return event.at_ms, 0 if event.kind in _MOVES else 1
+
+
+def _fire_stored(stored: list[TraceEvent], fired_at_ms: int) -> bool:
+    """A stored event already says the record's fire (one written since the last
+    dead-lettering: those before it are fires into the old topic)."""
+    since = len(stored)
+    while since and stored[since - 1].kind is not TraceKind.DEAD_LETTERED:
+        since -= 1
+    return any(e.kind is TraceKind.FIRED and e.at_ms == fired_at_ms for e in stored[since:])
+
+
+def _insert(events: list[TraceEvent], event: TraceEvent, after_kinds: frozenset) -> None:
+    """Put `event` (into time-ordered `events`) after the last event that precedes it: one
+    before its time, or one at its time of a kind in `after_kinds`."""
+    position = 0
+    for index, other in enumerate(events):
+        if other.at_ms > event.at_ms:
+            break
+        if other.at_ms < event.at_ms or other.kind in after_kinds:
+            position = index + 1
+    events.insert(position, event)
+
+
+def _wheel_at(facts: RecordFacts, events: list[TraceEvent], fired_at_ms: int) -> str:
+    """The wheel a timer was in when it fired: where the last move before the fire put
+    it; "" for a dead letter, which fires into its new topic without a wheel."""
+    wheel = facts.placed_in
+    for event in events:
+        if event.at_ms > fired_at_ms:
+            break
+        if event.kind in (TraceKind.CASCADED, TraceKind.RESCHEDULED):
+            wheel = event.wheel
+        elif event.kind is TraceKind.DEAD_LETTERED:
+            wheel = ""
+    return wheel
