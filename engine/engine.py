@@ -23,6 +23,7 @@ from engine.gauges import UnackedByTopic, engine_gauges
 from engine.ids import MessageIds
 from engine.move_ops import DeadLetterOp, RescheduleOp
 from engine.ops import AckOp, CancelOp, SendOp
+from engine.trace_ops import DeliveryEvent, TraceOp
 from engine.writer import FiredListener, Writer
 from store import extras as extras_cf
 from store import keys, records
@@ -39,12 +40,14 @@ from wheels.domain import (
     Overloaded,
     SendResult,
     SendSpec,
+    ShuttingDown,
     State,
     Timer,
     When,
 )
 from wheels.scheduler import Scheduler, TimerKey
 from wheels.settings import Settings
+from wheels.trace import assemble, attempts_made
 from wheels.validation import (
     resolve_deliver_at_ms,
     validate_ack_count,
@@ -241,11 +244,13 @@ class Engine:
             return self._counts.total(topic), 0, 0
         return self._counts.in_range(topic, from_ms, to_ms or keys.NO_TIME_BOUND_MS)
 
-    def get(self, message_id: str) -> Timer:
+    def get(self, message_id: str, include_trace: bool = False) -> Timer:
         validate_message_ref(message_id)
         timer = self._store.get(message_id)
         if timer is None:
             raise NotFound(f"message_id={message_id!r}: no such timer")
+        if include_trace:
+            timer = self._with_trace(timer)
         if timer.state is State.SCHEDULED:
             candidates = [w.name for w in self._scheduler.wheel_candidates(timer.deliver_at_ms)]
             timer = replace(timer, wheel=self._store.find_wheel(timer, candidates) or candidates[0])
@@ -255,6 +260,23 @@ class Engine:
                 options, number, _ = records.decode_series(extras)
                 timer = replace(timer, repeat=options.repeat, next_occurrence=number)
         return timer
+
+    def record_trace(self, events: list[DeliveryEvent]) -> bool:
+        """Store delivery events (engine.trace_ops) without waiting for their commit;
+        False when the writer cannot take them now (overloaded, stopping): they are
+        dropped, and the trace misses those attempts."""
+        if not events:
+            return True
+        try:
+            self._writer.submit(TraceOp(events=events))
+        except (Overloaded, ShuttingDown) as exc:
+            log.warning("trace_events_dropped", count=len(events), error=str(exc))
+            return False
+        return True
+
+    def delivery_attempts(self, message_ids: list[str]) -> dict[str, int]:
+        """The highest delivery attempt recorded per id (ids never delivered left out)."""
+        return self._store.trace.attempts(message_ids)
 
     def topic_of(self, message_id: str) -> str | None:
         """The stored timer's topic (any state); None for an unknown or malformed id."""
@@ -411,6 +433,13 @@ class Engine:
             done = cascade.pending_from or TimerKey.start_of(cascade.horizon_ms)
             floors[upper] = keys.encode_timer_key(done)
         return floors
+
+    def _with_trace(self, timer: Timer) -> Timer:
+        raw = self._store.get_record(timer.message_id)
+        if raw is None:  # removed since it was read
+            return timer
+        trace = assemble(records.trace_facts(raw), self._store.trace.read(timer.message_id))
+        return replace(timer, trace=trace, attempts=attempts_made(trace))
 
     def _with_wheel(self, timer: Timer) -> Timer:
         candidates = [w.name for w in self._scheduler.wheel_candidates(timer.deliver_at_ms)]

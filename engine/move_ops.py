@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from engine.ops import Op, PreparedSend, WriterContext, stage_new, unschedule
+from engine.ops import Op, PreparedSend, WriterContext, stage_new, stage_trace, unschedule
 from store import extras as extras_cf
 from store import records
 from store.batch import StagedBatch
 from wheels.domain import FailedPrecondition, NotFound, SendSpec, State, When
+from wheels.trace import TraceEvent, TraceKind, assemble
 from wheels.validation import dead_letter_topic
 
 DEAD_LETTER_PREFIX = "timerwheel.dead_letter."  # properties a dead letter carries
@@ -47,7 +48,11 @@ class RescheduleOp(Op):
         record = records.with_schedule(raw, self.when, self.deliver_at_ms)
         spec = SendSpec(records.record_topic(raw), b"", self.when)
         moved = PreparedSend(spec, self.message_id, self.deliver_at_ms, True, record)
-        stage_new(ctx, batch, moved, now_ms)
+        wheel = stage_new(ctx, batch, moved, now_ms, sent=False)
+        event = TraceEvent(
+            TraceKind.RESCHEDULED, now_ms, wheel=wheel, deliver_at_ms=self.deliver_at_ms
+        )
+        stage_trace(batch, self.message_id, event)
         return self.deliver_at_ms
 
 
@@ -85,8 +90,21 @@ class DeadLetterOp(Op):
             DEAD_LETTER_PREFIX + "reason": self.reason,
             DEAD_LETTER_PREFIX + "at_ms": str(now_ms),
         }
+        _trace_dead_letter(ctx, batch, self.message_id, raw, target, now_ms)
         seq = ctx.scheduler.take_fire_seqs(1)
         moved = replace(timer, topic=target, properties=properties, fired_at_ms=now_ms)
         record = records.encode_timer(replace(moved, ready_seq=seq))
         extras_cf.stage_dead_letter(ctx.store, batch, message_id, raw, record, target, seq)
         return True
+
+
+def _trace_dead_letter(
+    ctx: WriterContext, batch: StagedBatch, message_id: str, raw: bytes, target: str, now_ms: int
+) -> None:
+    """The record's fire time is about to become the dead letter's: its first fire is
+    written down as an event first, as its trace shows it now, then the move."""
+    facts = records.trace_facts(raw)
+    for event in assemble(facts, ctx.store.trace.read(message_id)):
+        if event.kind is TraceKind.FIRED and event.at_ms == facts.fired_at_ms:
+            stage_trace(batch, message_id, event)
+    stage_trace(batch, message_id, TraceEvent(TraceKind.DEAD_LETTERED, now_ms, detail=target))

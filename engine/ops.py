@@ -13,6 +13,7 @@ from typing import NamedTuple
 from engine.series import fire_due_series
 from store import extras as extras_cf
 from store import records
+from store import trace as trace_cf
 from store.batch import StagedBatch
 from store.timer_store import TimerStore
 from wheels.domain import (
@@ -27,6 +28,7 @@ from wheels.domain import (
     WhenKind,
 )
 from wheels.scheduler import Scheduler
+from wheels.trace import TraceEvent, TraceKind
 
 
 class PreparedSend(NamedTuple):
@@ -126,6 +128,10 @@ class SendOp(Op):
         for item in plan:
             if isinstance(item, _Replacement):  # REPLACE of a SCHEDULED timer: old key out
                 unschedule(ctx, batch, item.send.message_id, item.old_record)
+                replaced = TraceEvent(
+                    TraceKind.REPLACED, now_ms, deliver_at_ms=item.send.deliver_at_ms
+                )
+                stage_trace(batch, item.send.message_id, replaced)
                 item = _replace_extras(ctx, batch, item)
             if isinstance(item, PreparedSend):
                 stage_new(ctx, batch, item, now_ms)
@@ -237,8 +243,9 @@ def _stage_all_new(ctx: WriterContext, batch: StagedBatch, op: SendOp, now_ms: i
             stage_new(ctx, batch, send, now_ms)
         return
     message_ids = [message_id.encode() for message_id in op.message_ids]
+    placed = list(map(records.with_placement, op.records, wheels))
     ctx.store.stage_schedule_many(
-        batch, message_ids, op.records, op.deliver_times_ms,
+        batch, message_ids, placed, op.deliver_times_ms,
         [spec.topic.encode() for spec in op.specs], wheels,
     )  # fmt: skip
     if op.extras:
@@ -247,11 +254,22 @@ def _stage_all_new(ctx: WriterContext, batch: StagedBatch, op: SendOp, now_ms: i
                 extras_cf.stage_extras(batch, message_id, extras)
 
 
-def stage_new(ctx: WriterContext, batch: StagedBatch, send: PreparedSend, now_ms: int) -> None:
+def stage_new(
+    ctx: WriterContext, batch: StagedBatch, send: PreparedSend, now_ms: int, *, sent: bool = True
+) -> str:
+    """Store a timer in the wheel its time calls for, or fire it at once when due.
+
+    `sent`: a new send, whose record says where it was placed (the start of its trace);
+    False for a timer that moves (Reschedule), which keeps its record's first placement.
+    Returns the wheel it went into ("": fired at once).
+    """
     message_id = send.message_id.encode()
     if send.extras is not None:
         extras_cf.stage_extras(batch, message_id, send.extras)
     wheel = ctx.scheduler.placement(send.deliver_at_ms)
+    if sent:
+        placed = records.with_placement(send.record, wheel.name if wheel else "")
+        send = send._replace(record=placed)
     if wheel is None and records.is_series(send.record):  # first occurrence due: fire it
         batch.records[message_id] = send.record
         seq = ctx.scheduler.take_fire_seqs(1)
@@ -266,6 +284,12 @@ def stage_new(ctx: WriterContext, batch: StagedBatch, send: PreparedSend, now_ms
         ctx.store.stage_schedule(
             batch, message_id, send.record, send.deliver_at_ms, topic, wheel.name
         )
+    return wheel.name if wheel else ""
+
+
+def stage_trace(batch: StagedBatch, message_id: str, event: TraceEvent) -> None:
+    """One event of a message's life, written with this batch (store.trace)."""
+    batch.trace.append((message_id.encode(), trace_cf.encode_event(event)))
 
 
 @dataclass

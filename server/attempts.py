@@ -7,7 +7,8 @@ again with `attempt + 1` (at once, or after a nack's backoff, kept in the dispat
 `delayed` heap) or, when this was its last allowed attempt, queued in `dying`.
 `move_dead_letters` then hands those to the engine without the lock (the engine may be
 another process, and the move waits for its group commit). Attempt counts live in
-memory: after a restart they start again at 1.
+memory, and in each message's trace (server.delivery_trace), from which a restarted
+hub carries them on.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ def fail(
     assert entry.owner is not None
     entry.owner.in_flight -= 1
     entry.owner = None
+    topic.hub.trace.failed(message_id, entry.attempt, reason)
     limit = topic.hub.engine.max_attempts(message_id)
     if limit and entry.attempt >= limit:
         del topic.entries[message_id]

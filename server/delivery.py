@@ -43,6 +43,7 @@ import structlog
 from engine import metrics
 from engine.engine import Engine
 from server import attempts
+from server.delivery_trace import DeliveryTrace
 from server.limits import PerKeyLimit
 from wheels.domain import FiredTimer, InvalidArgument, Overloaded, ShuttingDown
 from wheels.settings import Settings
@@ -73,6 +74,7 @@ class Subscriber:
     topic: str
     max_in_flight: int
     identity: str = ""  # who it counts against (server.limits.caller_identity)
+    name: str = ""  # who it is in message traces (SubscribeRequest.consumer, or the peer)
     in_flight: int = 0
     closed: bool = False
     _dispatcher: _Topic | None = field(default=None, repr=False)
@@ -134,19 +136,23 @@ class _Topic:
         return count
 
     def refill(self, wanted: int) -> None:
-        """Read newly fired messages from the store when it may have some and room exists."""
-        if not self.dirty or len(self.fresh) >= wanted:
-            return
-        limit = min(max(wanted - len(self.fresh), self.hub.settings.delivery_batch_max), MAX_FETCH)
-        fetched = self.hub.engine.fetch_fired(self.name, self.cursor, limit)
-        self.dirty = len(fetched) == limit  # a full read: more may be waiting
-        for fired in fetched:
-            message_id = fired.timer.message_id
-            if message_id not in self.entries:
-                self.entries[message_id] = _Entry(fired)
-                self.fresh.append(message_id)
-        if fetched:
-            self.cursor = fetched[-1].seq
+        """Read newly fired messages from the store when it may have some and room exists
+        (again when a read's entries went to their dead-letter topics instead)."""
+        while self.dirty and len(self.fresh) < wanted:
+            limit = min(
+                max(wanted - len(self.fresh), self.hub.settings.delivery_batch_max), MAX_FETCH
+            )
+            fetched = self.hub.engine.fetch_fired(self.name, self.cursor, limit)
+            self.dirty = len(fetched) == limit  # a full read: more may be waiting
+            new = []
+            for fired in fetched:
+                message_id = fired.timer.message_id
+                if message_id not in self.entries:
+                    self.entries[message_id] = entry = _Entry(fired)
+                    new.append((message_id, entry))
+            self.fresh.extend(m for m, _ in self.hub.restore_attempts(self, new))
+            if fetched:
+                self.cursor = fetched[-1].seq
 
     def take(self, subscriber: Subscriber, room: int, now_ms: int) -> list[Delivered]:
         """Up to `room` messages (redeliveries first) for `subscriber`, within batch limits."""
@@ -170,6 +176,7 @@ class _Topic:
         if ids:
             subscriber.in_flight += len(ids)
             self.deadlines.append((deadline_ms, subscriber, ids))
+            self.hub.trace.delivered(ids, [d.attempt for d in batch], subscriber.name)
             recorder = metrics.recorder()
             if recorder.enabled:
                 recorder.delivered(batch, metrics.wall_ms() + settings.clock_offset_ms)
@@ -216,6 +223,10 @@ class DeliveryHub:
         self._per_caller = PerKeyLimit(limit, "max_subscribers_per_peer")
         self._closed = False
         self._fired: queue.SimpleQueue[set[str] | None] = queue.SimpleQueue()
+        self.trace = DeliveryTrace(engine)
+        # Messages fired before this instant may have been delivered by an earlier hub
+        # (before a restart): their attempt counts are read back (restore_attempts).
+        self._started_at_ms = engine.now_ms()
         recovered = engine.ready_topics()
         for topic in recovered:
             self._topic(topic)
@@ -231,9 +242,12 @@ class DeliveryHub:
         log.info("delivery_started", recovered_topics=len(recovered), unacked=engine.unacked())
 
     # -- subscribing ----------------------------------------------------------------------
-    def subscribe(self, topic: str, max_in_flight: int, identity: str = "") -> Subscriber:
-        """A new stream of `topic` for the caller `identity`; Overloaded beyond
-        `max_subscribers` in all or `max_subscribers_per_peer` for this caller."""
+    def subscribe(
+        self, topic: str, max_in_flight: int, identity: str = "", name: str = ""
+    ) -> Subscriber:
+        """A new stream of `topic` for the caller `identity`, shown in traces as `name`;
+        Overloaded beyond `max_subscribers` in all or `max_subscribers_per_peer` for this
+        caller."""
         validate_topic(topic, self.settings)
         limit = self.settings.max_in_flight_limit
         if not 0 <= max_in_flight <= limit:
@@ -241,7 +255,7 @@ class DeliveryHub:
                 "max_in_flight", max_in_flight, f"must be 0..{limit} (0 means the default)"
             )
         default = self.settings.max_in_flight_default
-        subscriber = Subscriber(topic, max_in_flight or default, identity)
+        subscriber = Subscriber(topic, max_in_flight or default, identity, name or identity)
         with self._lock:
             if self._closed:
                 raise ShuttingDown("the server is shutting down")
@@ -272,6 +286,7 @@ class DeliveryHub:
         try:
             return self._next_batch(dispatcher, subscriber, timeout_s)
         finally:
+            self.trace.flush()  # first: a failed attempt is traced before its dead-lettering
             if dispatcher.dying:  # ack timeouts that ran out of attempts
                 attempts.move_dead_letters(self.engine, dispatcher)
 
@@ -316,6 +331,7 @@ class DeliveryHub:
             self._subscribers -= 1
             self._per_caller.release(subscriber.identity)
             self._free_if_idle(dispatcher)
+        self.trace.flush()
         if dispatcher.dying:
             attempts.move_dead_letters(self.engine, dispatcher)
         if returned:
@@ -355,9 +371,35 @@ class DeliveryHub:
             nacked, dead = attempts.nack(dispatcher, message_ids, redeliver_at_ms, reason)
             if nacked:
                 dispatcher.cond.notify_all()
+        self.trace.flush()
         if dead:
             attempts.move_dead_letters(self.engine, dispatcher)
         return nacked, dead
+
+    def restore_attempts(
+        self, dispatcher: _Topic, new: list[tuple[str, _Entry]]
+    ) -> list[tuple[str, _Entry]]:
+        """Entries read from the store, with the attempt counts of earlier deliveries
+        (from their traces) carried on: the next attempt after n delivered is n + 1, and
+        one already at its last allowed attempt goes to its dead-letter topic. Returns
+        the entries to deliver. Call with the dispatcher's lock held."""
+        older = [m for m, e in new if e.fired.timer.fired_at_ms <= self._started_at_ms]
+        made = self.engine.delivery_attempts(older) if older else {}
+        if not made:
+            return new
+        deliver = []
+        for message_id, entry in new:
+            if message_id in made:
+                entry.attempt = made[message_id]
+                limit = self.engine.max_attempts(message_id)
+                if limit and entry.attempt >= limit:
+                    del dispatcher.entries[message_id]
+                    reason = "attempts used up before a restart"
+                    dispatcher.dying.append((message_id, entry, reason))
+                    continue
+                entry.attempt += 1
+            deliver.append((message_id, entry))
+        return deliver
 
     def unacked(self) -> int:
         """Fired, not yet acked messages, service-wide."""
@@ -382,6 +424,7 @@ class DeliveryHub:
             self._fired.put(None)
             self._thread.join(timeout=5)
         try:
+            self.trace.flush()  # the last attempts, so a restart carries them on
             unacked: int | None = self.unacked()
         except ShuttingDown:  # the engine (another process) is already gone
             unacked = None

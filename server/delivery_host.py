@@ -59,9 +59,10 @@ class DeliveryHost:
         raise AttributeError(f"delivery method {method!r} is not callable remotely")
 
     def _subscribe(
-        self, context: CallContext, topic: str, max_in_flight: int, identity: str = ""
-    ) -> int:
-        subscriber = self._hub.subscribe(topic, max_in_flight, identity)
+        self, context: CallContext, topic: str, max_in_flight: int, identity: str = "",
+        name: str = "",
+    ) -> int:  # fmt: skip
+        subscriber = self._hub.subscribe(topic, max_in_flight, identity, name)
         number = next(self._numbers)
         with self._lock:
             self._subscribers[number] = subscriber

@@ -36,9 +36,11 @@ class RemoteHub:
         self._unary = CallClient(socket_path, authkey, "delivery")
         self._closed = False
 
-    def subscribe(self, topic: str, max_in_flight: int, identity: str = "") -> RemoteSubscriber:
+    def subscribe(
+        self, topic: str, max_in_flight: int, identity: str = "", name: str = ""
+    ) -> RemoteSubscriber:
         self._check_open()
-        number = self._streams.call("subscribe", topic, max_in_flight, identity)
+        number = self._streams.call("subscribe", topic, max_in_flight, identity, name)
         return RemoteSubscriber(number, self._unary)
 
     def next_batch(

@@ -7,8 +7,9 @@ and dead-letter move happens inside the call that causes it and the model can pr
 the hub exactly. Properties checked after every step:
 - a delivered message has fired, never before its time; it is not acked, not dead, not
   in flight at anyone else, and not inside a nack's backoff;
-- its attempt number is its failed attempts since the last (re)open, plus one
-  (attempt counts are kept in memory; see server/attempts.py);
+- its attempt number is its failed attempts, plus one; a reopen fails what was in
+  flight, and attempt counts carry on across it (from the traces: server/delivery_trace.py);
+  one whose reopen used up its last attempt goes to its DLQ when its topic is next read;
 - a subscriber with room gets as many as it has room for, up to what is available;
 - a message that fails its max_attempts-th attempt (nack, ack timeout, stream end)
   appears on its topic's DLQ exactly once, with that attempt count, and never again on
@@ -47,8 +48,8 @@ class Msg:
     topic: str
     deliver_at_ms: int
     limit: int  # max_attempts (0: unlimited)
-    state: str = "scheduled"  # scheduled | fired | acked | dead
-    failures: int = 0  # failed attempts since the last (re)open
+    state: str = "scheduled"  # scheduled | fired | doomed | acked | dead
+    failures: int = 0  # failed attempts (doomed: a reopen used up its last one)
     holder: int | None = None  # the subscriber it is in flight at
     deadline_ms: int = 0  # its ack deadline while in flight
     backoff_until_ms: int = 0  # a nack's backoff: not delivered before
@@ -120,6 +121,8 @@ class DeliveryModel(RuleBasedStateMachine):
                 mid = fired.timer.message_id
                 assert mid not in self.dlq_seen, f"{mid} twice on {dlq}"
                 msg = self.msgs[mid]
+                if msg.state == "doomed":  # moved as its topic was read after a reopen
+                    msg.state = "dead"
                 assert msg.state == "dead" and msg.topic == topic, (mid, msg)
                 properties = fired.timer.properties
                 assert properties["timerwheel.dead_letter.topic"] == topic
@@ -197,7 +200,7 @@ class DeliveryModel(RuleBasedStateMachine):
         """An ack of any id, held or not, on its topic: only a FIRED one is acked."""
         mid = data.draw(st.sampled_from(sorted(self.msgs)))
         msg = self.msgs[mid]
-        expected = int(msg.state == "fired")
+        expected = int(msg.state in ("fired", "doomed"))
         assert self.hub.ack(msg.topic, [mid]) == expected, (mid, msg)
         if expected:
             msg.state, msg.holder = "acked", None
@@ -230,15 +233,20 @@ class DeliveryModel(RuleBasedStateMachine):
 
     @rule(down_ms=st.sampled_from([0, 1_500]))
     def reopen(self, down_ms: int) -> None:
-        """Close and reopen: streams end, un-acked fired messages are delivered again with
-        attempt 1 (counts are in memory), backoffs are forgotten."""
+        """Close and reopen: streams end (what they held failed an attempt), un-acked
+        fired messages are delivered again with their attempt counts carried on, and
+        backoffs are forgotten."""
         self.hub.close()
         self.engine.close()
         self.subs.clear()
         self.clock.advance(down_ms)
         self._open()
         for msg in self.msgs.values():
-            msg.holder, msg.failures, msg.backoff_until_ms = None, 0, 0
+            if msg.holder is not None:
+                msg.failures += 1
+                if msg.limit and msg.failures >= msg.limit:
+                    msg.state = "doomed"
+            msg.holder, msg.backoff_until_ms = None, 0
         self._fire_due()
 
     @rule()
@@ -269,7 +277,7 @@ class DeliveryModel(RuleBasedStateMachine):
 
     @invariant()
     def backlog_is_what_is_fired_and_not_acked(self) -> None:
-        fired = sum(1 for m in self.msgs.values() if m.state == "fired")
+        fired = sum(1 for m in self.msgs.values() if m.state in ("fired", "doomed"))
         dlq = len(self.dlq_seen)  # dead letters wait, fired, on their DLQ topics
         assert self.engine.unacked() == fired + dlq
 

@@ -1,0 +1,40 @@
+"""Delivery events for message traces: the writer operation that stores them.
+
+Deliveries happen outside the writer (server.delivery, possibly another process), which
+reports them in batches as plain tuples (id, kind, attempt, text): cheap to pickle
+across processes. The writer stamps them with its clock when it applies them, like
+every other event of a trace, so an attempt's time is when the server recorded it:
+within a group commit of the delivery, and never before the fire or after the ack
+that the same delivery led to (the subscriber's ack is submitted after it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.ops import Op, WriterContext, stage_trace
+from store.batch import StagedBatch
+from wheels.trace import TraceEvent, TraceKind
+
+DeliveryEvent = tuple[str, int, int, str]  # (message id, TraceKind, attempt, text)
+
+
+@dataclass
+class TraceOp(Op):
+    """DELIVERED (text: the subscriber) and NACKED (text: why) events of many messages."""
+
+    events: list[DeliveryEvent] = field(default_factory=list)
+
+    @property
+    def weight(self) -> int:
+        return len(self.events)
+
+    def apply(self, ctx: WriterContext, batch: StagedBatch, now_ms: int) -> int:
+        for message_id, kind, attempt, text in self.events:
+            delivered = kind == TraceKind.DELIVERED
+            event = TraceEvent(
+                TraceKind(kind), now_ms, attempt=attempt,
+                subscriber=text if delivered else "", detail="" if delivered else text,
+            )  # fmt: skip
+            stage_trace(batch, message_id, event)
+        return len(self.events)

@@ -1,0 +1,142 @@
+"""Message traces through the engine and the delivery hub, in virtual time on real RocksDB:
+what `Get(include_trace)` shows for each path a timer can take, and that traces and
+attempt counts survive a restart (the hub and engine run without threads, so every
+fire, delivery and trace write happens inside the call that causes it)."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.engine import Engine
+from server.delivery import DeliveryHub
+from wheels.clock import VirtualClock
+from wheels.domain import SendOptions, SendSpec, When, WhenKind
+from wheels.settings import Settings
+from wheels.trace import TraceKind
+
+K = TraceKind
+T0 = 1_700_000_000_000
+HOUR_MS = 3_600_000
+
+
+class World:
+    def __init__(self, data_dir: str) -> None:
+        self.clock = VirtualClock(T0)
+        self.settings = Settings(data_dir=data_dir, sync_writes=False, ack_timeout_ms=60_000)
+        self.open()
+
+    def open(self) -> None:
+        self.engine = Engine(self.settings, self.clock, background=False)
+        self.hub = DeliveryHub(self.engine, self.settings, self.clock.now_ms, background=False)
+
+    def close(self) -> None:
+        self.hub.close()
+        self.engine.close()
+
+    def reopen(self) -> None:
+        self.close()
+        self.open()
+
+    def run_until(self, t_ms: int, step_ms: int = 20_000) -> None:
+        """Time passes in steps, the engine doing what each moment asks (cascades first)."""
+        while self.clock.now_ms() < t_ms:
+            self.clock.advance(min(step_ms, t_ms - self.clock.now_ms()))
+            self.engine.run_until_idle()
+
+    def trace(self, message_id: str) -> list[tuple]:
+        self.engine.run_until_idle()  # delivery events are written without waiting
+        timer = self.engine.get(message_id, include_trace=True)
+        return [
+            (e.kind, e.wheel, e.from_wheel, e.attempt, e.subscriber, e.detail) for e in timer.trace
+        ]
+
+
+@pytest.fixture
+def world(tmp_path):
+    made = World(str(tmp_path / "data"))
+    yield made
+    made.close()
+
+
+def test_a_timer_cascaded_fired_redelivered_once_and_acked_and_after_a_restart(world):
+    sent = world.engine.send(SendSpec("jobs", b"x", When(WhenKind.DELAY, 3 * HOUR_MS)))
+    world.run_until(sent.deliver_at_ms)
+    subscriber = world.hub.subscribe("jobs", 5, name="worker-1")
+    [first] = world.hub.next_batch(subscriber, timeout_s=0)
+    assert world.hub.nack("jobs", [sent.message_id], reason="db down") == (1, 0)
+    [second] = world.hub.next_batch(subscriber, timeout_s=0)
+    assert (first.attempt, second.attempt) == (1, 2)
+    assert world.hub.ack("jobs", [sent.message_id]) == 1
+    expected = [
+        (K.SENT, "hour", "", 0, "", ""),
+        (K.CASCADED, "minute", "hour", 0, "", ""),
+        (K.CASCADED, "second", "minute", 0, "", ""),
+        (K.FIRED, "second", "", 0, "", ""),
+        (K.DELIVERED, "", "", 1, "worker-1", ""),
+        (K.NACKED, "", "", 1, "", "db down"),
+        (K.DELIVERED, "", "", 2, "worker-1", ""),
+        (K.ACKED, "", "", 0, "", ""),
+    ]
+    assert world.trace(sent.message_id) == expected
+    timer = world.engine.get(sent.message_id, include_trace=True)
+    times = [e.at_ms for e in timer.trace]
+    assert times == sorted(times) and times[0] == timer.created_at_ms
+    assert times[3] == timer.fired_at_ms and times[-1] == timer.acked_at_ms
+    assert times[1] < sent.deliver_at_ms - 5 * 60_000  # the hour cascade's lead
+    assert timer.attempts == 2
+    assert world.engine.get(sent.message_id).trace == ()  # only when asked for
+
+    world.reopen()
+    assert world.trace(sent.message_id) == expected
+
+
+def test_attempt_counts_carry_on_across_a_restart(world):
+    sent = world.engine.send(SendSpec("jobs", b"x", When(WhenKind.DELAY, 0)))
+    subscriber = world.hub.subscribe("jobs", 5, name="a")
+    [delivered] = world.hub.next_batch(subscriber, timeout_s=0)
+    assert delivered.attempt == 1
+    world.reopen()  # never acked: that attempt failed
+    subscriber = world.hub.subscribe("jobs", 5, name="b")
+    [again] = world.hub.next_batch(subscriber, timeout_s=0)
+    assert (again.fired.timer.message_id, again.attempt) == (sent.message_id, 2)
+    assert world.trace(sent.message_id)[-2:] == [
+        (K.DELIVERED, "", "", 1, "a", ""),
+        (K.DELIVERED, "", "", 2, "b", ""),
+    ]
+    assert world.engine.get(sent.message_id, include_trace=True).attempts == 2
+
+
+def test_a_message_whose_last_attempt_was_before_a_restart_goes_to_its_dead_letters(world):
+    options = SendOptions(max_attempts=1)
+    sent = world.engine.send(SendSpec("jobs", b"x", When(WhenKind.DELAY, 0), options=options))
+    other = world.engine.send(SendSpec("jobs", b"y", When(WhenKind.DELAY, 0)))
+    subscriber = world.hub.subscribe("jobs", 1, name="a")
+    [delivered] = world.hub.next_batch(subscriber, timeout_s=0)
+    assert delivered.fired.timer.message_id == sent.message_id
+    world.reopen()
+    subscriber = world.hub.subscribe("jobs", 5, name="b")
+    batch = world.hub.next_batch(subscriber, timeout_s=0)
+    assert [(d.fired.timer.message_id, d.attempt) for d in batch] == [(other.message_id, 1)]
+    dead = world.engine.get(sent.message_id, include_trace=True)
+    assert dead.topic == "jobs.dlq"
+    assert dead.properties["timerwheel.dead_letter.attempts"] == "1"
+    assert [e[0] for e in world.trace(sent.message_id)] == [
+        K.SENT, K.FIRED, K.DELIVERED, K.DEAD_LETTERED, K.FIRED,
+    ]  # fmt: skip
+    assert world.trace(sent.message_id)[3][5] == "jobs.dlq"
+    assert dead.attempts == 0  # none yet in the dead-letter topic
+
+
+def test_a_rescheduled_then_cancelled_timer(world):
+    sent = world.engine.send(SendSpec("jobs", b"x", When(WhenKind.DELAY, 30_000)))
+    world.clock.advance(1_000)
+    world.engine.reschedule(sent.message_id, When(WhenKind.DELAY, 2 * HOUR_MS))
+    world.clock.advance(1_000)
+    world.engine.cancel(sent.message_id)
+    assert world.trace(sent.message_id) == [
+        (K.SENT, "second", "", 0, "", ""),
+        (K.RESCHEDULED, "hour", "", 0, "", ""),
+        (K.CANCELLED, "", "", 0, "", ""),
+    ]
+    timer = world.engine.get(sent.message_id, include_trace=True)
+    assert timer.trace[1].deliver_at_ms == timer.deliver_at_ms
