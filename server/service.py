@@ -34,7 +34,8 @@ from wheels.domain import (
     When,
     WhenKind,
 )
-from wheels.validation import validate_ack_count
+from wheels.trace import TraceEvent
+from wheels.validation import validate_ack_count, validate_consumer_name
 
 NO_UPPER_BOUND_MS = 2**63 - 1  # List with to_ms=0: every pending timer from from_ms on
 
@@ -140,7 +141,17 @@ def timer_message(timer: Timer, include_body: bool = True) -> pb.TimerMessage:
         cancelled_at_ms=timer.cancelled_at_ms,
         repeat=repeat_message(timer.repeat) if timer.repeat is not None else None,
         next_occurrence=timer.next_occurrence,
+        trace=[trace_event(event) for event in timer.trace],
+        attempts=timer.attempts,
     )
+
+
+def trace_event(event: TraceEvent) -> pb.TraceEvent:
+    return pb.TraceEvent(
+        kind=int(event.kind), at_ms=event.at_ms, wheel=event.wheel,
+        from_wheel=event.from_wheel, attempt=event.attempt, subscriber=event.subscriber,
+        detail=event.detail, deliver_at_ms=event.deliver_at_ms,
+    )  # fmt: skip
 
 
 def delivery_batch(batch: list[Delivered]) -> pb.DeliveryBatch:
@@ -209,7 +220,7 @@ class TimerService(pb_grpc.TimerServiceServicer):
 
     def Get(self, request: pb.GetRequest, context: grpc.ServicerContext) -> pb.TimerMessage:
         with rpc_errors(context, "Get"):
-            timer = self._engine.get(request.message_id)
+            timer = self._engine.get(request.message_id, request.include_trace)
             size = len(timer.body) if request.include_body else 0
             with self._budget.hold(size, "Get response"):
                 return timer_message(timer, request.include_body)
@@ -259,8 +270,9 @@ class TimerService(pb_grpc.TimerServiceServicer):
         self, request: pb.SubscribeRequest, context: grpc.ServicerContext
     ) -> Iterator[pb.DeliveryBatch]:
         with rpc_errors(context, "Subscribe"):
+            name = validate_consumer_name(request.consumer) or context.peer()
             subscriber = self._hub.subscribe(
-                request.topic, request.max_in_flight, caller_identity(context)
+                request.topic, request.max_in_flight, caller_identity(context), name
             )
             # Runs when the stream ends in any way (client gone, cancelled, deadline).
             context.add_callback(subscriber.close)

@@ -1,5 +1,6 @@
-"""The issue 13 RPCs through `timerwheel serve --workers 1`: each call crosses from a gRPC
-worker process to the engine or delivery process, and still behaves as in one process."""
+"""The issue 13 RPCs, and message traces, through `timerwheel serve --workers 1`: each call
+crosses from a gRPC worker process to the engine or delivery process, and still behaves as
+in one process."""
 
 from __future__ import annotations
 
@@ -21,6 +22,12 @@ def test_nack_dead_letters_series_reschedule_and_count_across_processes(tmp_path
             assert (response.nacked, response.dead_lettered) == (1, 1)
             [letter] = dead.wait_count(1)
             assert letter.properties["timerwheel.dead_letter.reason"] == "broken"
+            traced = client.get(message_id, include_trace=True)  # written by the engine
+            assert [pb.TraceKind.Name(e.kind).removeprefix("TRACE_") for e in traced.trace] == [
+                "SENT", "FIRED", "DELIVERED", "NACKED", "DEAD_LETTERED", "FIRED", "DELIVERED",
+                "ACKED",
+            ]  # fmt: skip
+            assert traced.trace[4].detail == "jobs.dlq" and traced.attempts == 1
 
             client.send("ticks", b"t", message_id="s", repeat=pb.Repeat(every_ms=100, max_count=2))
             assert [d.message_id for d in ticks.wait_count(2)] == ["s#1", "s#2"]

@@ -117,8 +117,13 @@ class AsyncClient:
         response = await self._unary(self.service.Cancel, pb.CancelRequest(message_id=message_id))
         return State(response.state)
 
-    async def get(self, message_id: str, include_body: bool = True) -> TimerInfo:
-        request = pb.GetRequest(message_id=message_id, include_body=include_body)
+    async def get(
+        self, message_id: str, include_body: bool = True, include_trace: bool = False
+    ) -> TimerInfo:
+        """As `Client.get`: with `include_trace`, `.trace` lists the timer's life."""
+        request = pb.GetRequest(
+            message_id=message_id, include_body=include_body, include_trace=include_trace
+        )
         return TimerInfo(await self._unary(self.service.Get, request))
 
     async def list(
@@ -143,9 +148,12 @@ class AsyncClient:
             if not token:
                 return
 
-    def subscribe(self, topic: str, max_in_flight: int = 0) -> AsyncSubscription:
-        """Open a stream of fired messages (no deadline); `async for` it for batches."""
-        request = pb.SubscribeRequest(topic=topic, max_in_flight=max_in_flight)
+    def subscribe(
+        self, topic: str, max_in_flight: int = 0, consumer: str = ""
+    ) -> AsyncSubscription:
+        """Open a stream of fired messages (no deadline); `async for` it for batches.
+        `consumer` names this subscriber in message traces (default: its address)."""
+        request = pb.SubscribeRequest(topic=topic, max_in_flight=max_in_flight, consumer=consumer)
         return AsyncSubscription(self.service.Subscribe(request))
 
     async def ack(self, topic: str, message_ids: Iterable[str]) -> int:

@@ -132,13 +132,16 @@ class Client:
         response = self._unary(self.service.Cancel, pb.CancelRequest(message_id=message_id))
         return State(response.state)
 
-    def get(self, message_id: str, include_body: bool = True) -> TimerInfo:
-        """The timer in any state; `.state` is a `State` (`.state.name == "FIRED"`)."""
-        return TimerInfo(
-            self._unary(
-                self.service.Get, pb.GetRequest(message_id=message_id, include_body=include_body)
-            )
+    def get(
+        self, message_id: str, include_body: bool = True, include_trace: bool = False
+    ) -> TimerInfo:
+        """The timer in any state; `.state` is a `State` (`.state.name == "FIRED"`). With
+        `include_trace`, `.trace` lists its life as `TraceEvent`s (sent, cascades, fired,
+        each delivery attempt, acked or cancelled) and `.attempts` counts deliveries."""
+        request = pb.GetRequest(
+            message_id=message_id, include_body=include_body, include_trace=include_trace
         )
+        return TimerInfo(self._unary(self.service.Get, request))
 
     def list(
         self, topic: str, from_ms: int = 0, to_ms: int = 0, limit: int = 0, page_token: str = "",
@@ -166,11 +169,11 @@ class Client:
             if not token:
                 return
 
-    def subscribe(self, topic: str, max_in_flight: int = 0) -> Subscription:
-        """Open a stream of fired messages (no deadline); iterate it for batches."""
-        return Subscription(
-            self.service.Subscribe(pb.SubscribeRequest(topic=topic, max_in_flight=max_in_flight))
-        )
+    def subscribe(self, topic: str, max_in_flight: int = 0, consumer: str = "") -> Subscription:
+        """Open a stream of fired messages (no deadline); iterate it for batches.
+        `consumer` names this subscriber in message traces (default: its address)."""
+        request = pb.SubscribeRequest(topic=topic, max_in_flight=max_in_flight, consumer=consumer)
+        return Subscription(self.service.Subscribe(request))
 
     def ack(self, topic: str, message_ids: Iterable[str]) -> int:
         request = pb.AckRequest(topic=topic, message_ids=list(message_ids))

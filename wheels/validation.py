@@ -35,6 +35,20 @@ def validate_topic(topic: str, settings: Settings, field: str = "topic") -> str:
     return topic
 
 
+MAX_CONSUMER_NAME = 128
+
+
+def validate_consumer_name(name: str) -> str:
+    """A subscriber's name as traces show it: short and printable (or empty)."""
+    if len(name) > MAX_CONSUMER_NAME:
+        raise InvalidArgument(
+            "consumer", name, f"is {len(name)} characters; at most {MAX_CONSUMER_NAME}"
+        )
+    if not name.isprintable():
+        raise InvalidArgument("consumer", name, "must hold only printable characters")
+    return name
+
+
 @lru_cache(maxsize=4096)
 def _topic_problem(topic: str) -> str:
     """Why `topic` (already within max_topic_len) is refused, '' when it is fine. Cached:

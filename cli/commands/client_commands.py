@@ -5,7 +5,7 @@
     timerwheel send --topic orders --body hi --level 3               # RocketMQ 4: 10s
     timerwheel send --topic jobs --id nightly --cron '0 5 * * *' --tz Europe/Paris
     timerwheel send --topic jobs --id debounce-7 --delay 30s --if-exists replace
-    timerwheel get MESSAGE_ID [--json] [--body]                      # --body: only the body
+    timerwheel get MESSAGE_ID [--json] [--body] [--trace]            # --body: only the body
     timerwheel cancel MESSAGE_ID
     timerwheel list --topic orders [--from +0s] [--to +1h] [--limit 100] [--all] [--json]
     timerwheel stats [--json]
@@ -80,6 +80,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     get.add_argument(
         "--body", action="store_true",
         help="print only the body, as stored (with --json: add it to the object)",
+    )  # fmt: skip
+    get.add_argument(
+        "--trace", action="store_true",
+        help="also print its life: sent, cascades, fired, each delivery attempt, acked",
     )  # fmt: skip
 
     cancel = add_client_parser(subparsers, "cancel", "cancel a scheduled timer", _cancel)
@@ -196,16 +200,27 @@ _EXISTED = {  # what an idempotent retry means for each state the stored timer c
 
 
 def _get(client, args: argparse.Namespace) -> int:
-    message = client.get(args.message_id, include_body=args.body)
+    from cli.trace_view import trace_dicts, trace_lines  # protos: only when a command runs
+
+    message = client.get(args.message_id, include_body=args.body, include_trace=args.trace)
     if args.body and not args.json:
         sys.stdout.buffer.write(message.body)
         sys.stdout.flush()
         return 0
     if args.json:
-        print(json.dumps(message_dict(message, args.body)))
+        out = message_dict(message, args.body)
+        if args.trace:
+            out["attempts"] = message.attempts
+            out["trace"] = trace_dicts(message.proto)
+        print(json.dumps(out))
         return 0
     for label, value in human_lines(message):
         print(f"{label:<14}{value}")
+    if args.trace:
+        print(f"{'attempts':<14}{message.attempts}")
+        print("trace")
+        for line in trace_lines(message.proto, format_ms):
+            print(f"  {line}")
     return 0
 
 
