@@ -311,24 +311,28 @@ class Engine:
         token = keys.encode_page_token(page.next_after) if page.next_after else ""
         return timers, token
 
-    def fetch_fired(self, topic: str, after_seq: int, limit: int) -> list[FiredTimer]:
+    def fetch_fired(
+        self, topic: str, after_seq: int, limit: int, max_bytes: int = 0
+    ) -> list[FiredTimer]:
         """Fired, un-acked messages of `topic` after fire sequence `after_seq`, in fire order.
 
         Served from memory when the fired records are still cached (the usual case for a
         consumer that keeps up), else from the `ready` column family.
         """
-        cached = self._fired_cache.read(topic, after_seq, limit)
-        return cached if cached is not None else self._store.read_ready(topic, after_seq, limit)
+        cached = self._fired_cache.read(topic, after_seq, limit, max_bytes)
+        if cached is not None:
+            return cached
+        return self._store.read_ready(topic, after_seq, limit, max_bytes)
 
     def fetch_fired_raw(
-        self, topic: str, after_seq: int, limit: int
+        self, topic: str, after_seq: int, limit: int, max_bytes: int = 0
     ) -> list[tuple[int, bytes, bytes]]:
         """`fetch_fired` undecoded, (fire seq, message id, record): what another process
         reads, so decoding happens there and not on this process's GIL."""
-        cached = self._fired_cache.read_raw(topic, after_seq, limit)
+        cached = self._fired_cache.read_raw(topic, after_seq, limit, max_bytes)
         if cached is not None:
             return cached
-        return self._store.read_ready_raw(topic, after_seq, limit)
+        return self._store.read_ready_raw(topic, after_seq, limit, max_bytes)
 
     def ready_topics(self) -> list[str]:
         return self._store.ready_topics()

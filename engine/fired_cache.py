@@ -80,17 +80,22 @@ class FiredCache:
         with self._lock:
             return self._bytes
 
-    def read(self, topic: str, after_seq: int, limit: int) -> list[FiredTimer] | None:
+    def read(
+        self, topic: str, after_seq: int, limit: int, max_bytes: int = 0
+    ) -> list[FiredTimer] | None:
         """Fired entries above `after_seq`, or None when the cache cannot answer."""
-        picked = self.read_raw(topic, after_seq, limit)
+        picked = self.read_raw(topic, after_seq, limit, max_bytes)
         if picked is None:
             return None
         return [
             FiredTimer(seq, records.decode_timer(mid.decode(), raw)) for seq, mid, raw in picked
         ]
 
-    def read_raw(self, topic: str, after_seq: int, limit: int) -> list[FiredEntry] | None:
-        """`read`, undecoded: (fire seq, message id, record) entries."""
+    def read_raw(
+        self, topic: str, after_seq: int, limit: int, max_bytes: int = 0
+    ) -> list[FiredEntry] | None:
+        """`read`, undecoded: (fire seq, message id, record) entries; at most `limit`, and
+        records of about `max_bytes` when given (as `TimerStore.read_ready_raw`)."""
         with self._lock:
             if after_seq < self._floors.get(topic, self._start_seq):
                 return None
@@ -107,10 +112,8 @@ class FiredCache:
                     retired.discard(dropped[0])
             # What was dropped is no longer here: an earlier cursor must go to RocksDB.
             self._floors[topic] = max(after_seq, self._floors.get(topic, self._start_seq))
-            if not retired:
-                return list(islice(entries, limit))
-            live = (entry for entry in entries if entry[0] not in retired)
-            return list(islice(live, limit))
+            live = entries if not retired else (e for e in entries if e[0] not in retired)
+            return _within(live, limit, max_bytes)
 
     def _drop_largest(self) -> None:
         topic = max(self._topic_bytes, key=self._topic_bytes.__getitem__)
@@ -120,3 +123,16 @@ class FiredCache:
         self._size -= len(entries)
         if entries:
             self._floors[topic] = entries[-1][0]
+
+
+def _within(entries, limit: int, max_bytes: int) -> list[FiredEntry]:
+    """The first entries, up to `limit` and (when given) until `max_bytes` of records."""
+    if not max_bytes:
+        return list(islice(entries, limit))
+    picked, held = [], 0
+    for entry in islice(entries, limit):
+        picked.append(entry)
+        held += len(entry[2])
+        if held >= max_bytes:
+            break
+    return picked

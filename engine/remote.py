@@ -49,11 +49,14 @@ class RemoteEngine:
         future.set_result(self._calls.call("submit_sends", op))
         return future
 
-    def fetch_fired(self, topic: str, after_seq: int, limit: int) -> list[FiredTimer]:
+    def fetch_fired(
+        self, topic: str, after_seq: int, limit: int, max_bytes: int = 0
+    ) -> list[FiredTimer]:
         """Read undecoded from the engine process and decoded here, off its GIL."""
+        rows = self._calls.call("fetch_fired_raw", topic, after_seq, limit, max_bytes)
         return [
             FiredTimer(seq, records.decode_delivery(message_id.decode(), raw), raw)
-            for seq, message_id, raw in self._calls.call("fetch_fired_raw", topic, after_seq, limit)
+            for seq, message_id, raw in rows
         ]
 
     def add_fired_listener(self, listener: Callable[[set[str]], None]) -> None:

@@ -36,7 +36,7 @@ def fail(
     topic.hub.trace.failed(message_id, entry.attempt, reason)
     limit = topic.hub.engine.max_attempts(message_id)
     if limit and entry.attempt >= limit:
-        del topic.entries[message_id]
+        topic.untrack(message_id)
         topic.dying.append((message_id, entry, reason))
         return True
     entry.attempt += 1
@@ -83,6 +83,7 @@ def move_dead_letters(engine, topic: _Topic) -> None:
         except (ShuttingDown, Overloaded) as exc:
             log.warning("dead_letter_refused", message_id=message_id, error=str(exc))
             with topic.cond:
-                topic.entries.setdefault(message_id, entry)
+                if message_id not in topic.entries:
+                    topic.track(message_id, entry)
                 topic.redeliver.append(message_id)
                 topic.cond.notify_all()

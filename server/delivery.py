@@ -113,6 +113,7 @@ class _Topic:
         self.delayed: list[tuple[int, str]] = []  # heap of (redeliver at ms, id): nack backoff
         self.dying: list[tuple[str, _Entry, str]] = []  # out of attempts: (id, entry, reason)
         self.subscribers = 0
+        self.held_bytes = 0  # bodies of `entries`, counted in the hub's budget too
 
     # -- called with cond held ------------------------------------------------------------
     def expire(self, now_ms: int) -> None:
@@ -136,23 +137,43 @@ class _Topic:
         return count
 
     def refill(self, wanted: int) -> None:
-        """Read newly fired messages from the store when it may have some and room exists
-        (again when a read's entries went to their dead-letter topics instead)."""
+        """Read newly fired messages from the store when it may have some and room exists:
+        room for `wanted` more, and bytes in the hub's budget (a topic holding nothing may
+        read one message whatever its size). Reads go on while they return something,
+        since a read cut at its byte budget leaves more behind."""
+        settings = self.hub.settings
         while self.dirty and len(self.fresh) < wanted:
-            limit = min(
-                max(wanted - len(self.fresh), self.hub.settings.delivery_batch_max), MAX_FETCH
-            )
-            fetched = self.hub.engine.fetch_fired(self.name, self.cursor, limit)
-            self.dirty = len(fetched) == limit  # a full read: more may be waiting
+            room_bytes = self.hub.delivery_room_bytes()
+            if room_bytes <= 0 and self.entries:
+                return  # the hub holds its budget: acks will free it (dirty stays set)
+            limit = min(max(wanted - len(self.fresh), settings.delivery_batch_max), MAX_FETCH)
+            max_bytes = max(min(room_bytes, settings.delivery_batch_bytes), 1)
+            fetched = self.hub.engine.fetch_fired(self.name, self.cursor, limit, max_bytes)
+            self.dirty = bool(fetched)
             new = []
             for fired in fetched:
                 message_id = fired.timer.message_id
                 if message_id not in self.entries:
-                    self.entries[message_id] = entry = _Entry(fired)
-                    new.append((message_id, entry))
+                    new.append((message_id, self.track(message_id, _Entry(fired))))
             self.fresh.extend(m for m, _ in self.hub.restore_attempts(self, new))
             if fetched:
                 self.cursor = fetched[-1].seq
+
+    def track(self, message_id: str, entry: _Entry) -> _Entry:
+        self.entries[message_id] = entry
+        size = len(entry.fired.timer.body)
+        self.held_bytes += size
+        self.hub.hold_delivery_bytes(size)
+        return entry
+
+    def untrack(self, message_id: str) -> _Entry | None:
+        """Stop tracking an entry (acked, dead, gone): its bytes leave the budget."""
+        entry = self.entries.pop(message_id, None)
+        if entry is not None:
+            size = len(entry.fired.timer.body)
+            self.held_bytes -= size
+            self.hub.hold_delivery_bytes(-size)
+        return entry
 
     def take(self, subscriber: Subscriber, room: int, now_ms: int) -> list[Delivered]:
         """Up to `room` messages (redeliveries first) for `subscriber`, within batch limits."""
@@ -185,7 +206,7 @@ class _Topic:
     def forget(self, message_ids: list[str]) -> None:
         """Acked: stop tracking (and free the owner's room)."""
         for message_id in message_ids:
-            entry = self.entries.pop(message_id, None)
+            entry = self.untrack(message_id)
             if entry is not None and entry.owner is not None:
                 entry.owner.in_flight -= 1
 
@@ -224,6 +245,8 @@ class DeliveryHub:
         self._closed = False
         self._fired: queue.SimpleQueue[set[str] | None] = queue.SimpleQueue()
         self.trace = DeliveryTrace(engine)
+        self._held_bytes = 0  # bodies all dispatchers track (Settings.max_delivery_bytes)
+        self._held_lock = threading.Lock()
         # Messages fired before this instant may have been delivered by an earlier hub
         # (before a restart): their attempt counts are read back (restore_attempts).
         self._started_at_ms = engine.now_ms()
@@ -376,6 +399,20 @@ class DeliveryHub:
             attempts.move_dead_letters(self.engine, dispatcher)
         return nacked, dead
 
+    def hold_delivery_bytes(self, size: int) -> None:
+        with self._held_lock:
+            self._held_bytes += size
+
+    def delivery_room_bytes(self) -> int:
+        """What the dispatchers may still read before they hold `max_delivery_bytes`."""
+        with self._held_lock:
+            return self.settings.max_delivery_bytes - self._held_bytes
+
+    @property
+    def held_bytes(self) -> int:
+        with self._held_lock:
+            return self._held_bytes
+
     def restore_attempts(
         self, dispatcher: _Topic, new: list[tuple[str, _Entry]]
     ) -> list[tuple[str, _Entry]]:
@@ -393,7 +430,7 @@ class DeliveryHub:
                 entry.attempt = made[message_id]
                 limit = self.engine.max_attempts(message_id)
                 if limit and entry.attempt >= limit:
-                    del dispatcher.entries[message_id]
+                    dispatcher.untrack(message_id)
                     reason = "attempts used up before a restart"
                     dispatcher.dying.append((message_id, entry, reason))
                     continue

@@ -27,7 +27,7 @@ from wheels.wheel import LEVELS
 WheelEntry = tuple[bytes, bytes]  # (wheel key, topic)
 _BUCKET_MS = keys.COUNT_BUCKET_MS
 _FINAL_STATES = (State.ACKED, State.CANCELLED)
-LIST_READ_CHUNK = 16  # records per multi-get of a List page: 64 MiB at most of 4 MiB bodies
+LIST_READ_CHUNK = 16  # records per multi-get (List, fired reads): 64 MiB at most of 4 MiB bodies
 
 
 @dataclass(frozen=True)
@@ -152,17 +152,22 @@ class TimerStore:
                 previous_key = key
         return PendingPage(timers, next_after)
 
-    def read_ready(self, topic: str, after_seq: int, limit: int) -> list[FiredTimer]:
+    def read_ready(
+        self, topic: str, after_seq: int, limit: int, max_bytes: int = 0
+    ) -> list[FiredTimer]:
         """Fired, un-acked timers of `topic` with fire sequence above `after_seq`."""
         return [
             FiredTimer(seq, records.decode_timer(message_id.decode(), raw))
-            for seq, message_id, raw in self.read_ready_raw(topic, after_seq, limit)
+            for seq, message_id, raw in self.read_ready_raw(topic, after_seq, limit, max_bytes)
         ]
 
     def read_ready_raw(
-        self, topic: str, after_seq: int, limit: int
+        self, topic: str, after_seq: int, limit: int, max_bytes: int = 0
     ) -> list[tuple[int, bytes, bytes]]:
-        """`read_ready` undecoded: (fire seq, message id, record) in fire order."""
+        """`read_ready` undecoded: (fire seq, message id, record) in fire order; at most
+        `limit` of them and, when `max_bytes` is given, records of about that many bytes
+        (the one that reaches it is the last; one at least). Records are read in small
+        multi-gets, so a read of big bodies stops at its budget instead of holding them."""
         prefix = keys.ready_prefix(topic)
         entries = list(
             islice(
@@ -172,14 +177,17 @@ class TimerStore:
                 limit,
             )
         )
-        if not entries:
-            return []
-        raws = self._messages.get([message_id for _, message_id in entries])
-        return [
-            (keys.ready_seq(key), message_id, raw)
-            for (key, message_id), raw in zip(entries, raws, strict=True)
-            if raw is not None and records.record_state(raw) is State.FIRED
-        ]
+        found, held = [], 0
+        for start in range(0, len(entries), LIST_READ_CHUNK):
+            chunk = entries[start : start + LIST_READ_CHUNK]
+            raws = self._messages.get([message_id for _, message_id in chunk])
+            for (key, message_id), raw in zip(chunk, raws, strict=True):
+                if raw is not None and records.record_state(raw) is State.FIRED:
+                    found.append((keys.ready_seq(key), message_id, raw))
+                    held += len(raw)
+                    if max_bytes and held >= max_bytes:
+                        return found
+        return found
 
     def count_ready(self, topic: str) -> int:
         prefix = keys.ready_prefix(topic)

@@ -25,6 +25,7 @@ import pytest
 from server.app import TimerServer
 from timerwheel.client import RemoteError, TimerClient
 from timerwheel.v1 import timerwheel_pb2 as pb
+from timerwheel.v1 import timerwheel_pb2_grpc as pb_grpc
 from wheels.security_settings import SecuritySettings
 from wheels.settings import Settings
 
@@ -100,6 +101,16 @@ def server(make_server) -> TimerServer:
 def client(server: TimerServer) -> Iterator[TimerClient]:
     with TimerClient(server.target, timeout_s=WAIT_S) as connected:
         yield connected
+
+
+def own_connection(target: str) -> TimerClient:
+    """A client on a connection of its own: channels of one process to one target share a
+    connection unless told to use a local subchannel pool."""
+    client = TimerClient(target, timeout_s=WAIT_S)
+    client.channel.close()
+    client.channel = grpc.insecure_channel(target, [("grpc.use_local_subchannel_pool", 1)])
+    client.service = pb_grpc.TimerServiceStub(client.channel)
+    return client
 
 
 # == consuming a Subscribe stream ===========================================================

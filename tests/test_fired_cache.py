@@ -88,3 +88,13 @@ def test_retired_entries_are_never_served_again_even_to_a_reader_starting_over()
     assert seqs(cache.read("t", 0, 2)) == [2, 5]
     assert seqs(cache.read("t", 2, 10)) == [5]  # dropped below the cursor, sets and all
     assert cache.read("u", 0, 10) == []
+
+
+def test_a_read_stops_at_its_byte_budget_with_one_entry_at_least():
+    cache = FiredCache(start_seq=0, max_entries=100, max_bytes=10**9)
+    cache.add({"t": [entry(1), entry(2), entry(3)]})
+    size = len(entry(1)[2])
+    assert seqs(cache.read("t", 0, 10, max_bytes=2 * size)) == [1, 2]
+    assert seqs(cache.read("t", 0, 10, max_bytes=2 * size - 1)) == [1, 2]  # reaches it
+    assert seqs(cache.read("t", 0, 10, max_bytes=1)) == [1]  # one at least
+    assert seqs(cache.read("t", 0, 10)) == [1, 2, 3]  # 0: no byte budget

@@ -8,11 +8,10 @@ import time
 
 import grpc
 import pytest
-from conftest import WAIT_S, Collector
+from conftest import WAIT_S, Collector, own_connection
 
 from server.limits import ByteBudget, PerKeyLimit
 from timerwheel.client import TimerClient
-from timerwheel.v1 import timerwheel_pb2_grpc as pb_grpc
 from wheels.domain import Overloaded
 
 
@@ -25,16 +24,6 @@ def wait_until(predicate, timeout_s: float = WAIT_S) -> bool:
             return False
         pause.wait(0.02)
     return True
-
-
-def own_connection(target: str) -> TimerClient:
-    """A client on a connection of its own: channels of one process to one target share a
-    connection unless told to use a local subchannel pool."""
-    client = TimerClient(target, timeout_s=WAIT_S)
-    client.channel.close()
-    client.channel = grpc.insecure_channel(target, [("grpc.use_local_subchannel_pool", 1)])
-    client.service = pb_grpc.TimerServiceStub(client.channel)
-    return client
 
 
 def test_a_byte_budget_refuses_what_would_go_over_and_frees_on_exit():

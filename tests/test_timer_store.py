@@ -115,6 +115,9 @@ def test_fire_deletes_the_key_adds_ready_and_marks_fired(open_store):
     assert [(f.seq, f.timer.message_id) for f in fired] == [(10, "f0"), (11, "f1"), (12, "f2")]
     assert all(f.timer.state is State.FIRED and f.timer.fired_at_ms == T0 + 7 for f in fired)
     assert store.read_ready("orders", 11, 10)[0].seq == 12
+    size = len(store.get_record("f0"))
+    assert [f.seq for f in store.read_ready("orders", 0, 10, max_bytes=size + 1)] == [10, 11]
+    assert [f.seq for f in store.read_ready("orders", 0, 10, max_bytes=1)] == [10]
 
 
 def test_fire_skips_keys_whose_record_is_not_scheduled(open_store):

@@ -90,7 +90,7 @@ class Settings:
     # the pool is grpc_workers + max_subscribers: streams can never starve unary calls.
     grpc_workers: int = 32
     max_subscribers: int = 256
-    max_request_bytes: int = 64 * 1024 * 1024  # largest request (a SendBatch) accepted
+    max_request_bytes: int = 16 * 1024 * 1024  # largest request (a SendBatch) accepted
     shutdown_grace_ms: int = 10 * SECOND_MS  # SIGTERM: how long in-flight calls may finish
 
     # Storage tuning. Wheel memtables are kept small: their keys arrive in random order
@@ -107,7 +107,10 @@ class Settings:
     max_ack_ids: int = 10_000  # ids in one Ack call
     # Request bytes held at once by one gRPC process (a worker): a request that would go
     # over is refused at once with RESOURCE_EXHAUSTED instead of waiting in memory.
-    max_inflight_request_bytes: int = 64 * 1024 * 1024
+    max_inflight_request_bytes: int = 32 * 1024 * 1024
+    # Bodies a delivery hub holds at once: read ahead, in flight, awaiting redelivery. Over
+    # it, dispatchers read no more until acks free some (one message at least per topic).
+    max_delivery_bytes: int = 64 * 1024 * 1024
     max_concurrent_rpcs: int = 512  # per gRPC process: calls beyond it are refused
     max_subscribers_per_peer: int = 64  # Subscribe streams of one connection (or token)
 
@@ -184,6 +187,7 @@ _POSITIVE_FIELDS = (
     "write_buffer_bytes", "wheel_write_buffer_bytes", "max_in_flight_limit",
     "delivery_batch_max", "delivery_batch_bytes", "grpc_workers", "max_subscribers",
     "max_request_bytes", "shutdown_grace_ms", "fired_cache_bytes", "max_list_bytes",
+    "max_delivery_bytes",
     "max_ack_ids", "max_inflight_request_bytes", "max_concurrent_rpcs",
     "max_subscribers_per_peer",
 )  # fmt: skip
