@@ -45,6 +45,7 @@ from wheels.domain import (
     Timer,
     When,
 )
+from wheels.lateness import LatenessMinute, RecentLateness
 from wheels.scheduler import Scheduler, TimerKey
 from wheels.settings import Settings
 from wheels.trace import assemble, attempts_made
@@ -127,6 +128,7 @@ class Engine:
         ready = {topic: self._store.count_ready(topic) for topic in self._store.ready_topics()}
         self._unacked_base = sum(ready.values())
         self._unacked_by_topic = UnackedByTopic(ready)
+        self._lateness = RecentLateness()
         self._acked = 0
         self._acked_lock = threading.Lock()
         self._closed = False
@@ -370,6 +372,16 @@ class Engine:
         """Scrape-time gauges (engine.gauges): in memory or RocksDB properties only."""
         return engine_gauges(self, self._store, self._counts, self._unacked_by_topic, top_topics)
 
+    def fire_lateness(self) -> list[LatenessMinute]:
+        """Fire lateness per minute over the last hour (wheels.lateness), oldest first."""
+        return self._lateness.recent(self.now_ms())
+
+    def topics(self) -> list[tuple[str, int, int]]:
+        """(topic, pending, fired_unacked) of every topic with either, by name."""
+        pending = self._counts.totals()
+        unacked = self._unacked_by_topic.counts()
+        return [(t, pending.get(t, 0), unacked.get(t, 0)) for t in sorted({*pending, *unacked})]
+
     def stats(self) -> dict[str, int]:
         state = self._scheduler.state
         counts = {
@@ -427,6 +439,15 @@ class Engine:
         self._fired_cache.add(entries, retired)
         if entries:
             self._unacked_by_topic.fired(entries)
+            self._observe_lateness(entries)
+
+    def _observe_lateness(self, entries: dict[str, list[tuple[int, bytes, bytes]]]) -> None:
+        """One commit's fires into the recent lateness (they share one fired_at)."""
+        lateness_ms = records.record_fire_lateness_ms
+        raws = [raw for rows in entries.values() for _, _, raw in rows]
+        if raws:
+            fired_at_ms = records.record_fired_at_ms(raws[0])
+            self._lateness.observe(fired_at_ms, map(lateness_ms, raws))
 
     def _wheel_floors(self) -> dict[str, bytes]:
         """Below these keys a wheel holds only tombstones (fired or cascaded away), so list

@@ -43,6 +43,11 @@ class UnackedByTopic:
             else:
                 self._counts.pop(topic, None)
 
+    def counts(self) -> dict[str, int]:
+        """Every topic's fired, un-acked count (topics with none left out)."""
+        with self._lock:
+            return dict(self._counts)
+
     def top(self, n: int) -> dict[str, int]:
         """The `n` topics with the largest backlog, and the rest summed as "other" (a
         topic named "other" is then merged into it: bounded label cardinality first)."""

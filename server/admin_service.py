@@ -1,4 +1,4 @@
-"""TimerAdmin: operator endpoints (Stats, Export), proto <-> engine translation only.
+"""TimerAdmin: operator endpoints (Stats, Topics, Export), proto <-> engine translation only.
 
 Export writes only below the server's export root (store.export_root): switched off
 (FAILED_PRECONDITION) when none is configured, one at a time, and only with room to spare.
@@ -19,6 +19,7 @@ from store.export_root import dir_bytes, resolve_in_root
 from timerwheel.v1 import timerwheel_pb2 as pb
 from timerwheel.v1 import timerwheel_pb2_grpc as pb_grpc
 from wheels.domain import FailedPrecondition, InvalidArgument
+from wheels.lateness import LatenessMinute
 from wheels.security_settings import SecuritySettings
 
 
@@ -45,6 +46,13 @@ def _cpu_and_rss(processes: list[psutil.Process]) -> tuple[float, int]:
     return cpu_s, rss
 
 
+def _lateness(minute: LatenessMinute) -> pb.LatenessMinute:
+    return pb.LatenessMinute(
+        minute_ms=minute.minute_ms, fires=minute.fires, p50_ms=minute.p50_ms,
+        p99_ms=minute.p99_ms, max_ms=minute.max_ms,
+    )  # fmt: skip
+
+
 class TimerAdmin(pb_grpc.TimerAdminServicer):
     def __init__(
         self, engine: Engine, hub: DeliveryHub, security: SecuritySettings,
@@ -69,6 +77,16 @@ class TimerAdmin(pb_grpc.TimerAdminServicer):
                 rss_bytes=rss,
                 cpu_seconds=cpu_s,
                 data_dir_bytes=dir_bytes(self._engine.settings.data_dir),
+                fire_lateness=[_lateness(m) for m in self._engine.fire_lateness()],
+            )
+
+    def Topics(self, request: pb.TopicsRequest, context: grpc.ServicerContext) -> pb.TopicsResponse:
+        with rpc_errors(context, "Topics"):
+            return pb.TopicsResponse(
+                topics=[
+                    pb.TopicBacklog(topic=topic, pending=pending, fired_unacked=unacked)
+                    for topic, pending, unacked in self._engine.topics()
+                ]
             )
 
     def Export(self, request: pb.ExportRequest, context: grpc.ServicerContext) -> pb.ExportResponse:

@@ -114,6 +114,12 @@ class PendingCounts:
         with self._lock:
             return self._values.get(keys.count_total_key(topic.encode()), 0)
 
+    def totals(self) -> dict[str, int]:
+        """Every topic with pending timers, and how many: exact, from memory."""
+        with self._lock:
+            values = self._values
+            return {topic.decode(): values[keys.count_total_key(topic)] for topic in self._topics}
+
     def in_range(self, topic: str, from_ms: int, to_ms: int) -> tuple[int, int, int]:
         """(count, first minute start, end of last minute) for the whole minutes that
         [from_ms, to_ms) touches, from the committed counters (one range scan)."""

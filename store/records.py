@@ -269,6 +269,10 @@ def record_fire_lateness_ms(raw: bytes) -> int:
     return _I64.unpack_from(raw, _FIRED_AT_OFFSET)[0] - _I64.unpack_from(raw, _DELIVER_AT_OFFSET)[0]
 
 
+def record_fired_at_ms(raw: bytes) -> int:
+    return _I64.unpack_from(raw, _FIRED_AT_OFFSET)[0]
+
+
 def record_deliver_at_ms(raw: bytes) -> int:
     return _HEADER.unpack_from(raw)[4]
 

@@ -1,4 +1,4 @@
-"""Health, reflection and TimerAdmin (Stats, Export) over real gRPC."""
+"""Health, reflection and TimerAdmin (Stats, Topics, Export) over real gRPC."""
 
 from __future__ import annotations
 
@@ -61,6 +61,38 @@ def test_stats_reports_process_store_and_backlog(client, collectors):
     collectors.append(collector)
     collector.wait_count(1)
     assert collector.ids() == [fired.message_id] and client.stats().unacked == 0
+
+
+def test_topics_lists_each_backlog_and_follows_fires_and_acks(client, collectors):
+    assert client.topics() == []
+    client.send_batch([TimerClient.request("later", b"", delay_ms=600_000) for _ in range(3)])
+    client.send_batch([TimerClient.request("now", b"", delay_ms=0) for _ in range(2)])
+    cancelled = client.send("later", b"", delay_ms=600_000)
+    client.cancel(cancelled.message_id)
+    backlog = {t.topic: (t.pending, t.fired_unacked) for t in client.topics()}
+    assert backlog == {"later": (3, 0), "now": (0, 2)}
+
+    collector = Collector(client, "now")
+    collectors.append(collector)
+    collector.wait_count(2)
+    assert [(t.topic, t.pending, t.fired_unacked) for t in client.topics()] == [("later", 3, 0)]
+
+
+def test_stats_fire_lateness_counts_the_fires_of_this_minute(client, collectors):
+    assert list(client.stats().fire_lateness) == []
+    overdue_ms = 2_000  # sent already due: fired at once, about this late
+    client.send_batch(
+        [TimerClient.request("late", b"", deliver_at_ms=wall_ms() - overdue_ms) for _ in range(5)]
+    )
+    collector = Collector(client, "late")
+    collectors.append(collector)
+    collector.wait_count(5)
+    (minute,) = client.stats().fire_lateness
+    assert minute.fires == 5
+    assert minute.minute_ms % 60_000 == 0 and minute.minute_ms <= wall_ms()
+    assert (
+        overdue_ms <= minute.p50_ms <= minute.p99_ms <= minute.max_ms < overdue_ms + WAIT_S * 1000
+    )
 
 
 def _exporting_server(make_server, tmp_path, reserve_bytes: int = 0):

@@ -207,6 +207,9 @@ class AsyncClient:
     async def stats(self) -> pb.StatsResponse:
         return await self._unary(self.admin.Stats, pb.StatsRequest())
 
+    async def topics(self) -> list[pb.TopicBacklog]:
+        return list((await self._unary(self.admin.Topics, pb.TopicsRequest())).topics)
+
     async def health_status(self, service: str = "") -> str:
         request = health_pb2.HealthCheckRequest(service=service)
         response = await self._unary(self.health.Check, request)

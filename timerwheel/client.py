@@ -235,7 +235,12 @@ class Client:
         return self._unary(self.admin.Export, request, timeout_s=None)  # may take minutes
 
     def stats(self) -> pb.StatsResponse:
+        """The server's figures; `.fire_lateness` is per minute of the last hour."""
         return self._unary(self.admin.Stats, pb.StatsRequest())
+
+    def topics(self) -> list[pb.TopicBacklog]:
+        """Every topic with a backlog: its pending and fired-not-acked counts."""
+        return list(self._unary(self.admin.Topics, pb.TopicsRequest()).topics)
 
     def health_status(self, service: str = "") -> str:
         """SERVING / NOT_SERVING / ... of `service` ("" = the whole server)."""

@@ -343,7 +343,7 @@ class StatsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatsResponse(_message.Message):
-    __slots__ = ("now_ms", "queued_ops", "unacked", "column_family_keys", "rss_bytes", "cpu_seconds", "data_dir_bytes")
+    __slots__ = ("now_ms", "queued_ops", "unacked", "column_family_keys", "rss_bytes", "cpu_seconds", "data_dir_bytes", "fire_lateness")
     class ColumnFamilyKeysEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -358,6 +358,7 @@ class StatsResponse(_message.Message):
     RSS_BYTES_FIELD_NUMBER: _ClassVar[int]
     CPU_SECONDS_FIELD_NUMBER: _ClassVar[int]
     DATA_DIR_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FIRE_LATENESS_FIELD_NUMBER: _ClassVar[int]
     now_ms: int
     queued_ops: int
     unacked: int
@@ -365,7 +366,42 @@ class StatsResponse(_message.Message):
     rss_bytes: int
     cpu_seconds: float
     data_dir_bytes: int
-    def __init__(self, now_ms: _Optional[int] = ..., queued_ops: _Optional[int] = ..., unacked: _Optional[int] = ..., column_family_keys: _Optional[_Mapping[str, int]] = ..., rss_bytes: _Optional[int] = ..., cpu_seconds: _Optional[float] = ..., data_dir_bytes: _Optional[int] = ...) -> None: ...
+    fire_lateness: _containers.RepeatedCompositeFieldContainer[LatenessMinute]
+    def __init__(self, now_ms: _Optional[int] = ..., queued_ops: _Optional[int] = ..., unacked: _Optional[int] = ..., column_family_keys: _Optional[_Mapping[str, int]] = ..., rss_bytes: _Optional[int] = ..., cpu_seconds: _Optional[float] = ..., data_dir_bytes: _Optional[int] = ..., fire_lateness: _Optional[_Iterable[_Union[LatenessMinute, _Mapping]]] = ...) -> None: ...
+
+class LatenessMinute(_message.Message):
+    __slots__ = ("minute_ms", "fires", "p50_ms", "p99_ms", "max_ms")
+    MINUTE_MS_FIELD_NUMBER: _ClassVar[int]
+    FIRES_FIELD_NUMBER: _ClassVar[int]
+    P50_MS_FIELD_NUMBER: _ClassVar[int]
+    P99_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_MS_FIELD_NUMBER: _ClassVar[int]
+    minute_ms: int
+    fires: int
+    p50_ms: int
+    p99_ms: int
+    max_ms: int
+    def __init__(self, minute_ms: _Optional[int] = ..., fires: _Optional[int] = ..., p50_ms: _Optional[int] = ..., p99_ms: _Optional[int] = ..., max_ms: _Optional[int] = ...) -> None: ...
+
+class TopicsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class TopicsResponse(_message.Message):
+    __slots__ = ("topics",)
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    topics: _containers.RepeatedCompositeFieldContainer[TopicBacklog]
+    def __init__(self, topics: _Optional[_Iterable[_Union[TopicBacklog, _Mapping]]] = ...) -> None: ...
+
+class TopicBacklog(_message.Message):
+    __slots__ = ("topic", "pending", "fired_unacked")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PENDING_FIELD_NUMBER: _ClassVar[int]
+    FIRED_UNACKED_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    pending: int
+    fired_unacked: int
+    def __init__(self, topic: _Optional[str] = ..., pending: _Optional[int] = ..., fired_unacked: _Optional[int] = ...) -> None: ...
 
 class RescheduleRequest(_message.Message):
     __slots__ = ("message_id", "deliver_at_ms", "delay_ms", "delay_level")

@@ -515,6 +515,11 @@ class TimerAdminStub:
                 request_serializer=timerwheel_dot_v1_dot_timerwheel__pb2.StatsRequest.SerializeToString,
                 response_deserializer=timerwheel_dot_v1_dot_timerwheel__pb2.StatsResponse.FromString,
                 _registered_method=True)
+        self.Topics = channel.unary_unary(
+                '/timerwheel.v1.TimerAdmin/Topics',
+                request_serializer=timerwheel_dot_v1_dot_timerwheel__pb2.TopicsRequest.SerializeToString,
+                response_deserializer=timerwheel_dot_v1_dot_timerwheel__pb2.TopicsResponse.FromString,
+                _registered_method=True)
 
 
 class TimerAdminServicer:
@@ -534,6 +539,14 @@ class TimerAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Topics(self, request, context):
+        """Every topic with pending (SCHEDULED) timers or fired messages not yet acked, and how
+        many of each: the backlog, from counters kept in memory (no scan of timers).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TimerAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -546,6 +559,11 @@ def add_TimerAdminServicer_to_server(servicer, server):
                     servicer.Stats,
                     request_deserializer=timerwheel_dot_v1_dot_timerwheel__pb2.StatsRequest.FromString,
                     response_serializer=timerwheel_dot_v1_dot_timerwheel__pb2.StatsResponse.SerializeToString,
+            ),
+            'Topics': grpc.unary_unary_rpc_method_handler(
+                    servicer.Topics,
+                    request_deserializer=timerwheel_dot_v1_dot_timerwheel__pb2.TopicsRequest.FromString,
+                    response_serializer=timerwheel_dot_v1_dot_timerwheel__pb2.TopicsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -603,6 +621,33 @@ class TimerAdmin:
             '/timerwheel.v1.TimerAdmin/Stats',
             timerwheel_dot_v1_dot_timerwheel__pb2.StatsRequest.SerializeToString,
             timerwheel_dot_v1_dot_timerwheel__pb2.StatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Topics(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/timerwheel.v1.TimerAdmin/Topics',
+            timerwheel_dot_v1_dot_timerwheel__pb2.TopicsRequest.SerializeToString,
+            timerwheel_dot_v1_dot_timerwheel__pb2.TopicsResponse.FromString,
             options,
             channel_credentials,
             insecure,
