@@ -14,7 +14,9 @@ def kind_name(kind: int) -> str:
     return pb.TraceKind.Name(kind).removeprefix(_PREFIX)
 
 
-def _what(event: pb.TraceEvent, deliver_at_ms: int, format_ms: Callable[[int], str]) -> str:
+def describe_event(
+    event: pb.TraceEvent, deliver_at_ms: int, format_ms: Callable[[int], str]
+) -> str:
     kind = kind_name(event.kind)
     if kind == "SENT":
         return f"placed in the {event.wheel} wheel" if event.wheel else "due at once: fired"
@@ -40,7 +42,7 @@ def trace_lines(message: pb.TimerMessage, format_ms: Callable[[int], str]) -> li
     """One line per event: time, kind, what happened."""
     return [
         f"{format_ms(e.at_ms):<26}{kind_name(e.kind):<15}"
-        f"{_what(e, message.deliver_at_ms, format_ms)}".rstrip()
+        f"{describe_event(e, message.deliver_at_ms, format_ms)}".rstrip()
         for e in message.trace
     ]
 

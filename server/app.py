@@ -26,6 +26,7 @@ import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from console.http import ConsoleEndpoint, api_target
 from engine import metrics
 from engine.engine import Engine
 from engine.system_clock import SystemClock
@@ -44,6 +45,11 @@ from wheels.settings import Settings
 log = structlog.get_logger("timerwheel.server")
 
 SERVICE_NAMES = tuple(service.full_name for service in pb.DESCRIPTOR.services_by_name.values())
+
+
+def console_host(settings: Settings) -> str | None:
+    """Where the web console listens; None when it is off."""
+    return settings.console_host if settings.console_port >= 0 else None
 
 
 def bind_address(host: str, port: int) -> str:
@@ -107,10 +113,14 @@ class TimerServer:
         security: SecuritySettings | None = None,
     ) -> None:
         self.settings = settings
-        self.protection = load_protection(settings.host, security or SecuritySettings())
-        self.engine = Engine(settings, clock or SystemClock(settings.clock_offset_ms))
+        self.protection = load_protection(
+            settings.host, security or SecuritySettings(), console_host(settings)
+        )
+        clock = clock or SystemClock(settings.clock_offset_ms)
+        self.engine = Engine(settings, clock)
         self.hub: DeliveryHub | None = None
         self.metrics: MetricsEndpoint | None = None
+        self.console: ConsoleEndpoint | None = None
         try:
             self.hub = DeliveryHub(self.engine, settings)
             if settings.metrics_port >= 0:
@@ -118,7 +128,14 @@ class TimerServer:
             self._grpc = self._build_grpc()
             address = bind_address(settings.host, settings.port)
             self.port = listen(self._grpc, address, self.protection.security)
+            if settings.console_port >= 0:
+                self.console = ConsoleEndpoint(
+                    settings.console_host, settings.console_port,
+                    api_target(settings.host, self.port), clock,
+                )  # fmt: skip
         except BaseException:
+            if self.console is not None:
+                self.console.close()
             if self.metrics is not None:
                 self.metrics.close()
             if self.hub is not None:
@@ -166,6 +183,8 @@ class TimerServer:
             grace_s = self.settings.shutdown_grace_ms / 1000 if grace_s is None else grace_s
             log.info("server_stopping", grace_s=grace_s)
             self.health.enter_graceful_shutdown()
+            if self.console is not None:
+                self.console.close()
             self.hub.close()
             self._grpc.stop(grace_s).wait()
             if self.metrics is not None:

@@ -18,7 +18,7 @@ import structlog
 
 from server.tls import server_credentials
 from server.tokens import TokenTable, load_tokens
-from wheels.security_settings import SecuritySettings, exposure_check
+from wheels.security_settings import SecuritySettings, console_exposure_check, exposure_check
 from wheels.settings import SettingsError
 
 log = structlog.get_logger("timerwheel.server")
@@ -29,20 +29,27 @@ class Protection:
     security: SecuritySettings
     tokens: TokenTable | None = None  # None: no authentication
     exposure_warning: str | None = None  # logged at start (an --insecure exposed bind)
+    console_warning: str | None = None  # likewise for an exposed web console
 
 
 UNPROTECTED = Protection(SecuritySettings())  # loopback, as before security existed
 
 
-def load_protection(host: str, security: SecuritySettings) -> Protection:
+def load_protection(
+    host: str, security: SecuritySettings, console_host: str | None = None
+) -> Protection:
+    """`console_host`: where the web console will listen (None: no console)."""
     warning = exposure_check(host, security)
+    console_warning = None
+    if console_host is not None:
+        console_warning = console_exposure_check(console_host, security)
     tokens = load_tokens(security.auth_tokens_file) if security.auth else None
     server_credentials(security)  # reads the PEM files now: a bad one stops the start here
     if security.export_root and not os.path.isdir(security.export_root):
         raise SettingsError(
             f"export_root={security.export_root!r}: not a directory; create it first"
         )
-    return Protection(security, tokens, warning)
+    return Protection(security, tokens, warning, console_warning)
 
 
 def listen(server: grpc.Server, address: str, security: SecuritySettings) -> int:
@@ -65,6 +72,8 @@ def log_protection(protection: Protection) -> None:
     )  # fmt: skip
     if protection.exposure_warning:
         log.warning("insecure_bind", message=protection.exposure_warning)
+    if protection.console_warning:
+        log.warning("insecure_console", message=protection.console_warning)
     if tokens and tokens.plain_names:
         log.warning(
             "plain_tokens", tokens=list(tokens.plain_names),

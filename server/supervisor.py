@@ -4,11 +4,11 @@
                ├─────────> delivery process   the DeliveryHub (server.delivery_host)
                └─────────> N worker processes gRPC on the shared port (server.worker)
 
-The supervisor serves nothing itself. It checks the port is free (a plain bind, so a
-second server on a busy port fails here with a clear message), starts the engine first
-(it takes RocksDB's lock: a second server on the same data dir fails here too), then the
-delivery process, then the workers, each reporting ready or failed on a pipe. It logs
-`server_started` when every worker listens.
+The supervisor serves no RPC itself (only /metrics and the web console, when asked). It
+checks the port is free (a plain bind, so a second server on a busy port fails here with
+a clear message), starts the engine first (it takes RocksDB's lock: a second server on
+the same data dir fails here too), then the delivery process, then the workers, each
+reporting ready or failed on a pipe. It logs `server_started` when every worker listens.
 
 A child that exits unexpectedly is started again (`child_restarted`); each kind has its
 own restart budget, and a child that keeps failing stops the server with exit code 1.
@@ -37,8 +37,10 @@ from multiprocessing.connection import Connection, wait
 
 import structlog
 
+from console.http import ConsoleEndpoint, api_target
 from engine.host import run_engine_process
 from engine.ipc import CallClient
+from engine.system_clock import SystemClock
 from server.delivery_host import run_delivery_process
 from server.metrics_http import MetricsEndpoint, ScrapeGauges
 from server.protection import UNPROTECTED, Protection
@@ -97,6 +99,8 @@ class Supervisor:
         self.port = check_port(settings.host, settings.port)
         if settings.metrics_port > 0:
             check_port(settings.metrics_host, settings.metrics_port)
+        if settings.console_port > 0:
+            check_port(settings.console_host, settings.console_port)
         settings = settings.replace(port=self.port)
         self.settings = settings
         # Metrics: every child writes its counters to prometheus_client's multiprocess
@@ -109,6 +113,7 @@ class Supervisor:
         self._calls = (CallClient(engine_path, authkey, "engine"),
                        CallClient(delivery_path, authkey, "delivery"))  # fmt: skip
         self.metrics: MetricsEndpoint | None = None
+        self.console: ConsoleEndpoint | None = None
         self._children = [
             Child("engine", 0, run_engine_process,
                   (settings, engine_path, authkey, pid, log_args, metrics_dir)),
@@ -129,6 +134,8 @@ class Supervisor:
                 self._start(child)
             if self._metrics_dir is not None:
                 self.metrics = self._serve_metrics()
+            if self.settings.console_port >= 0:
+                self.console = self._serve_console()
         except BaseException:
             self._stop_all()
             raise
@@ -150,6 +157,16 @@ class Supervisor:
         host, port = self.settings.metrics_host, self.settings.metrics_port
         try:
             return MetricsEndpoint(host, port, gauges, multiprocess_dir=self._metrics_dir)
+        except OSError as exc:
+            raise StartFailed(str(exc)) from exc
+
+    def _serve_console(self) -> ConsoleEndpoint:
+        """The web console, here: it calls the workers on the shared port, as clients do."""
+        settings = self.settings
+        target = api_target(settings.host, self.port)
+        clock = SystemClock(settings.clock_offset_ms)
+        try:
+            return ConsoleEndpoint(settings.console_host, settings.console_port, target, clock)
         except OSError as exc:
             raise StartFailed(str(exc)) from exc
 
@@ -231,6 +248,8 @@ class Supervisor:
         if self._stopping.is_set():
             return
         self._stopping.set()
+        if self.console is not None:
+            self.console.close()
         if self.metrics is not None:
             self.metrics.close()
         for calls in self._calls:

@@ -91,3 +91,23 @@ def exposure_check(host: str, security: SecuritySettings) -> str | None:
             "Add them, bind 127.0.0.1, or give --insecure to serve like this anyway"
         )
     return f"serving {host!r} without {missing} (--insecure): anyone who reaches it has full access"
+
+
+def console_exposure_check(console_host: str, security: SecuritySettings) -> str | None:
+    """The web console's rule (docs/console.md): it serves plain HTTP and dials the API in
+    plain text, so it is refused next to TLS, and off loopback unless `insecure` (then
+    the warning to log at start)."""
+    if security.tls:
+        raise SettingsError(
+            "console_port: the web console cannot reach a server that serves TLS yet (it "
+            "dials the API in plain text on loopback); leave --console-port off with --tls-cert"
+        )
+    if is_loopback_host(console_host):
+        return None
+    if not security.insecure:
+        raise SettingsError(
+            f"console_host={console_host!r}: not a loopback address, and the console serves "
+            "plain HTTP: tokens and messages would cross the network in clear text. Bind "
+            "127.0.0.1 (reach it through an SSH tunnel), or give --insecure"
+        )
+    return f"console on {console_host!r} over plain HTTP (--insecure): tokens travel in clear text"

@@ -121,6 +121,11 @@ class Settings:
     metrics_host: str = "127.0.0.1"
     metrics_top_topics: int = 20  # topics labelled in per-topic gauges; the rest: "other"
 
+    # The web console (docs/console.md) on console_host:console_port, a client of this
+    # server's own gRPC API. Off by default (-1), like metrics; 0 picks a free port.
+    console_port: int = -1
+    console_host: str = "127.0.0.1"
+
     def __post_init__(self) -> None:
         _check_positive(self, _POSITIVE_FIELDS)
         if not isinstance(self.workers, int) or not 0 <= self.workers <= 256:
@@ -132,6 +137,7 @@ class Settings:
         if not 0 <= self.port <= 65535:
             raise SettingsError(f"port={self.port}: must be 0..65535")
         _check_metrics(self)
+        _check_console(self)
         if not self.data_dir:
             raise SettingsError("data_dir='': must name a directory")
         if not self.delay_levels_ms:
@@ -198,6 +204,20 @@ def _check_positive(settings: Settings, names: tuple[str, ...]) -> None:
         value = getattr(settings, name)
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             raise SettingsError(f"{name}={value!r}: must be a positive integer")
+
+
+def _check_console(settings: Settings) -> None:
+    port = settings.console_port
+    if not isinstance(port, int) or isinstance(port, bool) or not -1 <= port <= 65535:
+        raise SettingsError(f"console_port={port!r}: must be -1 (off), 0 (a free port) or 1..65535")
+    if not settings.console_host:
+        raise SettingsError("console_host='': must name an address (127.0.0.1: loopback)")
+    for name, other, host in (
+        ("port", settings.port, settings.host),
+        ("metrics_port", settings.metrics_port, settings.metrics_host),
+    ):  # fmt: skip
+        if port > 0 and port == other and host == settings.console_host:
+            raise SettingsError(f"console_port={port}: is the {name} too; give another")
 
 
 def _check_metrics(settings: Settings) -> None:

@@ -6,6 +6,7 @@
     timerwheel serve --config timerwheel.toml --ack-timeout 10s --set max_unacked=50000
     timerwheel serve --workers 4                      # engine, delivery, 4 gRPC processes
     timerwheel serve --metrics-port 9464              # Prometheus /metrics (docs/metrics.md)
+    timerwheel serve --console-port 8080              # web console (docs/console.md)
     timerwheel serve --host 0.0.0.0 --tls-cert server.pem --tls-key server.key \
         --auth-tokens tokens.toml [--tls-client-ca clients-ca.pem] [--export-root /srv/exports]
 
@@ -55,6 +56,11 @@ SETTING_FLAGS = {
         "serve Prometheus /metrics on this port (default -1: off; 0: a free one)",
     ),
     "--metrics-host": ("metrics_host", "address of /metrics (default 127.0.0.1)"),
+    "--console-port": (
+        "console_port",
+        "serve the web console on this port (default -1: off; 0: a free one)",
+    ),
+    "--console-host": ("console_host", "address of the web console (default 127.0.0.1)"),
 }
 
 
@@ -82,6 +88,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _register_security(parser)
     parser.add_argument("--port-file", help="write the bound port here once serving")
     parser.add_argument("--metrics-port-file", help="write the bound metrics port here")
+    parser.add_argument("--console-port-file", help="write the bound console port here")
     parser.add_argument("--log-level", choices=LEVELS, default="info")
     parser.add_argument(
         "--log-format", choices=FORMATS, default="auto",
@@ -156,10 +163,11 @@ def run(args: argparse.Namespace) -> int:
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        from server.protection import load_protection  # heavy imports after the cheap checks
+        from server.app import console_host  # heavy imports after the cheap checks
+        from server.protection import load_protection
 
         try:  # before anything is opened or bound (and before any process starts)
-            protection = load_protection(settings.host, security)
+            protection = load_protection(settings.host, security, console_host(settings))
         except SettingsError as exc:
             print(f"timerwheel serve: {exc}", file=sys.stderr)
             return 2
@@ -185,8 +193,7 @@ def _serve_in_process(settings, security, args, stop: threading.Event, received:
     try:
         if args.port_file:
             _write_port_file(args.port_file, server.port)
-        if args.metrics_port_file and server.metrics is not None:
-            _write_port_file(args.metrics_port_file, server.metrics.port)
+        _write_port_files(args, server)
         while not stop.wait(1.0):
             pass
         log.info("signal_received", signal=received[0] if received else "?")
@@ -209,8 +216,7 @@ def _serve_processes(settings, protection, args, stop: threading.Event, received
     try:
         if args.port_file:
             _write_port_file(args.port_file, supervisor.port)
-        if args.metrics_port_file and supervisor.metrics is not None:
-            _write_port_file(args.metrics_port_file, supervisor.metrics.port)
+        _write_port_files(args, supervisor)
         code = supervisor.run(stop)
         if stop.is_set():
             log.info("signal_received", signal=received[0] if received else "?")
@@ -244,6 +250,15 @@ def start_failure_message(error: str, settings) -> str:
 def _log_is_json(log_format: str) -> bool:
     """Children write to the same stdout: they must use the format this process chose."""
     return log_format == "json" or (log_format == "auto" and not sys.stdout.isatty())
+
+
+def _write_port_files(args: argparse.Namespace, server) -> None:
+    """--metrics-port-file and --console-port-file, for what `server` serves."""
+    for path, endpoint in (
+        (args.metrics_port_file, server.metrics), (args.console_port_file, server.console),
+    ):  # fmt: skip
+        if path and endpoint is not None:
+            _write_port_file(path, endpoint.port)
 
 
 def _write_port_file(path: str, port: int) -> None:

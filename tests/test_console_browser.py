@@ -1,0 +1,130 @@
+"""The web console driven in a real headless Chromium (Playwright, Debian's `chromium`)
+against a real server with the console on a free loopback port (docs/console.md)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from conftest import WAIT_S
+from helpers.console_page import ORDER_MINUTES, PAGE_LIMIT, chromium_page, send_samples
+from playwright.sync_api import expect
+from security_fixtures import write_tokens
+
+from timerwheel import Client, State
+from wheels.security_settings import SecuritySettings
+
+pytestmark = pytest.mark.wallclock
+
+ISO_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
+
+
+def _field(page, name: str) -> str:
+    return page.inner_text(f'#timer-fields td[data-field="{name}"]')
+
+
+def test_look_up_cancel_and_charts_in_the_browser(make_server):
+    server = make_server(console_port=0)
+    with Client(server.target, timeout_s=WAIT_S) as client:
+        ids = send_samples(client, client.stats().now_ms)
+        client.send_batch([Client.request("paged", b"", delay_ms="1h") for _ in range(25)])
+        with chromium_page() as page:
+            page.goto(f"http://127.0.0.1:{server.console.port}/")
+
+            # topics with their backlog
+            page.wait_for_selector("#topics tbody tr")
+            rows = page.eval_on_selector_all(
+                "#topics tbody tr", "rows => rows.map(r => [...r.cells].map(c => c.textContent))"
+            )
+            assert ["orders", str(len(ORDER_MINUTES)), "0"] in rows
+            assert ["billing", "30", "0"] in rows and ["paged", "25", "0"] in rows
+
+            # the due chart of "orders": one bar per minute that holds its timers
+            page.click("#topics a:text-is('orders')")
+            expect(page.locator("#due-topic")).to_have_text("orders")
+            expect(page.locator("#due-total")).to_have_text(str(len(ORDER_MINUTES)))
+            bars = page.locator("#due-chart .ct-bar")
+            expect(bars).to_have_count(len(set(ORDER_MINUTES)))
+            values = sorted(int(b.get_attribute("ct:value")) for b in bars.all())
+            assert values == [1, 1, 1, 2]  # minute 5 holds two
+
+            # fire lateness: the two alerts fired at once; P50, P99 and max per minute
+            page.wait_for_selector("#lateness-chart .ct-point", state="attached")
+            assert page.locator("#lateness-chart .ct-series").count() == 3
+            points = page.locator("#lateness-chart .ct-point").count()
+            assert points >= 3 and points % 3 == 0  # a minute (two if one turned meanwhile)
+
+            # look a timer up by id: fields, state as a name, times as ISO UTC and relative
+            page.fill("#lookup-id", ids[0])
+            page.click("#lookup-form button")
+            page.wait_for_selector("#timer:not([hidden])")
+            assert _field(page, "state") == "SCHEDULED"
+            assert _field(page, "topic") == "orders"
+            assert _field(page, "properties") == "customer=c-0"
+            due = _field(page, "deliver at")
+            assert ISO_UTC.search(due) and re.search(r"\(in \d+m( \d+s)?\)", due), due
+            trace = page.inner_text("#trace tbody")
+            assert "SENT" in trace and "placed in the minute wheel" in trace
+
+            # cancel, through the confirmation
+            page.click("#cancel-button")
+            assert page.is_visible("#cancel-confirm")
+            page.click("#cancel-no")  # changed our mind: nothing happens
+            assert page.is_visible("#cancel-button")
+            assert client.get(ids[0]).state is State.SCHEDULED
+            page.click("#cancel-button")
+            page.click("#cancel-yes")
+            expect(page.locator('#timer-fields td[data-field="state"]')).to_have_text("CANCELLED")
+            assert "CANCELLED" in page.inner_text("#trace tbody")
+            assert page.is_hidden("#cancel-button")
+            assert client.get(ids[0]).state is State.CANCELLED
+
+            # an unknown id: the API's message
+            page.fill("#lookup-id", "no-such-id")
+            page.click("#lookup-form button")
+            expect(page.locator("#lookup-error")).to_have_text(
+                "message_id='no-such-id': no such timer"
+            )
+
+            # pending timers of a topic by time, with paging
+            page.fill("#pending-topic-input", "paged")
+            page.click("#pending-form button")
+            expect(page.locator("#pending tbody tr")).to_have_count(PAGE_LIMIT)
+            first_page = page.eval_on_selector_all(
+                "#pending tbody tr", "rows => rows.map(r => r.cells[1].textContent)"
+            )
+            assert first_page == sorted(first_page)
+            page.click("#pending-next")
+            expect(page.locator("#pending tbody tr")).to_have_count(25 - PAGE_LIMIT)
+            assert page.inner_text("#pending-page").startswith("page 2")
+
+
+def test_with_auth_the_page_asks_for_a_token_and_an_admin_token_works(make_server, tmp_path):
+    tokens = write_tokens(tmp_path / "tokens.toml")
+    security = SecuritySettings(auth_tokens_file=str(tmp_path / "tokens.toml"))
+    server = make_server(security=security, console_port=0)
+    with Client(server.target, timeout_s=WAIT_S, token=tokens["admin"]) as client:
+        sent = client.send("orders", b"hello", delay_ms="10m")
+    with chromium_page() as page:
+        page.goto(f"http://127.0.0.1:{server.console.port}/")
+        page.wait_for_selector("#auth:not([hidden])")
+        refused = page.inner_text("#auth-message")
+        assert "no bearer token" in refused, refused
+        assert page.locator("#topics tbody tr").count() == 0
+
+        # a consumer token is not enough for the topics: the API's PERMISSION_DENIED
+        page.fill("#token-input", tokens["consumer"])
+        page.click("#token-form button")
+        expect(page.locator("#topics-error")).to_contain_text("role consumer")
+
+        page.click("#forget-token")
+        page.fill("#token-input", tokens["admin"])
+        page.click("#token-form button")
+        page.wait_for_selector("#topics tbody tr")
+        assert page.inner_text("#topics tbody td:first-child") == "orders"
+
+        page.fill("#lookup-id", sent.message_id)
+        page.click("#lookup-form button")
+        page.wait_for_selector("#timer:not([hidden])")
+        assert _field(page, "state") == "SCHEDULED"
+        assert page.evaluate("sessionStorage.length") == 1
