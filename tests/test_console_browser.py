@@ -7,7 +7,13 @@ import re
 
 import pytest
 from conftest import WAIT_S
-from helpers.console_page import ORDER_MINUTES, PAGE_LIMIT, chromium_page, send_samples
+from helpers.console_page import (
+    BILLING_PER_MINUTE,
+    ORDER_MINUTES,
+    PAGE_LIMIT,
+    chromium_page,
+    send_samples,
+)
 from playwright.sync_api import expect
 from security_fixtures import write_tokens
 
@@ -37,7 +43,8 @@ def test_look_up_cancel_and_charts_in_the_browser(make_server):
                 "#topics tbody tr", "rows => rows.map(r => [...r.cells].map(c => c.textContent))"
             )
             assert ["orders", str(len(ORDER_MINUTES)), "0"] in rows
-            assert ["billing", "30", "0"] in rows and ["paged", "25", "0"] in rows
+            billing = str(sum(BILLING_PER_MINUTE.values()))
+            assert ["billing", billing, "0"] in rows and ["paged", "25", "0"] in rows
 
             # the due chart of "orders": one bar per minute that holds its timers
             page.click("#topics a:text-is('orders')")

@@ -21,6 +21,8 @@ from timerwheel import Client
 MINUTE_MS = 60_000
 # Minutes ahead (of the current one) holding timers of the topic "orders": 4 distinct.
 ORDER_MINUTES = (2, 5, 5, 9, 23)
+# Minutes ahead -> timers of the topic "billing": the busiest topic, the page's first chart.
+BILLING_PER_MINUTE = {m: 1 + (m * 7) % 6 for m in range(3, 58, 2)}
 PAGE_LIMIT = 20  # what the page asks per List page (console.js)
 
 
@@ -43,7 +45,8 @@ def chromium_page(width: int = 1400, height: int = 1100) -> Iterator[object]:
 
 def send_samples(client: Client, now_ms: int) -> list[str]:
     """Timers of "orders" in ORDER_MINUTES (mid-minute, so a minute never turns under
-    them), a "billing" backlog, and two "alerts" that fire at once (fire lateness).
+    them), of "billing" as BILLING_PER_MINUTE, and two "alerts" that fire at once (fire
+    lateness).
     Returns the ids of the "orders" timers, in time order."""
     first_ms = now_ms - now_ms % MINUTE_MS
     ids = [
@@ -53,9 +56,10 @@ def send_samples(client: Client, now_ms: int) -> list[str]:
         ).message_id
         for n, m in enumerate(ORDER_MINUTES)
     ]  # fmt: skip
-    client.send_batch(
-        [Client.request("billing", b"invoice", delay_ms=f"{10 + n}m") for n in range(30)]
-    )
+    client.send_batch([
+        Client.request("billing", b"invoice", deliver_at_ms=first_ms + m * MINUTE_MS + 30_000)
+        for m, count in BILLING_PER_MINUTE.items() for _ in range(count)
+    ])  # fmt: skip
     client.send_batch([Client.request("alerts", b"now", delay_ms=0) for _ in range(2)])
     return ids
 
@@ -70,7 +74,7 @@ def take_screenshot(path: str) -> None:
             ids = send_samples(client, client.stats().now_ms)
             with chromium_page() as page:
                 page.goto(f"http://127.0.0.1:{server.console.port}/")
-                page.wait_for_selector("#due-chart .ct-bar")
+                page.wait_for_selector("#due-chart .ct-bar", state="attached")
                 page.fill("#lookup-id", ids[1])
                 page.click("#lookup-form button")
                 page.wait_for_selector("#trace tbody tr")
