@@ -102,6 +102,25 @@ def test_timer_fields_state_name_times_and_trace(console):
     assert timer["trace"][0]["what"] == "placed in the minute wheel"
 
 
+def test_trace_of_a_delivered_and_acked_timer_in_words(console):
+    port, client = console
+    sent = client.send("orders", b"", delay_ms=0)
+    with client.subscribe("orders", consumer="billing-worker-1") as stream:
+        batch = next(iter(stream))
+        assert [d.message_id for d in batch] == [sent.message_id]
+        client.ack("orders", [sent.message_id])
+    _, answer, _ = http(port, f"/api/timer?id={sent.message_id}")
+    timer = answer["timer"]
+    assert timer["state"] == "ACKED" and timer["attempts"] == 1
+    assert timer["acked_at"]["relative"].endswith(("ago", "now"))
+    events = {e["kind"]: e for e in timer["trace"]}
+    assert list(events) == ["SENT", "FIRED", "DELIVERED", "ACKED"]
+    assert events["DELIVERED"]["what"] == "attempt 1 to billing-worker-1"
+    assert events["DELIVERED"]["subscriber"] == "billing-worker-1"
+    times = [e["at"]["ms"] for e in timer["trace"]]
+    assert times == sorted(times) and all(e["at"]["iso"].endswith("Z") for e in timer["trace"])
+
+
 def test_cancel_needs_json_then_cancels_and_says_why_it_cannot(console):
     port, client = console
     sent = client.send("orders", b"", delay_ms="5m")
