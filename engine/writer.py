@@ -41,7 +41,7 @@ from engine.ops import Op, WriterContext
 from engine.series import fire_due_series
 from store import keys
 from store.batch import StagedBatch
-from store.counts import PendingCounts
+from store.counts import CountChanges, PendingCounts
 from store.rocks import WalSyncFailed
 from store.timer_store import TimerStore
 from wheels.clock import Clock
@@ -209,7 +209,7 @@ class Writer:
             self._store.prefetch(batch, [i for op in ops for i in op.reads()])
             more = self._tick(batch, now_ms)
             outcomes = [_apply(op, self._ctx, batch, now_ms) for op in ops]
-            counted: dict[bytes, int] = {}
+            counted: CountChanges | None = None
             if batch.operations or ops or self._scheduler.state != saved:
                 self._store.stage_state(batch, self._scheduler.state)
                 counted = self._counts.stage(batch)

@@ -21,6 +21,7 @@ it is counted once at open from the wheel keys (each holds its topic), then main
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from itertools import islice
 
 from rocksdict import ReadOptions
@@ -30,6 +31,17 @@ from store.batch import StagedBatch
 from store.rocks import RocksDatabase
 
 BUCKET_MS = keys.COUNT_BUCKET_MS
+
+
+@dataclass(frozen=True)
+class CountChanges:
+    """The new absolute values a batch gives its counters: minute keys, and topic totals."""
+
+    minutes: dict[bytes, int]
+    totals: dict[bytes, int]
+
+    def __bool__(self) -> bool:
+        return bool(self.minutes or self.totals)
 
 
 class PendingCounts:
@@ -61,35 +73,50 @@ class PendingCounts:
         self._database.write(batch.to_write_batch(self._database.handles))
         self._values = values
 
-    def stage(self, batch: StagedBatch) -> dict[bytes, int]:
+    def stage(self, batch: StagedBatch) -> CountChanges:
         """Stage the new absolute value of every counter the batch changes (its minute
         deltas, and per topic their sum for the total); returns them, for `committed`
-        once the batch is durable."""
-        values = self._values
-        changed: dict[bytes, int] = {}
-        totals: dict[bytes, int] = {}
+        once the batch is durable.
+
+        The send hot path: with deliver times spread over weeks nearly every timer of a
+        batch has a minute of its own, so this runs once per timer. Hence the plain loop
+        with local names and the topic sliced in place (``keys.count_key_topic``'s rule).
+        """
+        get, topic_end = self._values.get, -(keys.TIME_BYTES + 1)
+        minutes: dict[bytes, int] = {}
+        topic_deltas: dict[bytes, int] = {}
         for key, delta in batch.count_deltas.items():
             if delta:
-                changed[key] = values.get(key, 0) + delta
-                total = keys.count_total_key(keys.count_key_topic(key))
-                totals[total] = totals.get(total, 0) + delta
-        for key, delta in totals.items():
-            if delta:
-                changed[key] = values.get(key, 0) + delta
-        writes, encode = batch.writes[keys.CF_COUNTS], keys.encode_u64
-        for key, value in changed.items():
-            writes[key] = encode(value) if value > 0 else None
-        return changed
+                minutes[key] = get(key, 0) + delta
+                topic = key[:topic_end]
+                topic_deltas[topic] = topic_deltas.get(topic, 0) + delta
+        totals = {
+            keys.count_total_key(topic): get(keys.count_total_key(topic), 0) + delta
+            for topic, delta in topic_deltas.items()
+            if delta
+        }
+        encode = keys.encode_u64
+        writes = batch.writes[keys.CF_COUNTS]
+        writes.update({key: encode(value) if value > 0 else None for key, value in minutes.items()})
+        writes.update({key: encode(value) if value > 0 else None for key, value in totals.items()})
+        return CountChanges(minutes, totals)
 
-    def committed(self, changed: dict[bytes, int]) -> None:
+    def committed(self, changes: CountChanges) -> None:
+        """Take a durable batch's new values into memory (a counter at 0 is dropped)."""
+        emptied = [key for key, value in changes.minutes.items() if value <= 0]
         with self._lock:
-            for key, value in changed.items():
+            values = self._values
+            values.update(changes.minutes)
+            for key in emptied:
+                del values[key]
+            for key, value in changes.totals.items():
+                topic = key[:-1]
                 if value > 0:
-                    self._values[key] = value
+                    values[key] = value
+                    self._topics.add(topic)
                 else:
-                    self._values.pop(key, None)
-                if _is_total(key):
-                    (self._topics.add if value > 0 else self._topics.discard)(key[:-1])
+                    values.pop(key, None)
+                    self._topics.discard(topic)
 
     def due_within(self, now_ms: int, horizons_ms: tuple[int, ...]) -> dict[int, int]:
         """Pending timers of every topic due in the whole minutes [now_ms, now_ms + h)
