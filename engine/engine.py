@@ -29,8 +29,9 @@ from store import extras as extras_cf
 from store import keys, records
 from store.counts import PendingCounts
 from store.export_root import ExportSlot, check_space
+from store.open_store import open_store
 from store.records import encode_new_many
-from store.rocks import RocksDatabase, RocksTuning
+from store.rocks import RocksTuning
 from store.timer_store import TimerStore
 from wheels.clock import Clock
 from wheels.domain import (
@@ -107,14 +108,12 @@ class Engine:
             wheel_write_buffer_bytes=settings.wheel_write_buffer_bytes,
             sync_writes=settings.sync_writes,
         )
-        self._database = RocksDatabase(settings.data_dir, tuning)
-        self._store = TimerStore(self._database)
         leads = (settings.minute_cascade_lead_ms, settings.hour_cascade_lead_ms)
-        state = self._store.load_state()
-        if state is None:
-            self._scheduler = Scheduler.fresh(clock.now_ms(), leads)
-        else:
-            self._scheduler = Scheduler(state, leads)
+        self._store, state, created = open_store(  # a non-store or a damaged one: StoreRefused
+            settings.data_dir, tuning, lambda: Scheduler.fresh(clock.now_ms(), leads).state
+        )
+        self._database = self._store.database
+        self._scheduler = Scheduler(state, leads)
         self._ids = MessageIds()
         self.export_slot = ExportSlot()
         self._fired_cache = FiredCache(
@@ -133,7 +132,7 @@ class Engine:
         self._acked_lock = threading.Lock()
         self._closed = False
         log.info(
-            "engine_opened", data_dir=settings.data_dir, recovered=state is not None,
+            "engine_opened", data_dir=settings.data_dir, recovered=not created,
             now_ms=self._scheduler.now_ms, fire_seq=self._scheduler.state.fire_seq,
             cascades_pending=self._scheduler.busy(),
         )  # fmt: skip
