@@ -18,9 +18,9 @@ import pickle
 import tempfile
 import time
 
-from engine.engine import prepare_sends
 from engine.ids import MessageIds
 from engine.ipc import CallClient, CallServer
+from engine.prepare import prepare_sends
 from store import records
 from wheels.domain import SendSpec, State, Timer, When, WhenKind
 from wheels.settings import Settings

@@ -18,19 +18,21 @@ from dataclasses import replace
 
 import structlog
 
+from engine.clock_watch import ClockWatch
 from engine.fired_cache import FiredCache
 from engine.gauges import UnackedByTopic, engine_gauges
 from engine.ids import MessageIds
 from engine.move_ops import DeadLetterOp, RescheduleOp
 from engine.ops import AckOp, CancelOp, SendOp
+from engine.prepare import prepare_sends
 from engine.trace_ops import DeliveryEvent, TraceOp
 from engine.writer import FiredListener, Writer
 from store import extras as extras_cf
 from store import keys, records
 from store.counts import PendingCounts
 from store.export_root import ExportSlot, check_space
-from store.records import encode_new_many
-from store.rocks import RocksDatabase, RocksTuning
+from store.open_store import open_store
+from store.rocks import RocksTuning
 from store.timer_store import TimerStore
 from wheels.clock import Clock
 from wheels.domain import (
@@ -53,7 +55,6 @@ from wheels.validation import (
     resolve_deliver_at_ms,
     validate_ack_count,
     validate_message_ref,
-    validate_sends,
     validate_topic,
 )
 
@@ -62,39 +63,6 @@ log = structlog.get_logger("timerwheel.engine")
 MAX_LIST_LIMIT = 1_000
 FIRED_CACHE_ENTRIES = 200_000  # and at most Settings.fired_cache_bytes
 LIST_SCAN_BUDGET = 200_000
-
-
-def prepare_sends(
-    specs: list[SendSpec], now_ms: int, settings: Settings, ids: MessageIds
-) -> SendOp:
-    """Sends made ready to write: validated, ids chosen, records encoded, column by column.
-
-    Pure work of the caller (a gRPC thread, or a worker process), so the writer's per-timer
-    work stays small; raises InvalidArgument naming the message and field.
-    """
-    if len(specs) > settings.max_batch_messages:
-        raise InvalidArgument(
-            "messages", f"<{len(specs)} messages>",
-            f"at most {settings.max_batch_messages} per batch",
-        )  # fmt: skip
-    deliver_times_ms = validate_sends(specs, now_ms, settings)
-    client_ids = any(spec.message_id for spec in specs)
-    message_ids = ids.take(len(specs), now_ms)
-    if client_ids:
-        message_ids = [s.message_id or made for s, made in zip(specs, message_ids, strict=True)]
-    op = SendOp(
-        specs=specs, message_ids=message_ids, deliver_times_ms=deliver_times_ms,
-        records=encode_new_many(specs, deliver_times_ms, now_ms), client_ids=client_ids,
-    )  # fmt: skip
-    with_options = [index for index, spec in enumerate(specs) if spec.options]
-    if with_options:  # flagged records, and their `extras` entries (store.records)
-        op.extras = [None] * len(specs)
-        for index in with_options:
-            options = specs[index].options
-            series = options.repeat is not None
-            op.records[index] = records.with_extras_flag(op.records[index], series)
-            op.extras[index] = records.encode_extras(options, 1, deliver_times_ms[index])
-    return op
 
 
 class Engine:
@@ -107,23 +75,24 @@ class Engine:
             wheel_write_buffer_bytes=settings.wheel_write_buffer_bytes,
             sync_writes=settings.sync_writes,
         )
-        self._database = RocksDatabase(settings.data_dir, tuning)
-        self._store = TimerStore(self._database)
         leads = (settings.minute_cascade_lead_ms, settings.hour_cascade_lead_ms)
-        state = self._store.load_state()
-        if state is None:
-            self._scheduler = Scheduler.fresh(clock.now_ms(), leads)
-        else:
-            self._scheduler = Scheduler(state, leads)
+        self._store, state, created = open_store(  # a non-store or a damaged one: StoreRefused
+            settings.data_dir, tuning, lambda: Scheduler.fresh(clock.now_ms(), leads).state
+        )
+        self._database = self._store.database
+        self._scheduler = Scheduler(state, leads)
         self._ids = MessageIds()
         self.export_slot = ExportSlot()
         self._fired_cache = FiredCache(
             self._scheduler.state.fire_seq, FIRED_CACHE_ENTRIES, settings.fired_cache_bytes
         )
         self._counts = PendingCounts(self._database)
-        self._writer = Writer(
-            settings, clock, self._store, self._scheduler, self._on_commit_fired, self._counts
-        )
+        self._clock_watch = ClockWatch(clock, settings.clock_step_threshold_ms)
+        self._clock_watch.check_resume(self._scheduler.now_ms)
+        self._writer = Writer(  # the writer reads the clock often: it watches for steps
+            settings, self._clock_watch, self._store, self._scheduler, self._on_commit_fired,
+            self._counts,
+        )  # fmt: skip
         self._fire_seq_base = self._scheduler.state.fire_seq
         ready = {topic: self._store.count_ready(topic) for topic in self._store.ready_topics()}
         self._unacked_base = sum(ready.values())
@@ -133,7 +102,7 @@ class Engine:
         self._acked_lock = threading.Lock()
         self._closed = False
         log.info(
-            "engine_opened", data_dir=settings.data_dir, recovered=state is not None,
+            "engine_opened", data_dir=settings.data_dir, recovered=not created,
             now_ms=self._scheduler.now_ms, fire_seq=self._scheduler.state.fire_seq,
             cascades_pending=self._scheduler.busy(),
         )  # fmt: skip
@@ -392,6 +361,7 @@ class Engine:
             "fire_seq": state.fire_seq,
             "queued_ops": self._writer.queued_weight,
             **counts,
+            **self._clock_watch.stats(),
         }
 
     @property

@@ -19,9 +19,9 @@ from concurrent.futures import Future
 
 import structlog
 
-from engine.engine import prepare_sends
 from engine.ids import MessageIds
 from engine.ipc import CallClient, PeerUnavailable
+from engine.prepare import prepare_sends
 from store import records
 from wheels.clock import Clock
 from wheels.domain import FiredTimer, SendSpec

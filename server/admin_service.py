@@ -78,6 +78,10 @@ class TimerAdmin(pb_grpc.TimerAdminServicer):
                 cpu_seconds=cpu_s,
                 data_dir_bytes=dir_bytes(self._engine.settings.data_dir),
                 fire_lateness=[_lateness(m) for m in self._engine.fire_lateness()],
+                clock_steps_forward=stats["clock_steps_forward"],
+                clock_steps_backward=stats["clock_steps_backward"],
+                last_clock_step_ms=stats["last_clock_step_ms"],
+                last_clock_step_at_ms=stats["last_clock_step_at_ms"],
             )
 
     def Topics(self, request: pb.TopicsRequest, context: grpc.ServicerContext) -> pb.TopicsResponse:

@@ -62,6 +62,7 @@ from store.export_files import (
     write_json,
 )
 from store.export_location import ExportLocation
+from store.integrity import StoreRefused, check_meta
 from store.rocks import RocksDatabase
 from wheels.domain import FailedPrecondition
 
@@ -120,7 +121,9 @@ def export_data_dir(
         raise ExportError(f"data dir {data_dir!r} is not a RocksDB database (no CURRENT file)")
     _check_output(out_dir)  # before opening: a bad --out must not touch the store
     try:
-        database = RocksDatabase(data_dir)
+        database = RocksDatabase(data_dir)  # refuses a non-store (store.integrity)
+    except StoreRefused as exc:
+        raise ExportError(str(exc)) from exc
     except Exception as exc:
         if "lock" in str(exc).lower():
             raise ExportError(
@@ -129,9 +132,12 @@ def export_data_dir(
             ) from exc
         raise ExportError(f"cannot open data dir {data_dir!r}: {exc}") from exc
     try:
+        check_meta(database)
         return export_database(
             database, out_dir, max_rows_per_file=max_rows_per_file, progress=progress
         )
+    except StoreRefused as exc:
+        raise ExportError(str(exc)) from exc
     finally:
         database.close()
 

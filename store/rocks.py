@@ -23,6 +23,7 @@ from rocksdict import (
     WriteOptions,
 )
 
+from store.integrity import check_data_dir
 from store.keys import ALL_COLUMN_FAMILIES, CF_COUNTS, CF_WHEEL
 
 
@@ -94,6 +95,9 @@ class RocksDatabase:
     def __init__(self, path: str, tuning: RocksTuning | None = None) -> None:
         self.tuning = tuning or RocksTuning()
         self.path = path
+        # Before RocksDB's create_if_missing can write anything: a directory of other
+        # files, or another program's RocksDB, is refused (store.integrity).
+        self.created = check_data_dir(path)
         os.makedirs(path, exist_ok=True)
         self._cache = Cache(self.tuning.block_cache_bytes)
         options = _options(self.tuning, self._cache)

@@ -15,12 +15,12 @@ from itertools import islice
 
 from rocksdict import ReadOptions
 
-from store import keys, records
+from store import integrity, keys, records
 from store.batch import StagedBatch
 from store.rocks import RocksDatabase
 from store.trace import TraceLog, cascaded_event, encode_event
 from wheels.domain import FiredTimer, State, Timer
-from wheels.scheduler import CascadeState, SchedulerState
+from wheels.scheduler import SchedulerState
 from wheels.trace import TraceEvent, TraceKind
 from wheels.wheel import LEVELS
 
@@ -210,25 +210,12 @@ class TimerStore:
         return int(value or 0)
 
     def load_state(self) -> SchedulerState | None:
-        """The scheduler state persisted by the last commit, or None for a new store."""
-        now_raw = self._meta.get(keys.META_NOW_MS)
-        if now_raw is None:
+        """The scheduler state persisted by the last commit; None for a new store (every
+        column family empty). A store with data whose `meta` is missing, damaged or of
+        another schema version raises `store.integrity.StoreDamaged`."""
+        if integrity.is_empty(self.database.families):
             return None
-        version = self._meta.get(keys.META_SCHEMA_VERSION)
-        if version is None or keys.decode_u64(version) != keys.SCHEMA_VERSION:
-            raise RuntimeError(f"store schema version {version!r}, expected {keys.SCHEMA_VERSION}")
-        cascades = []
-        for lower in LEVELS[:-1]:
-            horizon = keys.decode_u64(self._meta[keys.meta_horizon(lower.name)])
-            pending_raw = self._meta.get(keys.meta_pending(lower.name))
-            pending = keys.decode_timer_key(pending_raw) if pending_raw else None
-            cascades.append(CascadeState(horizon, pending))
-        return SchedulerState(
-            now_ms=keys.decode_u64(now_raw),
-            cascades=tuple(cascades),
-            fire_from=keys.decode_timer_key(self._meta[keys.META_FIRE_FROM]),
-            fire_seq=keys.decode_u64(self._meta[keys.META_FIRE_SEQ]),
-        )
+        return integrity.decode_state(self.database.path, self._meta)
 
     @staticmethod
     def _range(family, lo: bytes, hi: bytes | None) -> Iterator[tuple[bytes, bytes]]:

@@ -155,3 +155,21 @@ def test_serve_on_a_busy_port_fails_clearly(tmp_path):
     assert result.returncode == 1
     failure = [json.loads(line) for line in result.stdout.splitlines() if "start_failed" in line]
     assert failure and f"127.0.0.1:{port}" in failure[0]["error"]
+
+
+@pytest.mark.parametrize("workers", ["0", "1"])
+def test_serve_refuses_a_data_dir_that_is_not_a_store_in_one_line(tmp_path, workers):
+    """Nothing is created in it, the exit code is 1 and stderr says why in one line."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".bashrc").write_text("alias ll='ls -l'\n")
+    result = subprocess.run(
+        [TIMERWHEEL, "serve", "--data-dir", str(home), "--port", "0", "--workers", workers,
+         "--log-format", "json"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 1
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("timerwheel serve: ") and "is not a timerwheel store" in line
+    assert str(home) in line and "'.bashrc'" in line
+    assert sorted(p.name for p in home.iterdir()) == [".bashrc"]

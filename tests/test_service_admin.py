@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 
 import grpc
 import pytest
@@ -14,8 +15,11 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
     ProtoReflectionDescriptorDatabase,
 )
 
+from server.app import TimerServer
 from timerwheel.client import TimerClient
+from wheels.clock import VirtualClock
 from wheels.security_settings import SecuritySettings
+from wheels.settings import Settings
 
 pytestmark = pytest.mark.wallclock
 
@@ -61,6 +65,40 @@ def test_stats_reports_process_store_and_backlog(client, collectors):
     collectors.append(collector)
     collector.wait_count(1)
     assert collector.ids() == [fired.message_id] and client.stats().unacked == 0
+
+
+def test_stats_reports_wall_clock_steps_over_grpc(tmp_path):
+    """A server on a virtual clock whose wall time is stepped back, then forward: the
+    writer (running on its thread) notices each within its idle re-check, and Stats
+    says so, with the last step's signed size and the wall time it stepped to."""
+    clock = VirtualClock(wall_ms())
+    settings = Settings(data_dir=str(tmp_path / "data"), port=0, sync_writes=False)
+    server = TimerServer(settings, clock=clock).start()
+    try:
+        with TimerClient(server.target, timeout_s=WAIT_S) as client:
+            stats = client.stats()
+            assert (stats.clock_steps_forward, stats.clock_steps_backward) == (0, 0)
+            assert (stats.last_clock_step_ms, stats.last_clock_step_at_ms) == (0, 0)
+            back_to = clock.step_wall(-10_000)
+            stats = _stats_when(client, lambda s: s.clock_steps_backward == 1)
+            assert (stats.last_clock_step_ms, stats.last_clock_step_at_ms) == (-10_000, back_to)
+            forward_to = clock.step_wall(3_600_000)
+            stats = _stats_when(client, lambda s: s.clock_steps_forward == 1)
+            assert stats.clock_steps_backward == 1
+            assert (stats.last_clock_step_ms, stats.last_clock_step_at_ms) == (
+                3_600_000,
+                forward_to,
+            )
+    finally:
+        server.stop(grace_s=1.0)
+
+
+def _stats_when(client: TimerClient, condition):
+    deadline = time.monotonic() + WAIT_S
+    while not condition(stats := client.stats()):
+        assert time.monotonic() < deadline, f"Stats never got there: {stats}"
+        time.sleep(0.05)
+    return stats
 
 
 def test_topics_lists_each_backlog_and_follows_fires_and_acks(client, collectors):

@@ -13,6 +13,7 @@ SECOND_MS = 1_000
 MINUTE_MS = 60 * SECOND_MS
 HOUR_MS = 60 * MINUTE_MS
 DAY_MS = 24 * HOUR_MS
+MIN_CLOCK_STEP_MS = 10  # clock readings are whole ms: a smaller threshold would be noise
 
 # RocketMQ 4 default messageDelayLevel:
 # "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h".
@@ -43,6 +44,10 @@ class Settings:
     # For tests only: the server's wall clock runs this far ahead of (or behind) the real
     # one, so a test can pin the time of day it runs at (tests/test_time_of_day.py).
     clock_offset_ms: int = 0
+    # A wall-clock jump bigger than this (against the monotonic clock, between two
+    # readings) is a clock step: logged, counted in Stats (wheels.clock_step; what the
+    # service does about it: docs/engine.md, "Clock steps").
+    clock_step_threshold_ms: int = SECOND_MS
 
     # Durability: WAL is always on; sync makes every group commit an fsync.
     sync_writes: bool = True
@@ -133,6 +138,12 @@ class Settings:
         if not isinstance(self.clock_offset_ms, int) or abs(self.clock_offset_ms) > DAY_MS:
             raise SettingsError(
                 f"clock_offset_ms={self.clock_offset_ms!r}: must be an int within a day"
+            )
+        threshold = self.clock_step_threshold_ms
+        if type(threshold) is not int or not MIN_CLOCK_STEP_MS <= threshold <= HOUR_MS:
+            raise SettingsError(
+                f"clock_step_threshold_ms={threshold!r}: must be {MIN_CLOCK_STEP_MS}ms..1h "
+                "(readings are whole ms: smaller would be noise)"
             )
         if not 0 <= self.port <= 65535:
             raise SettingsError(f"port={self.port}: must be 0..65535")

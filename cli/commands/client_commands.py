@@ -245,10 +245,21 @@ def _stats(client, args: argparse.Namespace) -> int:
         "server memory": f"{stats.rss_bytes / 2**20:,.0f} MiB RSS",
         "server CPU": f"{stats.cpu_seconds:,.1f} s",
         "data dir": f"{stats.data_dir_bytes / 2**20:,.1f} MiB",
+        "clock steps": _clock_steps(stats),
     }
     for label, value in figures.items():
         print(f"{label:<18}{value}")
     return 0
+
+
+def _clock_steps(stats) -> str:
+    """Wall-clock steps the server saw (docs/engine.md, "Clock steps"), and the last."""
+    text = f"{stats.clock_steps_forward} forward, {stats.clock_steps_backward} backward"
+    if stats.clock_steps_forward or stats.clock_steps_backward:
+        text += (
+            f"; last {stats.last_clock_step_ms:+,} ms, to {format_ms(stats.last_clock_step_at_ms)}"
+        )
+    return text
 
 
 def _list(client, args: argparse.Namespace) -> int:

@@ -1,0 +1,158 @@
+"""Is this directory a timerwheel store, a new one, or something to leave alone?
+
+Opening a store decides between three cases, and only one of them creates anything:
+
+- **new**: the directory does not exist, or is empty (a `lost+found` alone counts as
+  empty: a freshly mounted volume). RocksDB creates the database and `open_store` writes
+  the scheduler's first state into `meta` at once, so from then on the store is "used".
+- **a timerwheel store**: a RocksDB database (a `CURRENT` file) whose column families
+  are timerwheel's, and whose `meta` holds every key of the scheduler state, decodable
+  and of a schema version this code reads. A store whose families are all empty (it was
+  created and never written) is new again.
+- **anything else is refused** before RocksDB writes a byte there (`create_if_missing`
+  would happily make a database inside a home folder): a directory of other files
+  (`NotAStore`), a RocksDB database that is not timerwheel's (`NotAStore`), or a
+  timerwheel store that holds data but whose `meta` is missing or damaged
+  (`StoreDamaged`). Starting such a store afresh would restart fire sequences at 0,
+  whose `ready` keys would overwrite un-acked fired messages, and put the cascade
+  horizons where timers already wait: it must be restored, not guessed at.
+
+Every refusal is one line that names the data dir, what is wrong and what to do.
+"""
+
+from __future__ import annotations
+
+import os
+
+from rocksdict import Rdict
+
+from store import keys
+from wheels.scheduler import CascadeState, SchedulerState, TimerKey
+from wheels.wheel import LEVELS
+
+# Families every timerwheel store has had since the first release; later ones (extras,
+# counts, trace) are created when an older store is opened, so they are not required.
+REQUIRED_FAMILIES = (
+    keys.CF_MESSAGES, *keys.CF_WHEEL.values(), keys.CF_READY, keys.CF_META,
+)  # fmt: skip
+KNOWN_FAMILIES = frozenset({"default", *keys.ALL_COLUMN_FAMILIES})
+IGNORED_ENTRIES = frozenset({"lost+found"})  # the root of a fresh ext4 volume has it
+_RESTORE = "restore the data dir from a backup, or move it aside to start an empty store"
+
+
+class StoreRefused(RuntimeError):
+    """The data dir cannot be opened as a timerwheel store; the message says why and
+    what to do, in one line (`timerwheel serve` prints it as its failure)."""
+
+
+class NotAStore(StoreRefused):
+    """The data dir holds something other than a timerwheel store."""
+
+
+class StoreDamaged(StoreRefused):
+    """A timerwheel store holds data but its `meta` is missing, damaged or too new."""
+
+
+def check_data_dir(path: str) -> bool:
+    """Before opening: True when `path` is new (missing or empty), False when it is a
+    RocksDB database of timerwheel's column families; else `NotAStore`. Reads only:
+    nothing is created, so a refused directory is left exactly as it was."""
+    if not os.path.exists(path):
+        return True
+    if not os.path.isdir(path):
+        raise NotAStore(f"data dir {path!r} is a file, not a directory; give a directory")
+    entries = sorted(set(os.listdir(path)) - IGNORED_ENTRIES)
+    if not entries:
+        return True
+    if not os.path.isfile(os.path.join(path, "CURRENT")):
+        shown = ", ".join(repr(e) for e in entries[:3]) + (", ..." if len(entries) > 3 else "")
+        raise NotAStore(
+            f"data dir {path!r} is not a timerwheel store: it holds {len(entries)} "
+            f"entries ({shown}) and no RocksDB database; give the store's --data-dir, "
+            "or an empty or new directory for a new store"
+        )
+    try:
+        families = set(Rdict.list_cf(path))
+    except Exception as exc:
+        raise NotAStore(
+            f"data dir {path!r} has a RocksDB CURRENT file but its column families cannot "
+            f"be read ({exc}); it is not a usable timerwheel store: {_RESTORE}"
+        ) from exc
+    missing = [f for f in REQUIRED_FAMILIES if f not in families]
+    foreign = sorted(families - KNOWN_FAMILIES)
+    if missing or foreign:
+        raise NotAStore(
+            f"data dir {path!r} is a RocksDB database but not a timerwheel store (column "
+            f"families {', '.join(sorted(families))}; missing {', '.join(missing) or '-'}, "
+            f"foreign {', '.join(foreign) or '-'}); give the store's --data-dir, or an "
+            "empty or new directory for a new store"
+        )
+    return False
+
+
+def is_empty(families: dict) -> bool:
+    """True when no column family holds a key: a store that was never written.
+
+    `meta` is looked at first: every used store has keys there, so the usual answer
+    costs one seek, not a walk over the tombstones that may open another family."""
+    order = sorted(families, key=lambda name: name != keys.CF_META)
+    return all(next(iter(families[name].keys()), None) is None for name in order)
+
+
+def decode_state(path: str, meta) -> SchedulerState:
+    """The scheduler state in `meta` (a store that holds data), or `StoreDamaged` naming
+    every missing or undecodable key."""
+    problems: list[str] = []
+
+    def u64(key: bytes) -> int:
+        raw = meta.get(key)
+        if raw is None:
+            problems.append(f"{key.decode()} missing")
+        elif len(raw) != keys.TIME_BYTES:
+            problems.append(f"{key.decode()} undecodable ({len(raw)} bytes, expected 8)")
+        else:
+            return keys.decode_u64(raw)
+        return 0
+
+    def timer_key(key: bytes, required: bool = True) -> TimerKey | None:
+        raw = meta.get(key)
+        if raw is None:
+            if required:
+                problems.append(f"{key.decode()} missing")
+            return None
+        try:
+            if len(raw) < keys.TIME_BYTES:
+                raise ValueError(f"{len(raw)} bytes, expected 8 or more")
+            return keys.decode_timer_key(raw)
+        except (ValueError, UnicodeError) as exc:
+            problems.append(f"{key.decode()} undecodable ({exc})")
+            return None
+
+    version = u64(keys.META_SCHEMA_VERSION)
+    if not problems and version != keys.SCHEMA_VERSION:
+        raise StoreDamaged(
+            f"data dir {path!r} has store schema version {version}, and this timerwheel "
+            f"reads version {keys.SCHEMA_VERSION}: run the timerwheel that wrote it, or "
+            f"{_RESTORE}"
+        )
+    now_ms = u64(keys.META_NOW_MS)
+    fire_seq = u64(keys.META_FIRE_SEQ)
+    fire_from = timer_key(keys.META_FIRE_FROM)
+    cascades = []
+    for lower in LEVELS[:-1]:
+        horizon_ms = u64(keys.meta_horizon(lower.name))
+        cascades.append(CascadeState(horizon_ms, timer_key(keys.meta_pending(lower.name), False)))
+    if problems:
+        raise StoreDamaged(
+            f"data dir {path!r} is a damaged timerwheel store: it holds data but its meta "
+            f"is not whole ({'; '.join(problems)}); starting it afresh could fire timers "
+            f"twice or overwrite fired ones, so it is not opened: {_RESTORE}"
+        )
+    return SchedulerState(now_ms, tuple(cascades), fire_from, fire_seq)
+
+
+def check_meta(database) -> None:
+    """`StoreDamaged` unless the open `database` is empty or has a whole `meta` (for
+    readers that open a stopped store without a scheduler, such as `export --data-dir`)."""
+    if not is_empty(database.families):
+        decode_state(database.path, database.families[keys.CF_META])
