@@ -23,6 +23,7 @@ Every refusal is one line that names the data dir, what is wrong and what to do.
 from __future__ import annotations
 
 import os
+from itertools import islice
 
 from rocksdict import Rdict
 
@@ -91,12 +92,18 @@ def check_data_dir(path: str) -> bool:
 
 
 def is_empty(families: dict) -> bool:
-    """True when no column family holds a key: a store that was never written.
+    """True when the store holds nothing but what opening it writes: it was never used.
 
-    `meta` is looked at first: every used store has keys there, so the usual answer
-    costs one seek, not a walk over the tombstones that may open another family."""
-    order = sorted(families, key=lambda name: name != keys.CF_META)
-    return all(next(iter(families[name].keys()), None) is None for name in order)
+    `meta` is looked at first: every used store has scheduler keys there, so the usual
+    answer costs one seek, not a walk over the tombstones that may open another family.
+    A store that an earlier timerwheel opened and closed without a send holds only the
+    `counts.built` marker (it wrote no scheduler state before its first commit): that is
+    still a new store, not a damaged one."""
+    meta_keys = list(islice(families[keys.CF_META].keys(), 2))
+    if meta_keys not in ([], [keys.META_COUNTS_BUILT]):
+        return False
+    others = (name for name in families if name != keys.CF_META)
+    return all(next(iter(families[name].keys()), None) is None for name in others)
 
 
 def decode_state(path: str, meta) -> SchedulerState:

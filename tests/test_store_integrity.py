@@ -89,6 +89,23 @@ def test_reopening_a_store_is_not_a_creation_even_if_it_was_never_written(tmp_pa
     assert created_events(logs) == created_events(more_logs) == []
 
 
+def test_a_store_an_earlier_version_opened_but_never_wrote_is_still_new(tmp_path):
+    """Before stores were created with their whole meta, an engine closed before its
+    first commit left only the `counts.built` marker: that store holds no data, so it
+    opens as a new store (created and logged), not as a damaged one."""
+    data_dir = tmp_path / "data"
+    open_engine(data_dir).close()
+    database = RocksDatabase(str(data_dir), RocksTuning(sync_writes=False))
+    meta_keys = list(database.families[keys.CF_META].keys())
+    database.close()
+    edit_meta(data_dir, **{k.decode(): None for k in meta_keys if k != keys.META_COUNTS_BUILT})
+    with capture_logs() as logs, open_engine(data_dir) as engine:
+        sent = engine.send(SendSpec("orders", b"b", When(WhenKind.DELAY, MINUTE_MS)))
+    assert len(created_events(logs)) == 1
+    with open_engine(data_dir) as engine:
+        assert engine.get(sent.message_id).body == b"b"
+
+
 # == damaged stores ==========================================================================
 @pytest.mark.parametrize(
     ("changes", "named"),
