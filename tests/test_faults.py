@@ -29,14 +29,14 @@ from server.app import SERVICE_NAMES
 from timerwheel.client import RemoteError, TimerClient
 
 REPO = Path(__file__).resolve().parent.parent
-TMPFS_MB = 48  # room to open RocksDB and write a few MiB, yet filled in a second or two
+TMPFS_MB = 16  # room to open RocksDB (about 200 KiB) and for the few MiB the test writes
 # Small memtables and cache, so the store fits the small tmpfs (defaults are 32 MiB each).
 SMALL_STORE = {
     "write_buffer_bytes": 2 * 1024 * 1024,
     "wheel_write_buffer_bytes": 1024 * 1024,
     "block_cache_bytes": 4 * 1024 * 1024,
 }
-BODY = b"x" * 2000
+BODY = os.urandom(16_000)  # incompressible: the disk fills after a few hundred sends
 
 
 def poll(condition: Callable[[], bool], timeout_s: float = WAIT_S) -> bool:
@@ -164,7 +164,7 @@ def send_until_refused(client: TimerClient, acknowledged: list[str]) -> RemoteEr
     for batch in range(10_000):
         requests = [
             TimerClient.request("full", BODY, delay_ms=3_600_000, message_id=f"b{batch}-{i}")
-            for i in range(100)
+            for i in range(20)
         ]
         try:
             results = client.send_batch(requests)
@@ -235,3 +235,63 @@ def test_sigterm_while_the_disk_is_full_exits_cleanly(small_disk):
         assert restarted.wait_exit() == 0
     finally:
         restarted.kill()
+
+
+# == reads while the store is reopened ====================================================
+def test_reads_during_a_reopen_answer_or_say_unavailable(tmp_path):
+    """The writer's reopen (after a full disk) closes the database under readers: each
+    read answers, or raises StoreUnavailable (UNAVAILABLE), never anything else."""
+    from engine.engine import Engine
+    from wheels.clock import VirtualClock
+    from wheels.domain import SendSpec, StoreUnavailable, When, WhenKind
+    from wheels.settings import Settings
+
+    engine = Engine(Settings(data_dir=str(tmp_path / "d")), VirtualClock(0), background=False)
+    try:
+        sent = engine.send(SendSpec("orders", b"x", When(WhenKind.DELAY, 60_000)))
+        stop = threading.Event()
+        outcomes: dict[str, int] = {}
+
+        def read() -> None:
+            while not stop.is_set():
+                try:
+                    engine.get(sent.message_id)
+                    outcome = "answered"
+                except StoreUnavailable:
+                    outcome = "unavailable"
+                except Exception as exc:  # recorded: the test fails on it
+                    outcome = repr(exc)
+                outcomes[outcome] = outcomes.get(outcome, 0) + 1
+
+        readers = [threading.Thread(target=read) for _ in range(2)]
+        for reader in readers:
+            reader.start()
+        reopened = 0
+        try:
+            for _ in range(20):
+                try:
+                    engine.store.reopen()
+                    reopened += 1
+                except Exception as exc:  # a reader's column family held the LOCK
+                    assert "lock" in str(exc).lower(), exc
+                    assert poll(lambda: _reopen_or_none(engine.store))
+                    reopened += 1
+        finally:
+            stop.set()
+            for reader in readers:
+                reader.join(WAIT_S)
+        assert reopened == 20
+        assert set(outcomes) <= {"answered", "unavailable"}, outcomes
+        assert outcomes.get("answered", 0) > 0
+        assert engine.get(sent.message_id).message_id == sent.message_id
+        engine.send(SendSpec("orders", b"y", When(WhenKind.DELAY, 60_000)))  # writes again
+    finally:
+        engine.close()
+
+
+def _reopen_or_none(store) -> bool:
+    try:
+        store.reopen()
+    except Exception:
+        return False
+    return True
