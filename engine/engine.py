@@ -25,6 +25,7 @@ from engine.ids import MessageIds
 from engine.move_ops import DeadLetterOp, RescheduleOp
 from engine.ops import AckOp, CancelOp, SendOp
 from engine.prepare import prepare_sends
+from engine.store_health import StoreHealth
 from engine.trace_ops import DeliveryEvent, TraceOp
 from engine.writer import FiredListener, Writer
 from store import extras as extras_cf
@@ -334,6 +335,11 @@ class Engine:
         """False once a background writer has stopped (closed, or failed for good)."""
         return self._writer.running
 
+    @property
+    def health(self) -> StoreHealth:
+        """The writer's fault state (engine.store_health): disk full, failed for good."""
+        return self._writer.health
+
     def queued_ops(self) -> int:
         return self._writer.queued_weight
 
@@ -353,16 +359,12 @@ class Engine:
 
     def stats(self) -> dict[str, int]:
         state = self._scheduler.state
-        counts = {
-            f"keys_{name}": self._store.estimate_keys(name) for name in keys.ALL_COLUMN_FAMILIES
-        }
+        counts = {f"keys_{n}": self._store.estimate_keys(n) for n in keys.ALL_COLUMN_FAMILIES}
+        queued = self._writer.queued_weight
         return {
-            "now_ms": state.now_ms,
-            "fire_seq": state.fire_seq,
-            "queued_ops": self._writer.queued_weight,
-            **counts,
+            "now_ms": state.now_ms, "fire_seq": state.fire_seq, "queued_ops": queued, **counts,
             **self._clock_watch.stats(),
-        }
+        }  # fmt: skip
 
     @property
     def store(self) -> TimerStore:

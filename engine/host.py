@@ -108,5 +108,6 @@ def run_engine_process(
         host.close()
         engine.close()
     if not stopped:
-        log.error("engine_process_exiting", reason="the writer stopped or the supervisor is gone")
+        reason = engine.health.failure or "the writer stopped or the supervisor is gone"
+        log.error("engine_process_exiting", reason=reason, exit_code=1)
         raise SystemExit(1)

@@ -22,6 +22,10 @@ committed. With nothing to do, the writer sleeps until the next due timer or cas
 start, or until an operation arrives: the second wheel is drained continuously, not
 once a second.
 
+A failing iteration or idle read is not the end of the writer: `engine.store_health`
+decides whether it is retried with backoff (a read error), waited out with a reopen of
+the store (a full disk), or fatal (a failed WAL sync), and tells the server so.
+
 Without a thread (`background=False`), callers drive the same iterations inline: that
 is how tests run the writer in virtual time.
 """
@@ -39,6 +43,7 @@ import structlog
 from engine import metrics
 from engine.ops import Op, WriterContext
 from engine.series import fire_due_series
+from engine.store_health import StoreHealth, WriterFailed
 from store import keys
 from store.batch import StagedBatch
 from store.counts import CountChanges, PendingCounts
@@ -69,6 +74,7 @@ class Writer:
             [dict[str, list[tuple[int, bytes, bytes]]], dict[str, list[int]]], None
         ],
         counts: PendingCounts,
+        health: StoreHealth | None = None,
     ) -> None:
         self._settings = settings
         self._clock = clock
@@ -76,6 +82,7 @@ class Writer:
         self._scheduler = scheduler
         self._on_commit_fired = on_commit_fired  # before listeners: they read what it keeps
         self._counts = counts
+        self.health = health or StoreHealth(settings.data_dir)
         self._ctx = WriterContext(store, scheduler, settings.retention_ms)
         self._cond = threading.Condition()
         self._queue: deque[Op] = deque()
@@ -121,7 +128,8 @@ class Writer:
     def submit(self, op: Op) -> Future:
         with self._cond:
             if self._stopping:
-                raise ShuttingDown("the timer engine is shutting down")
+                raise ShuttingDown(self.health.failure or "the timer engine is shutting down")
+            self.health.refuse_if_full()
             limit = self._settings.max_queued_ops
             if self._queued_weight + op.weight > limit and self._queue:
                 raise Overloaded(
@@ -159,23 +167,37 @@ class Writer:
                 with self._cond:
                     if self._stopping and not self._queue:
                         return
-                if not self._iterate_logged():
-                    self._sleep_until_due()
+                try:
+                    if self.health.recovering:  # the disk was full: reopen first
+                        if not self.health.recover(self._store, self._scheduler):
+                            self._back_off()
+                        continue
+                    more = self.iterate()
+                    self.health.succeeded()
+                    if not more:
+                        self._sleep_until_due()
+                except WriterFailed:
+                    raise
+                except Exception as exc:
+                    self.health.iteration_failed(exc)  # raises WriterFailed when fatal
+                    if self.health.recovering:  # a full disk: fail fast, don't queue
+                        self._fail_queued(self.health.error_for(exc), stop=False)
+                    self._back_off()
+        except WriterFailed as exc:
+            self._give_up(str(exc))
         except BaseException as exc:  # the writer must never die silently
             log.exception("writer_crashed")
-            self._fail_queued(ShuttingDown(f"the timer writer stopped: {exc}"))
-            raise
+            self._give_up(f"the timer writer crashed: {exc!r}")
 
-    def _iterate_logged(self) -> bool:
-        try:
-            return self.iterate()
-        except WalSyncFailed:
-            raise  # not retried: see iterate
-        except Exception:
-            log.exception("writer_iteration_failed")
-            with self._cond:  # back off before retrying a failing store
-                self._cond.wait(0.1)
-            return True
+    def _give_up(self, reason: str) -> None:
+        """Stop for good: refuse everything, tell the health listeners (the server)."""
+        self._fail_queued(ShuttingDown(f"the timer writer stopped: {reason}"))
+        self.health.fail(reason)
+
+    def _back_off(self) -> None:
+        with self._cond:  # an operation arriving does not cut it short; stop does
+            if not self._stopping:
+                self._cond.wait(self.health.backoff_s())
 
     def _sleep_until_due(self) -> None:
         fire_from, _ = self._scheduler.fire_range()
@@ -189,9 +211,9 @@ class Writer:
             if delay_s > 0:
                 self._cond.wait(delay_s)
 
-    def _fail_queued(self, error: Exception) -> None:
+    def _fail_queued(self, error: BaseException, stop: bool = True) -> None:
         with self._cond:
-            self._stopping = True
+            self._stopping |= stop
             ops = list(self._queue)
             self._queue.clear()
             self._queued_weight = 0
@@ -227,8 +249,9 @@ class Writer:
             raise
         except BaseException as exc:
             self._scheduler.restore(saved)  # nothing of this batch is on disk
+            error = self.health.error_for(exc)  # e.g. DiskFull, naming the data dir
             for op in ops:
-                op.future.set_exception(exc)
+                op.future.set_exception(error)
             raise
         if counted:
             self._counts.committed(counted)

@@ -93,9 +93,11 @@ def build_grpc_server(
     return server, health_servicer
 
 
-def set_serving(health_servicer: health.HealthServicer) -> None:
+def set_serving(health_servicer: health.HealthServicer, serving: bool = True) -> None:
+    """Every service name's health (the server's "" included): SERVING or NOT_SERVING."""
+    status = health_pb2.HealthCheckResponse
     for name in ("", *SERVICE_NAMES):
-        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+        health_servicer.set(name, status.SERVING if serving else status.NOT_SERVING)
 
 
 class TimerServer:
@@ -166,6 +168,10 @@ class TimerServer:
     def start(self) -> TimerServer:
         self._grpc.start()
         set_serving(self.health)
+        # A writer that stops for good (engine.store_health) leaves nothing to serve:
+        # NOT_SERVING at once, so probes and load balancers see it; `failure` tells
+        # `timerwheel serve` to exit non-zero, so the process gets restarted.
+        self.engine.health.on_failed(self._writer_failed)
         log.info(
             "server_started", host=self.settings.host, port=self.port,
             data_dir=self.settings.data_dir, workers=self.settings.grpc_workers,
@@ -192,6 +198,15 @@ class TimerServer:
             self.engine.close()
             self._stopped.set()
             log.info("server_stopped", seconds=round(time.monotonic() - started, 3))
+
+    def _writer_failed(self, reason: str) -> None:
+        set_serving(self.health, serving=False)
+        log.error("server_not_serving", reason=reason)
+
+    @property
+    def failure(self) -> str | None:
+        """Why the server cannot go on (its writer stopped for good), or None."""
+        return self.engine.health.failure
 
     def wait_stopped(self, timeout_s: float | None = None) -> bool:
         return self._stopped.wait(timeout_s)

@@ -17,11 +17,13 @@ import structlog
 from engine import metrics
 from wheels.domain import (
     AlreadyExists,
+    DiskFull,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
     Overloaded,
     ShuttingDown,
+    StoreUnavailable,
     TimerwheelError,
 )
 
@@ -34,7 +36,9 @@ STATUS_OF: tuple[tuple[type[TimerwheelError], grpc.StatusCode], ...] = (
     (NotFound, grpc.StatusCode.NOT_FOUND),
     (AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),
     (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
+    (DiskFull, grpc.StatusCode.RESOURCE_EXHAUSTED),  # the message says the disk is full
     (Overloaded, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (StoreUnavailable, grpc.StatusCode.UNAVAILABLE),  # reopening after a write error
     (ShuttingDown, grpc.StatusCode.UNAVAILABLE),
 )
 

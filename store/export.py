@@ -47,6 +47,7 @@ from itertools import chain, repeat
 from rocksdict import AccessType, Checkpoint, Options, Rdict
 
 from store import keys, records
+from store.disk import is_disk_full
 from store.export_files import (
     EXPORT_FORMAT,
     EXPORT_FORMAT_VERSION,
@@ -57,7 +58,6 @@ from store.export_files import (
     WHEEL_FAMILIES,
     WHEEL_OF_FAMILY,
     SstSink,
-    is_disk_full,
     sync_tree,
     write_json,
 )

@@ -9,7 +9,6 @@ the file away from the export) and iterates that.
 
 from __future__ import annotations
 
-import errno
 import json
 import mmap
 import os
@@ -130,13 +129,6 @@ def sync_tree(directory: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def is_disk_full(exc: BaseException) -> bool:
-    """RocksDB reports ENOSPC as a plain Exception: 'IO error: No space left on device'."""
-    if isinstance(exc, OSError):
-        return exc.errno == errno.ENOSPC
-    return "no space left on device" in str(exc).lower()
 
 
 # == reading an export back ===========================================================

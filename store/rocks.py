@@ -11,6 +11,7 @@ import gc
 import os
 from dataclasses import dataclass
 
+import structlog
 from rocksdict import (
     BlockBasedIndexType,
     BlockBasedOptions,
@@ -23,8 +24,12 @@ from rocksdict import (
     WriteOptions,
 )
 
+from store.disk import is_disk_full
 from store.integrity import check_data_dir
 from store.keys import ALL_COLUMN_FAMILIES, CF_COUNTS, CF_WHEEL
+from wheels.domain import StoreUnavailable
+
+log = structlog.get_logger("timerwheel.store")
 
 
 @dataclass(frozen=True)
@@ -89,8 +94,30 @@ class WalSyncFailed(RuntimeError):
     writer stops too rather than carry on from a state it cannot vouch for."""
 
 
+class WriteFailed(RuntimeError):
+    """RocksDB refused a batch: it is not applied. After such an error RocksDB keeps
+    refusing every write ('Writer has previous error') until the database is reopened,
+    even once the cause is gone; `disk_full` says whether the cause was ENOSPC."""
+
+    def __init__(self, message: str, disk_full: bool) -> None:
+        super().__init__(message)
+        self.disk_full = disk_full
+
+
+class _Families(dict):
+    """Column families by name; while the database is closed or being reopened, a look-up
+    raises StoreUnavailable (a client sees UNAVAILABLE) rather than a KeyError."""
+
+    def __missing__(self, name: str):
+        raise StoreUnavailable(f"the store is being reopened (column family {name!r}); retry")
+
+
 class RocksDatabase:
-    """The open database: column-family objects for reads, handles for batches."""
+    """The open database: column-family objects for reads, handles for batches.
+
+    `families` and `handles` are the same dict objects for the life of this object, so
+    whoever looks families up through them (counters, extras, gauges) follows a `reopen`.
+    """
 
     def __init__(self, path: str, tuning: RocksTuning | None = None) -> None:
         self.tuning = tuning or RocksTuning()
@@ -100,19 +127,26 @@ class RocksDatabase:
         self.created = check_data_dir(path)
         os.makedirs(path, exist_ok=True)
         self._cache = Cache(self.tuning.block_cache_bytes)
-        options = _options(self.tuning, self._cache)
-        families = {name: _options(self.tuning, self._cache, name) for name in ALL_COLUMN_FAMILIES}
-        self.db = Rdict(path, options=options, column_families=families)
-        self.families: dict[str, ColumnFamily | Rdict] = {
-            name: self.db.get_column_family(name) for name in ALL_COLUMN_FAMILIES
-        }
-        self.handles = {
-            name: self.db.get_column_family_handle(name) for name in ALL_COLUMN_FAMILIES
-        }
+        self.families: dict[str, ColumnFamily | Rdict] = _Families()
+        self.handles: dict = _Families()
         # Writes never fsync inside `write`: see `write` for why and how they are synced.
         self._write_options = WriteOptions()
         self._write_options.sync = False
-        self._closed = False
+        self.db: Rdict | None = None
+        self._open()
+
+    def _open(self) -> None:
+        options = _options(self.tuning, self._cache)
+        families = {name: _options(self.tuning, self._cache, name) for name in ALL_COLUMN_FAMILIES}
+        db = Rdict(self.path, options=options, column_families=families)
+        for name in ALL_COLUMN_FAMILIES:
+            self.families[name] = db.get_column_family(name)
+            self.handles[name] = db.get_column_family_handle(name)
+        self.db = db
+
+    @property
+    def closed(self) -> bool:
+        return self.db is None
 
     def write(self, batch: WriteBatch) -> None:
         """Apply `batch` atomically; with `sync_writes`, return only once it is on disk.
@@ -126,25 +160,46 @@ class RocksDatabase:
 
         Unlike a sync write, the batch is visible to readers just before it is durable,
         and a failed sync leaves it applied: that raises `WalSyncFailed`, not a plain
-        error, because the caller must not assume the batch is absent.
+        error, because the caller must not assume the batch is absent. A refused write
+        raises `WriteFailed`: the batch is not applied.
         """
-        self.db.write(batch, write_opt=self._write_options)
+        if self.db is None:
+            raise StoreUnavailable("the store is being reopened; retry")
+        try:
+            self.db.write(batch, write_opt=self._write_options)
+        except Exception as exc:
+            raise WriteFailed(f"RocksDB refused a write: {exc}", is_disk_full(exc)) from exc
         if self.tuning.sync_writes:
             try:
                 self.db.flush_wal(True)
             except Exception as exc:
                 raise WalSyncFailed(f"syncing the WAL failed after a write: {exc}") from exc
 
+    def reopen(self) -> None:
+        """Close and open again, in this process: RocksDB's way out of the read-only state
+        a failed write leaves it in (rocksdict has no `Resume`). The caller must have
+        dropped its own column-family objects; a reader still holding one keeps the LOCK,
+        and then the open fails and may be retried. On failure the database stays closed
+        (reads get StoreUnavailable) and `reopen` may be called again."""
+        self.close()
+        self._open()
+
     def close(self) -> None:
         """Close and release the LOCK so the same process may reopen the directory.
 
         rocksdict keeps the LOCK while any column-family object or handle is alive, so
-        they are dropped (and collected) before `close`.
+        they are dropped (and collected) before `close`. Never raises for a database a
+        write failed on: RocksDB's close then reports that error again ('Writer has
+        previous error'), yet it does close and release the LOCK, and what was
+        acknowledged is already in the WAL; a shutdown on a full disk must stay clean.
         """
-        if self._closed:
+        db, self.db = self.db, None
+        if db is None:
             return
-        self._closed = True
         self.families.clear()
         self.handles.clear()
         gc.collect()
-        self.db.close()
+        try:
+            db.close()
+        except Exception as exc:
+            log.warning("store_close_error", data_dir=self.path, error=str(exc))

@@ -19,7 +19,7 @@ from store import integrity, keys, records
 from store.batch import StagedBatch
 from store.rocks import RocksDatabase
 from store.trace import TraceLog, cascaded_event, encode_event
-from wheels.domain import FiredTimer, State, Timer
+from wheels.domain import FiredTimer, State, StoreUnavailable, Timer
 from wheels.scheduler import SchedulerState
 from wheels.trace import TraceEvent, TraceKind
 from wheels.wheel import LEVELS
@@ -28,6 +28,16 @@ WheelEntry = tuple[bytes, bytes]  # (wheel key, topic)
 _BUCKET_MS = keys.COUNT_BUCKET_MS
 _FINAL_STATES = (State.ACKED, State.CANCELLED)
 LIST_READ_CHUNK = 16  # records per multi-get (List, fired reads): 64 MiB at most of 4 MiB bodies
+
+
+class _ClosedFamily:
+    """Stands for every column family while the database is closed or reopening."""
+
+    def __getattr__(self, name: str):
+        raise StoreUnavailable(f"the store is being reopened ({name}); retry")
+
+    def __getitem__(self, key: bytes):
+        raise StoreUnavailable("the store is being reopened; retry")
 
 
 @dataclass(frozen=True)
@@ -39,7 +49,11 @@ class PendingPage:
 class TimerStore:
     def __init__(self, database: RocksDatabase) -> None:
         self.database = database
-        cf = database.families
+        self._bind()
+
+    def _bind(self) -> None:
+        """Take the column-family objects of the open database (again, after a reopen)."""
+        cf = self.database.families
         self._messages = cf[keys.CF_MESSAGES]
         self._ready = cf[keys.CF_READY]
         self._expiry = cf[keys.CF_EXPIRY]
@@ -47,11 +61,25 @@ class TimerStore:
         self._wheels = {name: cf[family] for name, family in keys.CF_WHEEL.items()}
         self.trace = TraceLog(cf[keys.CF_TRACE], self._meta)
 
+    def _unbind(self) -> None:
+        """Drop every column-family object (they hold the LOCK); reads meanwhile raise
+        StoreUnavailable, through the closed database's families."""
+        closed = _ClosedFamily()
+        self._messages = self._ready = self._expiry = self._meta = closed
+        self._wheels = {name: closed for name in keys.CF_WHEEL}
+        self.trace = closed  # rebuilt by `_bind`: it rereads its sequence from `meta`
+
+    def reopen(self) -> None:
+        """Close and reopen the database in this process (see RocksDatabase.reopen); for
+        the writer thread only. If the open fails, the store stays closed until a later
+        `reopen` succeeds."""
+        self._unbind()
+        self.database.reopen()
+        self._bind()
+
     def close(self) -> None:
         """Drop every column-family reference, then close the database (releases the LOCK)."""
-        for name in [n for n, v in vars(self).items() if n.startswith(("_messages", "_ready",
-                     "_expiry", "_meta", "_wheels", "trace"))]:  # fmt: skip
-            delattr(self, name)
+        self._unbind()
         self.database.close()
 
     # == reads ==========================================================================

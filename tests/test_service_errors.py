@@ -16,11 +16,13 @@ from timerwheel.client import TimerClient
 from timerwheel.v1 import timerwheel_pb2 as pb
 from wheels.domain import (
     AlreadyExists,
+    DiskFull,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
     Overloaded,
     ShuttingDown,
+    StoreUnavailable,
 )
 from wheels.settings import DAY_MS, Settings
 
@@ -171,6 +173,8 @@ class _Context:
         (ExportError("output dir '/x' exists"), grpc.StatusCode.FAILED_PRECONDITION),
         (Overloaded("writer queue holds 9 operations"), grpc.StatusCode.RESOURCE_EXHAUSTED),
         (ShuttingDown("the timer engine is shutting down"), grpc.StatusCode.UNAVAILABLE),
+        (DiskFull("disk full: /data: No space left on device"), grpc.StatusCode.RESOURCE_EXHAUSTED),
+        (StoreUnavailable("the store is being reopened; retry"), grpc.StatusCode.UNAVAILABLE),
         (KeyError("a bug"), grpc.StatusCode.INTERNAL),
     ],
 )

@@ -190,6 +190,17 @@ class ShuttingDown(TimerwheelError):
     pass
 
 
+class DiskFull(Overloaded):
+    """The store's disk is full: nothing more can be written until space is freed. The
+    writer keeps retrying and resumes by itself (engine.store_health); a RESOURCE_EXHAUSTED
+    that a client may retry later, like any backpressure."""
+
+
+class StoreUnavailable(ShuttingDown):
+    """The store cannot answer right now (being reopened after a write error, or a read
+    failed): UNAVAILABLE, worth retrying."""
+
+
 def _show(value: object, limit: int = 80) -> str:
     """A bounded rendering of a bad value for an error message."""
     if isinstance(value, bytes | bytearray):

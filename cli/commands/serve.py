@@ -194,8 +194,13 @@ def _serve_in_process(settings, security, args, stop: threading.Event, received:
         if args.port_file:
             _write_port_file(args.port_file, server.port)
         _write_port_files(args, server)
-        while not stop.wait(1.0):
+        failed = server.engine.health.failed
+        while not stop.wait(0.25) and not failed.is_set():
             pass
+        if not stop.is_set():  # the writer stopped for good: exit 1 to be restarted
+            log.error("server_exiting", reason=server.failure, exit_code=1)
+            print(f"timerwheel serve: exiting: {server.failure}", file=sys.stderr)
+            return 1
         log.info("signal_received", signal=received[0] if received else "?")
     finally:
         server.stop()
