@@ -24,6 +24,12 @@ message id) so a reader can process one slice without seeing the others:
   holds each of its scheduled timers. A slice's ``messages`` rows roll over into
   further files at ``max_rows_per_file`` rows or ``MAX_FILE_BYTES``.
 
+Who writes them: below ``parallel_min_rows`` rows (or with ``workers=1``) this process,
+over the whole checkpoint; above, ``workers`` spawned processes (default one per CPU),
+each over key ranges of the same read-only checkpoint (store.export_parallel). The rows
+and the rules are the same; a parallel export has a few more slices (each range starts
+one) and a slice may have a messages file from each range of message ids.
+
 Nothing half-written looks complete: everything is written into a hidden staging
 directory beside ``out_dir`` and renamed into place only after ``manifest.json`` is
 written and synced; on any failure the staging directory is removed.
