@@ -310,9 +310,12 @@ class Engine:
         return self._store.ready_topics()
 
     def export(
-        self, out_dir: str, max_rows_per_file: int = 0, reserve_bytes: int = 0, progress=None
-    ):
-        """Write a consistent cut of the live store as SST files (see store.export).
+        self, out_dir: str, max_rows_per_file: int = 0, reserve_bytes: int = 0, progress=None,
+        **how,
+    ):  # fmt: skip
+        """Write a consistent cut of the live store as SST files (see store.export; `how`:
+        its `workers` and `parallel_min_rows`). A large store is written by worker
+        processes, so the export no longer holds this process's GIL row by row.
 
         One at a time (a second call meanwhile is refused, Overloaded), and only when it
         leaves `reserve_bytes` free on `out_dir`'s disk. Guarded here, in the engine's
@@ -324,7 +327,7 @@ class Engine:
             check_space(out_dir, self.settings.data_dir, reserve_bytes)
             return export_database(
                 self._database, out_dir, max_rows_per_file=max_rows_per_file,
-                progress=progress, now_ms=self.now_ms,
+                progress=progress, now_ms=self.now_ms, **how,
             )  # fmt: skip
 
     def add_fired_listener(self, listener: FiredListener) -> None:

@@ -24,6 +24,12 @@ message id) so a reader can process one slice without seeing the others:
   holds each of its scheduled timers. A slice's ``messages`` rows roll over into
   further files at ``max_rows_per_file`` rows or ``MAX_FILE_BYTES``.
 
+Who writes them: below ``parallel_min_rows`` rows (or with ``workers=1``) this process,
+over the whole checkpoint; above, ``workers`` spawned processes (default one per CPU),
+each over key ranges of the same read-only checkpoint (store.export_parallel). The rows
+and the rules are the same; a parallel export has a few more slices (each range starts
+one) and a slice may have a messages file from each range of message ids.
+
 Nothing half-written looks complete: everything is written into a hidden staging
 directory beside ``out_dir`` and renamed into place only after ``manifest.json`` is
 written and synced; on any failure the staging directory is removed.
@@ -31,45 +37,37 @@ written and synced; on any failure the staging directory is removed.
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
-import gc
-import heapq
-import operator
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import chain, repeat
 
-from rocksdict import AccessType, Checkpoint, Options, Rdict
+from rocksdict import Checkpoint
 
-from store import keys, records
+from store import export_parallel, keys, records
 from store.disk import is_disk_full
 from store.export_files import (
     EXPORT_FORMAT,
     EXPORT_FORMAT_VERSION,
     EXPORTED_FAMILIES,
     MANIFEST_NAME,
-    MAX_FILE_BYTES,
     SST_FORMAT_VERSION,
     WHEEL_FAMILIES,
     WHEEL_OF_FAMILY,
-    SstSink,
     sync_tree,
     write_json,
 )
 from store.export_location import ExportLocation
+from store.export_parallel import PARALLEL_MIN_ROWS, SliceFiles
+from store.export_slices import CheckpointReader, Progress, SliceWriter
 from store.integrity import StoreRefused, check_meta
 from store.rocks import RocksDatabase
 from wheels.domain import FailedPrecondition
 
 DEFAULT_MAX_ROWS_PER_FILE = 500_000
-PROGRESS_EVERY_ROWS = 100_000
-
-Progress = Callable[[int], None]
 
 
 class ExportError(FailedPrecondition):
@@ -94,12 +92,15 @@ def export_data_dir(
     max_rows_per_file: int = 0,
     progress: Progress | None = None,
     filesystem=None,
+    workers: int | None = None,
+    parallel_min_rows: int = PARALLEL_MIN_ROWS,
 ) -> ExportSummary:
     """Export a *stopped* data dir. A dir in use by a running server is refused.
 
     `out_dir` is a local dir, or any URI pyarrow's filesystems open, or a path on
     `filesystem` (store.export_location); off this machine the export is made in local
-    temp space and then uploaded, manifest last."""
+    temp space and then uploaded, manifest last. `workers` and `parallel_min_rows`: as
+    for `export_database`."""
     try:
         location = ExportLocation.parse(out_dir, filesystem)
     except ValueError as exc:
@@ -110,8 +111,9 @@ def export_data_dir(
         with tempfile.TemporaryDirectory(prefix="timerwheel-export-") as staging:
             local = os.path.join(staging, "export")
             summary = export_data_dir(
-                data_dir, local, max_rows_per_file=max_rows_per_file, progress=progress
-            )
+                data_dir, local, max_rows_per_file=max_rows_per_file, progress=progress,
+                workers=workers, parallel_min_rows=parallel_min_rows,
+            )  # fmt: skip
             location.upload(local, last=MANIFEST_NAME)
         return dataclasses.replace(summary, out_dir=location.text)
     out_dir = location.local_dir
@@ -134,8 +136,9 @@ def export_data_dir(
     try:
         check_meta(database)
         return export_database(
-            database, out_dir, max_rows_per_file=max_rows_per_file, progress=progress
-        )
+            database, out_dir, max_rows_per_file=max_rows_per_file, progress=progress,
+            workers=workers, parallel_min_rows=parallel_min_rows,
+        )  # fmt: skip
     except StoreRefused as exc:
         raise ExportError(str(exc)) from exc
     finally:
@@ -149,12 +152,20 @@ def export_database(
     max_rows_per_file: int = 0,
     progress: Progress | None = None,
     now_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+    workers: int | None = None,
+    parallel_min_rows: int = PARALLEL_MIN_ROWS,
 ) -> ExportSummary:
     """Export a consistent cut of an open (possibly live) database into `out_dir`.
 
-    `now_ms` is the clock the cut time is read from (a live engine passes its own)."""
+    `now_ms` is the clock the cut time is read from (a live engine passes its own).
+    `workers`: how many processes write the files (default: one per CPU; 1 = this
+    process only, as does a store of fewer than `parallel_min_rows` rows, where starting
+    processes would cost more than it saves; store.export_parallel)."""
     if max_rows_per_file < 0:
         raise ExportError(f"max_rows_per_file={max_rows_per_file}: must be >= 0 (0 = default)")
+    workers = export_parallel.default_workers() if workers is None else workers
+    if workers < 1:
+        raise ExportError(f"workers={workers}: must be >= 1")
     max_rows = max_rows_per_file or DEFAULT_MAX_ROWS_PER_FILE
     out_dir = os.path.abspath(out_dir)
     _check_output(out_dir)
@@ -166,14 +177,18 @@ def export_database(
     try:
         Checkpoint(database.db).create_checkpoint(checkpoint_dir)
         cut_at_ms = now_ms()
-        with _Checkpoint(checkpoint_dir) as cut:
-            writer = _SliceWriter(staging, max_rows, progress)
-            boundaries = writer.write_wheels(cut)
-            writer.start_phase()
-            writer.write_messages(cut.items(keys.CF_MESSAGES), boundaries)
+        with CheckpointReader(checkpoint_dir) as cut:
             meta = cut.meta_summary()
+            how = export_parallel.plan(cut, workers, parallel_min_rows)
+            if how is None:
+                slices = _write_in_process(cut, staging, max_rows, progress)
+        if how is not None:  # the workers open the checkpoint themselves
+            slices = export_parallel.write_in_parallel(
+                checkpoint_dir, staging, max_rows, how, progress
+            )
         shutil.rmtree(checkpoint_dir)
-        manifest = _manifest(writer, boundaries, meta, cut_at_ms, database.path, started)
+        meta["workers"] = how.workers if how is not None else 1
+        manifest = _manifest(slices, meta, cut_at_ms, database.path, started)
         write_json(os.path.join(staging, MANIFEST_NAME), manifest)
         sync_tree(staging)
         _check_output(out_dir)  # someone may have filled it meanwhile
@@ -198,6 +213,16 @@ def export_database(
     )
 
 
+def _write_in_process(
+    cut: CheckpointReader, staging: str, max_rows: int, progress: Progress | None
+) -> SliceFiles:
+    writer = SliceWriter(staging, max_rows, progress)
+    boundaries = writer.write_wheels(cut)
+    writer.start_phase()
+    writer.write_messages(cut.items(keys.CF_MESSAGES), boundaries)
+    return SliceFiles(writer.files, boundaries, writer.slice_count)
+
+
 def _check_output(out_dir: str) -> None:
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise ExportError(f"output {out_dir!r} exists and is not a directory")
@@ -205,146 +230,6 @@ def _check_output(out_dir: str) -> None:
         raise ExportError(
             f"output dir {out_dir!r} exists and is not empty; choose a new --out directory"
         )
-
-
-class _SliceWriter:
-    """Writes the slices; see the module docstring for how rows are assigned to them."""
-
-    def __init__(self, directory: str, max_rows: int, progress: Progress | None) -> None:
-        self.directory = directory
-        self.max_rows = max_rows
-        self.progress = progress
-        self.rows = 0  # rows in finished files
-        self._phase_base = 0  # rows written before the current phase (wheels, messages)
-        self.slice_count = 0
-        self.files: list[dict] = []  # manifest entries of the finished files, in order
-
-    def write_wheels(self, cut: _Checkpoint) -> list[bytes]:
-        """Merge the wheels by key; returns the first wheel key of every slice after the 0th."""
-        # (key, value, family) rows, tagged in C (map) rather than by a Python generator.
-        streams = [
-            map(operator.add, cut.items(family), repeat((family,))) for family in WHEEL_FAMILIES
-        ]
-        streams = [chain([first], stream) for stream in streams if (first := next(stream, None))]
-        # Mostly one wheel holds nearly everything: no merge needed then.
-        merged = heapq.merge(*streams) if len(streams) > 1 else chain(*streams)
-        boundaries: list[bytes] = []
-        sinks = self._new_slice()
-        in_slice = done = 0
-        for key, value, family in merged:
-            if in_slice == self.max_rows:
-                self._finish(*sinks.values())
-                boundaries.append(key)
-                sinks = self._new_slice()
-                in_slice = 0
-            sinks[family].put(key, value)
-            in_slice += 1
-            done += 1
-            if not done % PROGRESS_EVERY_ROWS:
-                self._progress(done)
-        self._finish(*sinks.values())
-        self._progress(done)
-        return boundaries
-
-    def write_messages(self, items: Iterator[tuple[bytes, bytes]], boundaries: list[bytes]) -> None:
-        """Each record goes to the slice of its wheel key (deliver_at_ms + id)."""
-        sinks = [self._message_sink(index, 0) for index in range(self.slice_count)]
-        deliver_at = records.record_deliver_at_ms
-        time_bound = keys.U64.pack  # keys.time_bound, without a Python call per row
-        bisect_right = bisect.bisect_right
-        max_rows = self.max_rows
-        done = 0
-        for message_id, raw in items:
-            deliver_at_ms = deliver_at(raw)
-            sink = sinks[bisect_right(boundaries, time_bound(deliver_at_ms) + message_id)]
-            rows = sink.rows
-            if rows == max_rows or (not rows % 1024 and sink.size() >= MAX_FILE_BYTES):
-                self._finish(sink)
-                sink = self._message_sink(sink.slice_index, sink.part + 1)
-                sinks[sink.slice_index] = sink
-                rows = 0
-            if not rows:
-                sink.min_time_ms = sink.max_time_ms = deliver_at_ms
-            elif deliver_at_ms < sink.min_time_ms:
-                sink.min_time_ms = deliver_at_ms
-            elif deliver_at_ms > sink.max_time_ms:
-                sink.max_time_ms = deliver_at_ms
-            sink.put(message_id, raw)
-            done += 1
-            if not done % PROGRESS_EVERY_ROWS:
-                self._progress(done)
-        self._finish(*sinks)
-        self._progress(done)
-
-    def start_phase(self) -> None:
-        self._phase_base = self.rows
-
-    def _new_slice(self) -> dict[str, SstSink]:
-        index = self.slice_count
-        self.slice_count += 1
-        return {
-            family: SstSink(self.directory, f"{family}-s{index:05d}.sst", family, index, 0)
-            for family in WHEEL_FAMILIES
-        }
-
-    def _message_sink(self, index: int, part: int) -> SstSink:
-        name = f"{keys.CF_MESSAGES}-s{index:05d}-{part:03d}.sst"
-        return SstSink(self.directory, name, keys.CF_MESSAGES, index, part)
-
-    def _finish(self, *sinks: SstSink) -> None:
-        for sink in sinks:
-            if sink.family != keys.CF_MESSAGES:  # wheel keys come in time order
-                sink.min_time_ms = keys.key_time_ms(sink.first_key) if sink.rows else 0
-                sink.max_time_ms = keys.key_time_ms(sink.last_key) if sink.rows else 0
-            entry = sink.finish()
-            if entry is not None:
-                self.rows += entry["rows"]
-                self.files.append(entry)
-
-    def _progress(self, rows_in_phase: int) -> None:
-        """Report rows written so far: finished files plus the phase's rows in open ones."""
-        if self.progress is not None:
-            self.progress(self._phase_base + rows_in_phase)
-
-
-class _Checkpoint:
-    """The checkpoint opened read-only with every column family (a context manager)."""
-
-    def __init__(self, path: str) -> None:
-        families = {name: Options(raw_mode=True) for name in keys.ALL_COLUMN_FAMILIES}
-        self._db = Rdict(
-            path,
-            options=Options(raw_mode=True),
-            column_families=families,
-            access_type=AccessType.read_only(),
-        )
-        self._families = {name: self._db.get_column_family(name) for name in families}
-
-    def __enter__(self) -> _Checkpoint:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        # rocksdict keeps the files open while any column-family object is alive.
-        self._families.clear()
-        gc.collect()
-        self._db.close()
-
-    def items(self, family: str) -> Iterator[tuple[bytes, bytes]]:
-        return iter(self._families[family].items())
-
-    def meta_summary(self) -> dict:
-        """The service's clock and cascade horizons at the cut (absent in an empty store)."""
-        meta = self._families[keys.CF_META]
-        summary: dict = {}
-        for name, meta_key in (
-            ("schema_version", keys.META_SCHEMA_VERSION),
-            ("service_now_ms", keys.META_NOW_MS),
-            ("second_horizon_ms", keys.meta_horizon("second")),
-            ("minute_horizon_ms", keys.meta_horizon("minute")),
-        ):
-            raw = meta.get(meta_key)
-            summary[name] = keys.decode_u64(raw) if raw is not None else None
-        return summary
 
 
 def key_layout() -> dict:
@@ -374,14 +259,13 @@ def key_layout() -> dict:
 
 
 def _manifest(
-    writer: _SliceWriter, boundaries: list[bytes], meta: dict, cut_at_ms: int,
-    source: str, started: float,
+    slices: SliceFiles, meta: dict, cut_at_ms: int, source: str, started: float,
 ) -> dict:  # fmt: skip
     families = {
         family: {"rows": 0, "files": 0, "bytes": 0, "wheel": WHEEL_OF_FAMILY.get(family)}
         for family in EXPORTED_FAMILIES
     }
-    for entry in writer.files:
+    for entry in slices.files:
         totals = families[entry["cf"]]
         totals["rows"] += entry["rows"]
         totals["files"] += 1
@@ -396,12 +280,12 @@ def _manifest(
         **meta,
         "source": source,
         "seconds": round(time.monotonic() - started, 3),
-        "slice_count": writer.slice_count,
-        "slice_starts_hex": [boundary.hex() for boundary in boundaries],
-        "files": writer.files,
+        "slice_count": slices.slice_count,
+        "slice_starts_hex": [boundary.hex() for boundary in slices.boundaries],
+        "files": slices.files,
         "totals": {
             "rows": sum(f["rows"] for f in families.values()),
-            "files": len(writer.files),
+            "files": len(slices.files),
             "bytes": sum(f["bytes"] for f in families.values()),
             "families": families,
         },

@@ -89,7 +89,8 @@ def test_manifest_time_ranges_and_slices_match_the_rows(store_dir, tmp_path):
     assert manifest["service_now_ms"] >= T0_MS
 
 
-def test_stock_sst_dump_reads_every_file_with_the_manifest_counts(store_dir, tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])  # 2: written by spawned worker processes
+def test_stock_sst_dump_reads_every_file_with_the_manifest_counts(store_dir, tmp_path, workers):
     sst_dump = shutil.which("sst_dump")
     if sst_dump is None:
         if os.environ.get("CI"):
@@ -97,8 +98,10 @@ def test_stock_sst_dump_reads_every_file_with_the_manifest_counts(store_dir, tmp
         pytest.skip("sst_dump not installed (apt-get install rocksdb-tools); CI installs it")
     data_dir, _ = store_dir
     out_dir = str(tmp_path / "export")
-    export_data_dir(data_dir, out_dir, max_rows_per_file=1_000)
+    export_data_dir(data_dir, out_dir, max_rows_per_file=1_000, workers=workers,
+                    parallel_min_rows=0)  # fmt: skip
     manifest = load_manifest(out_dir)
+    assert manifest["workers"] == workers
     for entry in manifest["files"]:
         path = os.path.join(out_dir, entry["file"])
         scan = subprocess.run(
