@@ -4,10 +4,12 @@
     df = spark.read.format("timerwheel_sst").load("/path/to/export")
 
 One row per stored timer (any state), with the columns of `SCHEMA`. There is one
-partition per ``messages`` SST file. The export is cut into slices of wheel-key space
-(see store.export), and a slice's wheel files hold exactly the wheel keys of that slice,
-so a partition learns which wheel holds each of its scheduled timers by reading only the
-wheel files of its own slice: a set lookup per row, no join, no shuffle.
+partition per slice. The export is cut into slices of wheel-key space (see store.export),
+and a slice's wheel files hold exactly the wheel keys of that slice, so a partition learns
+which wheel holds each of its scheduled timers by reading only the wheel files of its own
+slice: a set lookup per row, no join, no shuffle. A slice's records may be in several
+``messages`` files (a parallel export writes one per message-id range, and a large slice
+rolls over); its partition reads the wheel files once and then each of them.
 
 The path is a local directory or any URI pyarrow's filesystems open (store.export_location);
 off this machine each task fetches its files to its local temp space and checks their
@@ -62,23 +64,22 @@ BATCH_ROWS = 65_536
 
 
 class SlicePartition(InputPartition):
-    """One messages SST file and the wheel files of its slice: (name, wheel, crc32) each,
-    in `location`."""
+    """One slice: its messages SST files and its wheel files, (name, crc32) and
+    (name, wheel, crc32) each, in `location`."""
 
     def __init__(
         self,
         location: ExportLocation | None,
-        messages: tuple[str, int] | None,
+        messages: list[tuple[str, int]],
         wheel_files: list[tuple[str, str, int]],
     ) -> None:
-        super().__init__(messages[0] if messages else None)
+        super().__init__(messages[0][0] if messages else None)
         self.location = location
         self.messages = messages
         self.wheel_files = wheel_files
 
-    @property
-    def messages_path(self) -> str | None:
-        return None if self.messages is None else self.location.describe(self.messages[0])
+    def describe(self, name: str) -> str:
+        return self.location.describe(name)
 
 
 class TimerwheelSstDataSource(DataSource):
@@ -117,7 +118,7 @@ class TimerwheelSstReader(DataSourceReader):
         return plan_partitions(self.location, manifest)
 
     def read(self, partition: SlicePartition) -> Iterator[pa.RecordBatch]:
-        if partition.messages is None:
+        if not partition.messages:
             return
         scratch = self.scratch_dir or tempfile.gettempdir()
         yield from read_partition(partition, scratch)
@@ -129,26 +130,30 @@ def filesystem_option(filesystem) -> str:
 
 
 def plan_partitions(location: ExportLocation | str, manifest: dict) -> list[SlicePartition]:
-    """One partition per messages file; at least one, so an empty export reads as empty."""
+    """One partition per slice that has messages; at least one, so an empty export reads
+    as empty."""
     if isinstance(location, str):
         location = ExportLocation.parse(location)
     wheels_by_slice: dict[int, list[tuple[str, str, int]]] = defaultdict(list)
+    messages_by_slice: dict[int, list[tuple[str, int]]] = defaultdict(list)
     for entry in manifest["files"]:
         wheel = WHEEL_OF_FAMILY.get(entry["cf"])
         if wheel is not None:
             wheels_by_slice[entry["slice"]].append((entry["file"], wheel, entry["crc32"]))
+        elif entry["cf"] == keys.CF_MESSAGES:
+            messages_by_slice[entry["slice"]].append((entry["file"], entry["crc32"]))
     partitions = [
-        SlicePartition(location, (entry["file"], entry["crc32"]), wheels_by_slice[entry["slice"]])
-        for entry in manifest["files"]
-        if entry["cf"] == keys.CF_MESSAGES
+        SlicePartition(location, messages, wheels_by_slice[index])
+        for index, messages in sorted(messages_by_slice.items())
     ]
-    return partitions or [SlicePartition(location, None, [])]
+    return partitions or [SlicePartition(location, [], [])]
 
 
 def read_partition(partition: SlicePartition, scratch_dir: str) -> Iterator[pa.RecordBatch]:
-    """Decode one messages file into Arrow batches of `ARROW_SCHEMA`. Off this machine,
-    each file is fetched to a temp dir under `scratch_dir` first (and its CRC-32 checked);
-    the copies are removed when the partition is done."""
+    """Decode one slice's messages files into Arrow batches of `ARROW_SCHEMA`, one file
+    at a time, after reading the slice's wheel keys once. Off this machine, each file is
+    fetched to a temp dir under `scratch_dir` first (and its CRC-32 checked); the copies
+    are removed when the partition is done."""
     from capacity.rows import decode_messages  # imported on the worker
 
     fetch_dir = None
@@ -162,16 +167,17 @@ def read_partition(partition: SlicePartition, scratch_dir: str) -> Iterator[pa.R
             before = len(wheel_keys)
             wheel_keys.extend(key for key, _ in read_sst(path, scratch_dir))
             wheel_names.extend([wheel] * (len(wheel_keys) - before))
-        name, crc = partition.messages
-        path = _local_copy(partition.location, name, crc, fetch_dir)
-        try:
-            table = decode_messages(read_sst(path, scratch_dir), wheel_keys, wheel_names)
-        except (ValueError, UnicodeError, struct.error, pa.ArrowInvalid) as exc:
-            raise ExportFormatError(f"{partition.messages_path}: corrupt record ({exc})") from exc
+        for name, crc in partition.messages:
+            path = _local_copy(partition.location, name, crc, fetch_dir)
+            try:
+                table = decode_messages(read_sst(path, scratch_dir), wheel_keys, wheel_names)
+            except (ValueError, UnicodeError, struct.error, pa.ArrowInvalid) as exc:
+                where = partition.describe(name)
+                raise ExportFormatError(f"{where}: corrupt record ({exc})") from exc
+            yield from table.cast(ARROW_SCHEMA).to_batches(max_chunksize=BATCH_ROWS)
     finally:
         if fetch_dir is not None:
             shutil.rmtree(fetch_dir, ignore_errors=True)
-    yield from table.cast(ARROW_SCHEMA).to_batches(max_chunksize=BATCH_ROWS)
 
 
 def _local_copy(location: ExportLocation, name: str, crc: int, fetch_dir: str | None) -> str:

@@ -159,12 +159,12 @@ def test_outputs_html_charts_csv(report):
     assert os.path.exists(os.path.join(out, "summary.json"))
 
 
-def test_data_source_through_spark_one_partition_per_messages_file(spark, exported):
+def test_data_source_through_spark_one_partition_per_slice(spark, exported):
     export_dir, truth = exported
     frame = spark.read.format("timerwheel_sst").load(export_dir)
     manifest = load_manifest(export_dir)
-    files = sum(1 for e in manifest["files"] if e["cf"] == "messages")
-    assert frame.rdd.getNumPartitions() == files
+    slices = {e["slice"] for e in manifest["files"] if e["cf"] == "messages"}
+    assert frame.rdd.getNumPartitions() == len(slices)
     rows = {r["message_id"]: r for r in frame.collect()}
     assert rows.keys() == truth.rows.keys()
     for message_id, row in rows.items():
