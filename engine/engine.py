@@ -14,7 +14,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 from concurrent.futures import Future
-from dataclasses import replace
 
 import structlog
 
@@ -22,13 +21,13 @@ from engine.clock_watch import ClockWatch
 from engine.fired_cache import FiredCache
 from engine.gauges import UnackedByTopic, engine_gauges
 from engine.ids import MessageIds
+from engine.lookups import TimerLookups
 from engine.move_ops import DeadLetterOp, RescheduleOp
 from engine.ops import AckOp, CancelOp, SendOp
 from engine.prepare import prepare_sends
 from engine.store_health import StoreHealth
 from engine.trace_ops import DeliveryEvent, TraceOp
 from engine.writer import FiredListener, Writer
-from store import extras as extras_cf
 from store import keys, records
 from store.counts import PendingCounts
 from store.export_root import ExportSlot, check_space
@@ -39,7 +38,6 @@ from wheels.clock import Clock
 from wheels.domain import (
     FiredTimer,
     InvalidArgument,
-    NotFound,
     Overloaded,
     SendResult,
     SendSpec,
@@ -49,9 +47,8 @@ from wheels.domain import (
     When,
 )
 from wheels.lateness import LatenessMinute, RecentLateness
-from wheels.scheduler import Scheduler, TimerKey
+from wheels.scheduler import Scheduler
 from wheels.settings import Settings
-from wheels.trace import assemble, attempts_made
 from wheels.validation import (
     resolve_deliver_at_ms,
     validate_ack_count,
@@ -61,9 +58,7 @@ from wheels.validation import (
 
 log = structlog.get_logger("timerwheel.engine")
 
-MAX_LIST_LIMIT = 1_000
 FIRED_CACHE_ENTRIES = 200_000  # and at most Settings.fired_cache_bytes
-LIST_SCAN_BUDGET = 200_000
 
 
 class Engine:
@@ -82,6 +77,7 @@ class Engine:
         )
         self._database = self._store.database
         self._scheduler = Scheduler(state, leads)
+        self._lookups = TimerLookups(settings, self._store, self._scheduler)
         self._ids = MessageIds()
         self.export_slot = ExportSlot()
         self._fired_cache = FiredCache(
@@ -190,16 +186,8 @@ class Engine:
         return moved
 
     def max_attempts(self, message_id: str) -> int:
-        """Delivery attempts `message_id` may have before it is dead-lettered (0: no limit):
-        its send's max_attempts, else the server's default."""
-        raw = self._store.get_record(message_id)
-        if raw is not None and records.has_extras(raw):
-            extras = extras_cf.get_extras(self._store, None, message_id.encode())
-            if extras is not None:
-                limit = records.decode_extras(extras).max_attempts
-                if limit is not None:
-                    return limit
-        return self.settings.max_attempts
+        """Delivery attempts `message_id` may have before it is dead-lettered (0: no limit)."""
+        return self._lookups.max_attempts(message_id)
 
     def count(self, topic: str, from_ms: int = 0, to_ms: int = 0) -> tuple[int, int, int]:
         """Pending (SCHEDULED) timers of `topic`: (count, from_ms, to_ms) of what was
@@ -217,21 +205,8 @@ class Engine:
         return self._counts.in_range(topic, from_ms, to_ms or keys.NO_TIME_BOUND_MS)
 
     def get(self, message_id: str, include_trace: bool = False) -> Timer:
-        validate_message_ref(message_id)
-        timer = self._store.get(message_id)
-        if timer is None:
-            raise NotFound(f"message_id={message_id!r}: no such timer")
-        if include_trace:
-            timer = self._with_trace(timer)
-        if timer.state is State.SCHEDULED:
-            candidates = [w.name for w in self._scheduler.wheel_candidates(timer.deliver_at_ms)]
-            timer = replace(timer, wheel=self._store.find_wheel(timer, candidates) or candidates[0])
-            raw = self._store.get_record(message_id)
-            extras = extras_cf.get_extras(self._store, None, message_id.encode())
-            if raw is not None and records.is_series(raw) and extras is not None:
-                options, number, _ = records.decode_series(extras)
-                timer = replace(timer, repeat=options.repeat, next_occurrence=number)
-        return timer
+        """The stored timer in any state (engine.lookups); NotFound for an unknown id."""
+        return self._lookups.get(message_id, include_trace)
 
     def record_trace(self, events: list[DeliveryEvent]) -> bool:
         """Store delivery events (engine.trace_ops) without waiting for their commit;
@@ -252,36 +227,15 @@ class Engine:
 
     def topic_of(self, message_id: str) -> str | None:
         """The stored timer's topic (any state); None for an unknown or malformed id."""
-        try:
-            validate_message_ref(message_id)
-        except InvalidArgument:
-            return None
-        raw = self._store.get_record(message_id)
-        return None if raw is None else records.record_topic(raw)
+        return self._lookups.topic_of(message_id)
 
     def list_pending(
         self, topic: str, from_ms: int, to_ms: int, limit: int, page_token: str = "",
         include_body: bool = True,
     ) -> tuple[list[Timer], str]:  # fmt: skip
-        """Scheduled timers of `topic` due in [from_ms, to_ms), by time, one page at a time.
-
-        A page ends early (with a token) once it holds `Settings.max_list_bytes`; without
-        `include_body` the bodies are neither returned nor counted."""
-        validate_topic(topic, self.settings)
-        if from_ms < 0:
-            raise InvalidArgument("from_ms", from_ms, "must not be negative")
-        if to_ms <= from_ms:
-            raise InvalidArgument("to_ms", to_ms, f"must be greater than from_ms ({from_ms})")
-        if not 0 <= limit <= MAX_LIST_LIMIT:
-            raise InvalidArgument("limit", limit, f"must be 0..{MAX_LIST_LIMIT} (0 means 100)")
-        after = _decode_page_token(page_token)
-        page = self._store.list_pending(
-            topic, from_ms, to_ms, limit or 100, after, self._wheel_floors(), LIST_SCAN_BUDGET,
-            self.settings.max_list_bytes, include_body,
-        )  # fmt: skip
-        timers = [self._with_wheel(t) for t in page.timers]
-        token = keys.encode_page_token(page.next_after) if page.next_after else ""
-        return timers, token
+        """Scheduled timers of `topic` due in [from_ms, to_ms), by time, one page at a time
+        (engine.lookups)."""
+        return self._lookups.list_pending(topic, from_ms, to_ms, limit, page_token, include_body)
 
     def fetch_fired(
         self, topic: str, after_seq: int, limit: int, max_bytes: int = 0
@@ -423,33 +377,3 @@ class Engine:
         if raws:
             fired_at_ms = records.record_fired_at_ms(raws[0])
             self._lateness.observe(fired_at_ms, map(lateness_ms, raws))
-
-    def _wheel_floors(self) -> dict[str, bytes]:
-        """Below these keys a wheel holds only tombstones (fired or cascaded away), so list
-        scans start there instead of wading through them."""
-        state = self._scheduler.state
-        floors = {"second": keys.encode_timer_key(state.fire_from)}
-        for cascade, upper in zip(state.cascades, ("minute", "hour"), strict=True):
-            done = cascade.pending_from or TimerKey.start_of(cascade.horizon_ms)
-            floors[upper] = keys.encode_timer_key(done)
-        return floors
-
-    def _with_trace(self, timer: Timer) -> Timer:
-        raw = self._store.get_record(timer.message_id)
-        if raw is None:  # removed since it was read
-            return timer
-        trace = assemble(records.trace_facts(raw), self._store.trace.read(timer.message_id))
-        return replace(timer, trace=trace, attempts=attempts_made(trace))
-
-    def _with_wheel(self, timer: Timer) -> Timer:
-        candidates = [w.name for w in self._scheduler.wheel_candidates(timer.deliver_at_ms)]
-        return replace(timer, wheel=self._store.find_wheel(timer, candidates) or candidates[0])
-
-
-def _decode_page_token(token: str) -> bytes | None:
-    if not token:
-        return None
-    try:
-        return keys.decode_page_token(token)
-    except ValueError as exc:
-        raise InvalidArgument("page_token", token, "is not a token this server issued") from exc
