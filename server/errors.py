@@ -8,7 +8,9 @@ logged once, with its traceback, and reported as INTERNAL without leaking intern
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import grpc
@@ -43,6 +45,38 @@ STATUS_OF: tuple[tuple[type[TimerwheelError], grpc.StatusCode], ...] = (
 )
 
 
+class RefusalLog:
+    """`rpc_refused` warnings, at most one per `interval_s` for each method and error kind.
+
+    Backpressure is ours to see, but a full disk or an overloaded writer refuses every
+    call, and a line per call would flood the log just when it is read. The refusals in
+    between are counted and the next line says how many (`suppressed`); the metric
+    `timerwheel_refusals_total` counts each one anyway.
+    """
+
+    def __init__(self, interval_s: float = 1.0, clock: Callable[[], float] = time.monotonic):
+        self._interval_s = interval_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._last: dict[tuple[str, str], tuple[float, int]] = {}  # -> (logged at, suppressed)
+
+    def warn(self, method: str, code: grpc.StatusCode, error: Exception) -> None:
+        key = (method, type(error).__name__)
+        now = self._clock()
+        with self._lock:
+            logged_at, suppressed = self._last.get(key, (None, 0))
+            if logged_at is not None and now - logged_at < self._interval_s:
+                self._last[key] = (logged_at, suppressed + 1)
+                return
+            self._last[key] = (now, 0)
+        log.warning(
+            "rpc_refused", method=method, code=code.name, error=str(error), suppressed=suppressed
+        )
+
+
+REFUSALS = RefusalLog()
+
+
 def status_code_of(error: TimerwheelError) -> grpc.StatusCode:
     for error_type, code in STATUS_OF:
         if isinstance(error, error_type):
@@ -64,7 +98,7 @@ def rpc_errors(context: grpc.ServicerContext, method: str) -> Iterator[None]:
         metrics.recorder().refused(method, code.name)
         # Client mistakes are the client's to log; backpressure is ours to see.
         if code is grpc.StatusCode.RESOURCE_EXHAUSTED:
-            log.warning("rpc_refused", method=method, code=code.name, error=str(exc))
+            REFUSALS.warn(method, code, exc)
         context.abort(code, str(exc))
     except Exception as exc:
         log.exception("rpc_failed", method=method)

@@ -9,8 +9,9 @@ from collections.abc import Callable
 import grpc
 import pytest
 from conftest import status_of, wall_ms
+from structlog.testing import capture_logs
 
-from server.errors import rpc_errors
+from server.errors import RefusalLog, rpc_errors
 from store.export import ExportError
 from timerwheel.client import TimerClient
 from timerwheel.v1 import timerwheel_pb2 as pb
@@ -187,3 +188,24 @@ def test_every_error_maps_to_its_status_code_with_its_message(error, code):
         assert context.status[1] == "Send failed: KeyError"  # no internals leak
     else:
         assert context.status[1] == str(error)
+
+
+def test_refusals_are_logged_once_a_second_per_method_and_kind_with_the_rest_counted():
+    now = [100.0]
+    refusals = RefusalLog(interval_s=1.0, clock=lambda: now[0])
+    full = DiskFull("disk full: /data: No space left on device")
+    exhausted = grpc.StatusCode.RESOURCE_EXHAUSTED
+    with capture_logs() as logs:
+        for _ in range(50):
+            refusals.warn("Send", exhausted, full)
+        refusals.warn("SendBatch", exhausted, full)  # another method: its own line
+        refusals.warn("Send", exhausted, Overloaded("writer queue full"))  # another kind
+        now[0] += 0.999
+        refusals.warn("Send", exhausted, full)
+        now[0] += 0.001
+        refusals.warn("Send", exhausted, full)
+    lines = [(e["method"], e["error"][:9], e["suppressed"]) for e in logs]
+    assert lines == [
+        ("Send", "disk full", 0), ("SendBatch", "disk full", 0), ("Send", "writer qu", 0),
+        ("Send", "disk full", 50),
+    ]  # fmt: skip
