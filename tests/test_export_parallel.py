@@ -45,13 +45,21 @@ def _rows(out_dir: str, scratch: str) -> dict[str, set]:
     return rows
 
 
-def _workers_alive() -> list[psutil.Process]:
-    """Child processes other than multiprocessing's resource tracker (one per process
-    that ever used a spawn context's locks; it lives as long as this process)."""
+def _children() -> set[int]:
+    return {child.pid for child in psutil.Process().children(recursive=True)}
+
+
+def _workers_left(before: set[int]) -> list[psutil.Process]:
+    """Child processes started since `before` and still alive, other than
+    multiprocessing's resource tracker (one per process that ever used a spawn context's
+    locks; it lives as long as this process). Children that were there before (a Spark
+    JVM of an earlier test module, say) are not this export's."""
     alive = []
     for child in psutil.Process().children(recursive=True):
         try:
-            if not any("resource_tracker" in part for part in child.cmdline()):
+            if child.pid not in before and not any(
+                "resource_tracker" in part for part in child.cmdline()
+            ):
                 alive.append(child)
         except psutil.NoSuchProcess:
             pass
@@ -59,6 +67,7 @@ def _workers_alive() -> list[psutil.Process]:
 
 
 def test_two_workers_write_exactly_the_rows_of_the_in_process_export(store_dir, tmp_path):
+    before = _children()
     data_dir, truth = store_dir
     one, two = str(tmp_path / "one"), str(tmp_path / "two")
     export_data_dir(data_dir, one, max_rows_per_file=500, workers=1)
@@ -82,7 +91,7 @@ def test_two_workers_write_exactly_the_rows_of_the_in_process_export(store_dir, 
                                              + ["manifest.json"])  # fmt: skip
     # Each range writes its own messages file for a slice: several parts in one slice.
     assert any(e["part"] > 0 for e in manifest["files"] if e["cf"] == keys.CF_MESSAGES)
-    assert not _workers_alive()
+    assert not _workers_left(before)
 
 
 def test_parallel_slices_hold_their_key_ranges(store_dir, tmp_path):
@@ -139,6 +148,7 @@ def test_small_stores_stay_in_process_by_default(store_dir, tmp_path):
 
 
 def test_live_export_with_workers(tmp_path):
+    before = _children()
     clock = VirtualClock(T0_MS)
     engine = Engine(Settings(data_dir=str(tmp_path / "data"), sync_writes=False), clock)
     try:
@@ -152,7 +162,7 @@ def test_live_export_with_workers(tmp_path):
         assert wheels == 2_000
     finally:
         engine.close()
-    assert not _workers_alive()
+    assert not _workers_left(before)
 
 
 # -- failures inside a worker: these run in the spawned processes (WORKER_INITIALIZER) --
@@ -170,21 +180,23 @@ def _crash_in_worker() -> None:
 
 
 def test_full_disk_in_a_worker_leaves_nothing(store_dir, tmp_path, monkeypatch):
+    before = _children()
     data_dir, _ = store_dir
     monkeypatch.setattr(export_parallel, "WORKER_INITIALIZER", _disk_full_in_worker)
     with pytest.raises(ExportError, match=r"disk full while exporting to '.*out': nothing"):
         export_data_dir(data_dir, str(tmp_path / "out"), **PARALLEL)
     assert os.listdir(tmp_path) == []
-    assert not _workers_alive()
+    assert not _workers_left(before)
 
 
 def test_an_error_in_a_worker_is_raised_and_leaves_nothing(store_dir, tmp_path, monkeypatch):
+    before = _children()
     data_dir, _ = store_dir
     monkeypatch.setattr(export_parallel, "WORKER_INITIALIZER", _crash_in_worker)
     with pytest.raises(RuntimeError, match="worker broke on purpose"):
         export_data_dir(data_dir, str(tmp_path / "out"), **PARALLEL)
     assert os.listdir(tmp_path) == []
-    assert not _workers_alive()
+    assert not _workers_left(before)
 
 
 def test_split_keys_cuts_even_parts_by_the_file_estimates():
