@@ -36,7 +36,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import structlog
 
@@ -45,6 +45,7 @@ from engine.engine import Engine
 from server import attempts
 from server.delivery_trace import DeliveryTrace
 from server.limits import PerKeyLimit
+from server.subscriber import Delivered, Subscriber
 from wheels.domain import FiredTimer, InvalidArgument, Overloaded, ShuttingDown
 from wheels.settings import Settings
 from wheels.validation import validate_nack, validate_topic
@@ -57,36 +58,6 @@ IDLE_WAKE_S = 1.0  # a waiting subscriber re-checks its stream at least this oft
 
 def monotonic_ms() -> int:
     return time.monotonic_ns() // 1_000_000
-
-
-@dataclass(frozen=True, slots=True)
-class Delivered:
-    """One message handed to a subscriber."""
-
-    fired: FiredTimer
-    attempt: int
-
-
-@dataclass(eq=False)
-class Subscriber:
-    """One Subscribe stream. `close()` may be called from any thread (stream callbacks)."""
-
-    topic: str
-    max_in_flight: int
-    identity: str = ""  # who it counts against (server.limits.caller_identity)
-    name: str = ""  # who it is in message traces (SubscribeRequest.consumer, or the peer)
-    in_flight: int = 0
-    closed: bool = False
-    _dispatcher: _Topic | None = field(default=None, repr=False)
-
-    def close(self) -> None:
-        dispatcher = self._dispatcher
-        if dispatcher is None:
-            self.closed = True
-            return
-        with dispatcher.cond:
-            self.closed = True
-            dispatcher.cond.notify_all()
 
 
 @dataclass(eq=False, slots=True)

@@ -1,0 +1,49 @@
+"""A Subscribe stream as the delivery hub sees it, and what it is handed.
+
+A `Subscriber` is made by `DeliveryHub.subscribe` and bound to its topic's dispatcher
+(`server.delivery._Topic`) until `DeliveryHub.release`; the dispatcher counts
+its `in_flight` against `max_in_flight` and hands it batches of `Delivered`. These types
+live apart from both so that the dispatcher and the hub can import them without
+importing each other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from wheels.domain import FiredTimer
+
+if TYPE_CHECKING:
+    from server.delivery import _Topic
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """One message handed to a subscriber."""
+
+    fired: FiredTimer
+    attempt: int
+
+
+@dataclass(eq=False)
+class Subscriber:
+    """One Subscribe stream. `close()` may be called from any thread (stream callbacks)."""
+
+    topic: str
+    max_in_flight: int
+    identity: str = ""  # who it counts against (server.limits.caller_identity)
+    name: str = ""  # who it is in message traces (SubscribeRequest.consumer, or the peer)
+    in_flight: int = 0
+    closed: bool = False
+    # Set by DeliveryHub.subscribe, cleared by DeliveryHub.release; None before and after.
+    _dispatcher: _Topic | None = field(default=None, repr=False)
+
+    def close(self) -> None:
+        dispatcher = self._dispatcher
+        if dispatcher is None:
+            self.closed = True
+            return
+        with dispatcher.cond:
+            self.closed = True
+            dispatcher.cond.notify_all()
