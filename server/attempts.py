@@ -1,14 +1,14 @@
 """Failed delivery attempts, in one place: ack timeouts, ended streams and nacks.
 
-A dispatcher (`server.delivery._Topic`) calls `fail` with its lock held for each
-in-flight entry whose attempt failed. The entry leaves its owner and, by its limit (the
-message's max_attempts, else `Settings.max_attempts`; 0: no limit), is either delivered
-again with `attempt + 1` (at once, or after a nack's backoff, kept in the dispatcher's
-`delayed` heap) or, when this was its last allowed attempt, queued in `dying`.
-`move_dead_letters` then hands those to the engine without the lock (the engine may be
-another process, and the move waits for its group commit). Attempt counts live in
-memory, and in each message's trace (server.delivery_trace), from which a restarted
-hub carries them on.
+A dispatcher (`server.dispatcher.TopicDispatcher`) calls `fail` with its lock held for
+each in-flight entry whose attempt failed. The entry leaves its owner and, by its limit
+(the message's max_attempts, else `Settings.max_attempts`; 0: no limit), is either
+delivered again with `attempt + 1` (at once, or after a nack's backoff, kept in the
+dispatcher's `delayed` heap) or, when this was its last allowed attempt, queued in
+`dying`. `move_dead_letters` then hands those to the engine without the lock (the
+engine may be another process, and the move waits for its group commit). Attempt
+counts live in memory, and in each message's trace (server.delivery_trace), from which
+a restarted hub carries them on.
 """
 
 from __future__ import annotations
@@ -21,13 +21,17 @@ import structlog
 from wheels.domain import Overloaded, ShuttingDown
 
 if TYPE_CHECKING:
-    from server.delivery import _Entry, _Topic
+    from server.dispatcher import Entry, TopicDispatcher
 
 log = structlog.get_logger("timerwheel.delivery")
 
 
 def fail(
-    topic: _Topic, entry: _Entry, message_id: str, redeliver_at_ms: int = 0, reason: str = ""
+    topic: TopicDispatcher,
+    entry: Entry,
+    message_id: str,
+    redeliver_at_ms: int = 0,
+    reason: str = "",
 ) -> bool:
     """One failed attempt of an in-flight entry; True when it is out of attempts."""
     assert entry.owner is not None
@@ -48,7 +52,7 @@ def fail(
 
 
 def nack(
-    topic: _Topic, message_ids: list[str], redeliver_at_ms: int, reason: str
+    topic: TopicDispatcher, message_ids: list[str], redeliver_at_ms: int, reason: str
 ) -> tuple[int, int]:
     """Client-reported failures: (ids that were in flight, of those out of attempts)."""
     nacked = dead = 0
@@ -60,7 +64,7 @@ def nack(
     return nacked, dead
 
 
-def backoffs_ended(topic: _Topic, now_ms: int) -> None:
+def backoffs_ended(topic: TopicDispatcher, now_ms: int) -> None:
     """Nacked entries whose backoff ended go to the front."""
     while topic.delayed and topic.delayed[0][0] <= now_ms:
         _, message_id = heapq.heappop(topic.delayed)
@@ -69,7 +73,7 @@ def backoffs_ended(topic: _Topic, now_ms: int) -> None:
             topic.redeliver.append(message_id)
 
 
-def move_dead_letters(engine, topic: _Topic) -> None:
+def move_dead_letters(engine, topic: TopicDispatcher) -> None:
     """Move the entries out of attempts to their dead-letter topics (lock not held).
 
     One the engine cannot take now (stopping, overloaded) goes back to the front and

@@ -1,7 +1,7 @@
 """A Subscribe stream as the delivery hub sees it, and what it is handed.
 
 A `Subscriber` is made by `DeliveryHub.subscribe` and bound to its topic's dispatcher
-(`server.delivery._Topic`) until `DeliveryHub.release`; the dispatcher counts
+(`server.dispatcher.TopicDispatcher`) until `DeliveryHub.release`; the dispatcher counts
 its `in_flight` against `max_in_flight` and hands it batches of `Delivered`. These types
 live apart from both so that the dispatcher and the hub can import them without
 importing each other.
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from wheels.domain import FiredTimer
 
 if TYPE_CHECKING:
-    from server.delivery import _Topic
+    from server.dispatcher import TopicDispatcher
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +37,7 @@ class Subscriber:
     in_flight: int = 0
     closed: bool = False
     # Set by DeliveryHub.subscribe, cleared by DeliveryHub.release; None before and after.
-    _dispatcher: _Topic | None = field(default=None, repr=False)
+    _dispatcher: TopicDispatcher | None = field(default=None, repr=False)
 
     def close(self) -> None:
         dispatcher = self._dispatcher

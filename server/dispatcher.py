@@ -1,0 +1,176 @@
+"""The dispatcher of one topic: which fired message goes to which subscriber next.
+
+`DeliveryHub` (server.delivery) holds one `TopicDispatcher` per topic that has
+subscribers or tracked messages. It works in memory only; the durable truth is the
+engine's `ready` column family, which keeps a fired message until it is acked. It calls
+back into its hub for the byte budget every dispatcher shares (`delivery_room_bytes`,
+`hold_delivery_bytes`) and for the attempt counts of messages an earlier hub may have
+delivered (`restore_attempts`).
+
+* A dispatcher keeps a cursor (the last fire sequence it read) and pulls newly fired
+  messages with `engine.fetch_fired(topic, cursor, n)` when the engine's fired-listener
+  says the topic fired (a "dirty" flag), and only as many as subscribers can take:
+  memory is bounded by the subscribers' `max_in_flight`, never by the backlog.
+* Each fetched message is an `Entry`: queued, or in flight at one subscriber with an ack
+  deadline. A batch handed out shares one deadline, kept in a FIFO (the ack timeout is a
+  constant, so deadlines come in order): expiry is one deque pop per batch, not a heap.
+* Redelivery: when the deadline passes without an ack, when the subscriber's stream
+  ends, or when a client nacks it, an un-acked entry has failed an attempt. Every failed
+  attempt goes through one function, `server.attempts.fail`: the entry goes to the front
+  (`redeliver`) with `attempt + 1`, or, for a nack with a backoff, into `delayed` until
+  its time comes, or, out of attempts, to its dead-letter topic.
+* Several subscribers of one topic share one dispatcher: each message is in flight at one
+  subscriber at a time; whoever has room takes the next batch.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from engine import metrics
+from server import attempts
+from server.subscriber import Delivered, Subscriber
+from wheels.domain import FiredTimer
+
+if TYPE_CHECKING:
+    from server.delivery import DeliveryHub
+
+MAX_FETCH = 5_000  # messages read from the store per refill, at most
+
+
+@dataclass(eq=False, slots=True)
+class Entry:
+    """One tracked message: waiting (queued, or in a nack's backoff) while `owner` is
+    None, else in flight at `owner` until `deadline_ms`."""
+
+    fired: FiredTimer
+    attempt: int = 1  # the attempt number of its next (or current) delivery
+    owner: Subscriber | None = None
+    deadline_ms: int = 0
+
+
+class TopicDispatcher:
+    """The dispatcher of one topic; every field is guarded by `cond`."""
+
+    def __init__(self, name: str, hub: DeliveryHub) -> None:
+        self.name = name
+        self.hub = hub
+        self.cond = threading.Condition()
+        self.cursor = 0  # last fire sequence read from the store
+        self.dirty = True  # the store may hold fired messages after the cursor
+        self.entries: dict[str, Entry] = {}
+        self.fresh: deque[str] = deque()
+        self.redeliver: deque[str] = deque()
+        self.deadlines: deque[tuple[int, Subscriber, list[str]]] = deque()
+        self.delayed: list[tuple[int, str]] = []  # heap of (redeliver at ms, id): nack backoff
+        self.dying: list[tuple[str, Entry, str]] = []  # out of attempts: (id, entry, reason)
+        self.subscribers = 0
+        self.held_bytes = 0  # bodies of `entries`, counted in the hub's budget too
+
+    # -- called with cond held ------------------------------------------------------------
+    def expire(self, now_ms: int) -> None:
+        """Entries whose ack deadline passed have failed an attempt; nack backoffs that
+        ended go back to the front."""
+        while self.deadlines and self.deadlines[0][0] <= now_ms:
+            deadline_ms, owner, ids = self.deadlines.popleft()
+            for message_id in ids:
+                entry = self.entries.get(message_id)
+                if entry is not None and entry.owner is owner and entry.deadline_ms == deadline_ms:
+                    attempts.fail(self, entry, message_id, reason="ack timeout")
+        attempts.backoffs_ended(self, now_ms)
+
+    def release(self, subscriber: Subscriber) -> int:
+        """A stream ended: everything it had in flight is redelivered at once."""
+        count = 0
+        for message_id, entry in list(self.entries.items()):  # fail() may remove entries
+            if entry.owner is subscriber:
+                attempts.fail(self, entry, message_id, reason="stream ended")
+                count += 1
+        return count
+
+    def refill(self, wanted: int) -> None:
+        """Read newly fired messages from the store when it may have some and room exists:
+        room for `wanted` more, and bytes in the hub's budget (a topic holding nothing may
+        read one message whatever its size). Reads go on while they return something,
+        since a read cut at its byte budget leaves more behind."""
+        settings = self.hub.settings
+        while self.dirty and len(self.fresh) < wanted:
+            room_bytes = self.hub.delivery_room_bytes()
+            if room_bytes <= 0 and self.entries:
+                return  # the hub holds its budget: acks will free it (dirty stays set)
+            limit = min(max(wanted - len(self.fresh), settings.delivery_batch_max), MAX_FETCH)
+            max_bytes = max(min(room_bytes, settings.delivery_batch_bytes), 1)
+            fetched = self.hub.engine.fetch_fired(self.name, self.cursor, limit, max_bytes)
+            self.dirty = bool(fetched)
+            new = []
+            for fired in fetched:
+                message_id = fired.timer.message_id
+                if message_id not in self.entries:
+                    new.append((message_id, self.track(message_id, Entry(fired))))
+            self.fresh.extend(m for m, _ in self.hub.restore_attempts(self, new))
+            if fetched:
+                self.cursor = fetched[-1].seq
+
+    def track(self, message_id: str, entry: Entry) -> Entry:
+        self.entries[message_id] = entry
+        size = len(entry.fired.timer.body)
+        self.held_bytes += size
+        self.hub.hold_delivery_bytes(size)
+        return entry
+
+    def untrack(self, message_id: str) -> Entry | None:
+        """Stop tracking an entry (acked, dead, gone): its bytes leave the budget."""
+        entry = self.entries.pop(message_id, None)
+        if entry is not None:
+            size = len(entry.fired.timer.body)
+            self.held_bytes -= size
+            self.hub.hold_delivery_bytes(-size)
+        return entry
+
+    def take(self, subscriber: Subscriber, room: int, now_ms: int) -> list[Delivered]:
+        """Up to `room` messages (redeliveries first) for `subscriber`, within batch limits."""
+        settings = self.hub.settings
+        room = min(room, settings.delivery_batch_max)
+        deadline_ms = now_ms + settings.ack_timeout_ms
+        batch: list[Delivered] = []
+        ids: list[str] = []
+        body_bytes = 0
+        for source in (self.redeliver, self.fresh):
+            while source and len(batch) < room and body_bytes < settings.delivery_batch_bytes:
+                message_id = source.popleft()
+                entry = self.entries.get(message_id)
+                if entry is None or entry.owner is not None:
+                    continue  # acked meanwhile, or a stale queue slot
+                entry.owner = subscriber
+                entry.deadline_ms = deadline_ms
+                batch.append(Delivered(entry.fired, entry.attempt))
+                ids.append(message_id)
+                body_bytes += len(entry.fired.timer.body)
+        if ids:
+            subscriber.in_flight += len(ids)
+            self.deadlines.append((deadline_ms, subscriber, ids))
+            self.hub.trace.delivered(ids, [d.attempt for d in batch], subscriber.name)
+            recorder = metrics.recorder()
+            if recorder.enabled:
+                recorder.delivered(batch, metrics.wall_ms() + settings.clock_offset_ms)
+        return batch
+
+    def forget(self, message_ids: list[str]) -> None:
+        """Acked: stop tracking (and free the owner's room)."""
+        for message_id in message_ids:
+            entry = self.untrack(message_id)
+            if entry is not None and entry.owner is not None:
+                entry.owner.in_flight -= 1
+
+    def wait_s(self, now_ms: int, until_s: float) -> float:
+        """How long a subscriber may sleep: to its stream check or the next ack deadline."""
+        wait = until_s - time.monotonic()
+        if self.deadlines:
+            wait = min(wait, (self.deadlines[0][0] - now_ms) / 1000)
+        if self.delayed:
+            wait = min(wait, (self.delayed[0][0] - now_ms) / 1000)
+        return max(wait, 0.0)
