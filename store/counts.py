@@ -153,7 +153,7 @@ class PendingCounts:
         lo_ms = from_ms - from_ms % BUCKET_MS
         hi_ms = min(to_ms + (-to_ms) % BUCKET_MS, keys.NO_TIME_BOUND_MS)
         topic_bytes = topic.encode()
-        read_options = ReadOptions()  # kept referenced while iterating (store.timer_store)
+        read_options = ReadOptions()  # kept referenced while iterating (store.timer_reads)
         read_options.set_iterate_upper_bound(keys.count_bucket_key(topic_bytes, hi_ms))
         items = self._database.families[keys.CF_COUNTS].items(
             from_key=keys.count_bucket_key(topic_bytes, lo_ms), read_opt=read_options

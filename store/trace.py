@@ -109,6 +109,6 @@ class TraceLog:
 
     def _items(self, message_id: bytes):
         prefix = keys.trace_prefix(message_id)
-        read_options = ReadOptions()  # must outlive the iteration (see TimerStore._range)
+        read_options = ReadOptions()  # must outlive the iteration (see TimerReads._range)
         read_options.set_iterate_upper_bound(keys.prefix_end(prefix))
         yield from self._trace.items(from_key=prefix, read_opt=read_options)
