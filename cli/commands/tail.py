@@ -18,7 +18,8 @@ import argparse
 import json
 import sys
 
-from cli.commands.client_commands import add_client_parser, format_ms
+from cli.client_command import add_client_parser
+from cli.times import format_ms
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -3,7 +3,7 @@
     timerwheel reschedule MESSAGE_ID --delay 5m        # or --at TIME, or --level N
     timerwheel count --topic orders [--from now] [--to +1h] [--json]
 
-Same --target, --timeout and exit codes as the other client commands (`client_commands`).
+Same --target, --timeout and exit codes as the other client commands (`cli.client_command`).
 """
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from cli.commands.client_commands import UsageError, add_client_parser, format_ms, parse_time_ms
+from cli.client_command import UsageError, add_client_parser
 from cli.config import parse_duration_ms
+from cli.times import format_ms, parse_time_ms
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

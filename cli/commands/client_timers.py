@@ -1,0 +1,189 @@
+"""`timerwheel get | cancel | list | stats`: look at and cancel a running server's timers.
+
+    timerwheel get MESSAGE_ID [--json] [--body] [--trace]            # --body: only the body
+    timerwheel cancel MESSAGE_ID
+    timerwheel list --topic orders [--from +0s] [--to +1h] [--limit 100] [--all] [--json]
+    timerwheel stats [--json]
+
+--target, the TLS and token flags and the exit codes are every client command's
+(cli.client_command).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import sys
+
+from cli.client_command import UsageError, add_client_parser
+from cli.times import format_ms, parse_time_ms
+from wheels.domain import State
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    get = add_client_parser(subparsers, "get", "show a timer by message id, in any state", _get)
+    get.add_argument("message_id", metavar="MESSAGE_ID")
+    get.add_argument("--json", action="store_true", help="print one JSON object")
+    get.add_argument(
+        "--body", action="store_true",
+        help="print only the body, as stored (with --json: add it to the object)",
+    )  # fmt: skip
+    get.add_argument(
+        "--trace", action="store_true",
+        help="also print its life: sent, cascades, fired, each delivery attempt, acked",
+    )  # fmt: skip
+
+    cancel = add_client_parser(subparsers, "cancel", "cancel a scheduled timer", _cancel)
+    cancel.add_argument("message_id", metavar="MESSAGE_ID")
+
+    listing = add_client_parser(subparsers, "list", "list pending timers of a topic by time", _list)
+    listing.add_argument("--topic", required=True)
+    listing.add_argument("--from", dest="from_", default="0", help="epoch ms, ISO, or +5m")
+    listing.add_argument("--to", default="0", help="epoch ms, ISO or +1h; 0: no bound")
+    listing.add_argument("--limit", type=int, default=100, help="timers per page (max 1000)")
+    listing.add_argument("--page-token", default="", help="continue from a previous page")
+    listing.add_argument("--all", action="store_true", help="follow every page")
+    listing.add_argument("--json", action="store_true", help="one JSON object per line")
+
+    stats = add_client_parser(
+        subparsers, "stats", "the server's counters: backlog, keys, memory", _stats
+    )
+    stats.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _get(client, args: argparse.Namespace) -> int:
+    from cli.trace_view import trace_dicts, trace_lines  # protos: only when a command runs
+
+    message = client.get(args.message_id, include_body=args.body, include_trace=args.trace)
+    if args.body and not args.json:
+        sys.stdout.buffer.write(message.body)
+        sys.stdout.flush()
+        return 0
+    if args.json:
+        out = message_dict(message, args.body)
+        if args.trace:
+            out["attempts"] = message.attempts
+            out["trace"] = trace_dicts(message.proto)
+        print(json.dumps(out))
+        return 0
+    for label, value in human_lines(message):
+        print(f"{label:<14}{value}")
+    if args.trace:
+        print(f"{'attempts':<14}{message.attempts}")
+        print("trace")
+        for line in trace_lines(message.proto, format_ms):
+            print(f"  {line}")
+    return 0
+
+
+def _cancel(client, args: argparse.Namespace) -> int:
+    state = client.cancel(args.message_id)
+    print(f"{args.message_id}: {state.name}")
+    return 0
+
+
+def _stats(client, args: argparse.Namespace) -> int:
+    stats = client.stats()
+    if args.json:
+        from google.protobuf.json_format import MessageToDict
+
+        print(json.dumps(MessageToDict(stats, preserving_proto_field_name=True)))
+        return 0
+    figures = {
+        "now": format_ms(stats.now_ms),
+        "fired, not acked": f"{stats.unacked:,}",
+        "writer queue": f"{stats.queued_ops:,} operations",
+        "keys": ", ".join(f"{k}={v:,}" for k, v in sorted(stats.column_family_keys.items())),
+        "server memory": f"{stats.rss_bytes / 2**20:,.0f} MiB RSS",
+        "server CPU": f"{stats.cpu_seconds:,.1f} s",
+        "data dir": f"{stats.data_dir_bytes / 2**20:,.1f} MiB",
+        "clock steps": _clock_steps(stats),
+    }
+    for label, value in figures.items():
+        print(f"{label:<18}{value}")
+    return 0
+
+
+def _clock_steps(stats) -> str:
+    """Wall-clock steps the server saw (docs/engine.md, "Clock steps"), and the last."""
+    text = f"{stats.clock_steps_forward} forward, {stats.clock_steps_backward} backward"
+    if stats.clock_steps_forward or stats.clock_steps_backward:
+        text += (
+            f"; last {stats.last_clock_step_ms:+,} ms, to {format_ms(stats.last_clock_step_at_ms)}"
+        )
+    return text
+
+
+def _list(client, args: argparse.Namespace) -> int:
+    try:
+        from_ms = parse_time_ms(args.from_, "--from")
+        to_ms = parse_time_ms(args.to, "--to")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    token = args.page_token
+    count = 0
+    if not args.json:
+        print(f"{'DELIVER_AT (UTC)':<30}{'MESSAGE_ID':<36}{'WHEEL':<8}STATE")
+    while True:
+        page, token = client.list(args.topic, from_ms, to_ms, args.limit, token)
+        for message in page:
+            count += 1
+            if args.json:
+                print(json.dumps(message_dict(message, include_body=False)))
+            else:
+                state = State(message.state).name
+                print(
+                    f"{format_ms(message.deliver_at_ms):<30}{message.message_id:<36}"
+                    f"{message.wheel:<8}{state}"
+                )
+        if not token or not args.all:
+            break
+    if token:
+        print(f"more timers: add --page-token {token} (or --all)", file=sys.stderr)
+    elif not args.json:
+        print(f"{count} timer(s)", file=sys.stderr)
+    return 0
+
+
+# == helpers ================================================================================
+def message_dict(message, include_body: bool) -> dict:
+    """A TimerMessage for scripts: plain ints (not proto JSON's int64 strings)."""
+    out = {
+        "message_id": message.message_id,
+        "topic": message.topic,
+        "state": State(message.state).name,
+        "wheel": message.wheel,
+        "deliver_at_ms": message.deliver_at_ms,
+        "created_at_ms": message.created_at_ms,
+        "fired_at_ms": message.fired_at_ms,
+        "acked_at_ms": message.acked_at_ms,
+        "cancelled_at_ms": message.cancelled_at_ms,
+        "properties": dict(message.properties),
+    }
+    if include_body:
+        out["body_base64"] = base64.b64encode(message.body).decode()
+        try:
+            out["body"] = message.body.decode()
+        except UnicodeDecodeError:
+            out["body"] = None
+    return out
+
+
+def human_lines(message) -> list[tuple[str, str]]:
+    state = State(message.state).name
+    if message.wheel:
+        state += f" (in the {message.wheel} wheel)"
+    lines = [
+        ("message_id", message.message_id),
+        ("topic", message.topic),
+        ("state", state),
+        ("deliver_at", f"{format_ms(message.deliver_at_ms)}  ({message.deliver_at_ms} ms)"),
+        ("created_at", format_ms(message.created_at_ms)),
+        ("fired_at", format_ms(message.fired_at_ms)),
+        ("acked_at", format_ms(message.acked_at_ms)),
+        ("cancelled_at", format_ms(message.cancelled_at_ms)),
+    ]
+    props = ", ".join(f"{k}={v}" for k, v in sorted(message.properties.items()))
+    lines.append(("properties", props or "-"))
+    return lines

@@ -1,0 +1,35 @@
+"""Times on the command line: read from flags (`parse_time_ms`), printed (`format_ms`)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from wheels.durations import parse_duration_ms
+
+
+def parse_time_ms(text: str, name: str) -> int:
+    """Epoch ms (`1767225600000`), `now`, `+5m` from now, or ISO 8601 (UTC if no zone)."""
+    cleaned = text.strip()
+    now_ms = datetime.now(UTC).timestamp() * 1000
+    if cleaned == "now":
+        return int(now_ms)
+    if cleaned.startswith("+"):
+        return int(now_ms) + parse_duration_ms(cleaned[1:], name)
+    if cleaned.isdigit():
+        return int(cleaned)
+    try:
+        moment = datetime.fromisoformat(cleaned)
+    except ValueError:
+        raise ValueError(
+            f"{name}={text!r}: not a time; use epoch ms, now, +DURATION or ISO 8601"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+def format_ms(epoch_ms: int) -> str:
+    if not epoch_ms:
+        return "-"
+    moment = datetime.fromtimestamp(epoch_ms / 1000, UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
