@@ -16,6 +16,7 @@ import shutil
 import tempfile
 import zlib
 from collections.abc import Iterator
+from itertools import islice
 
 from rocksdict import (
     BlockBasedOptions,
@@ -55,6 +56,9 @@ class SstSink:
         self.rows = 0
         self.first_key = self.last_key = b""
         self.min_time_ms = self.max_time_ms = 0
+        # A messages file's time range while it is written, as wheel-key time bytes
+        # (records.DELIVER_AT_TIME_BOUND): compared once a row, decoded when it closes.
+        self.min_time_bound = self.max_time_bound = b""
         self._writer: SstFileWriter | None = None
 
     def put(self, key: bytes, value: bytes) -> None:
@@ -66,6 +70,26 @@ class SstSink:
         self._writer[key] = value
         self.rows += 1
         self.last_key = key
+
+    def put_rows(self, rows: Iterator[tuple[bytes, bytes]], limit: int) -> int:
+        """Add up to `limit` rows from `rows`, taking no more from it; returns how many.
+
+        The export's inner loop for rows that arrive in key order: after the first row,
+        a tight loop straight into SstFileWriter, with no Python call of ours per row."""
+        if limit <= 0:
+            return 0
+        first = next(rows, None)
+        if first is None:
+            return 0
+        self.put(*first)
+        put = self._writer.__setitem__
+        added = 0
+        key = first[0]
+        for added, (key, value) in enumerate(islice(rows, limit - 1), 1):  # noqa: B007
+            put(key, value)
+        self.rows += added
+        self.last_key = key
+        return added + 1
 
     def size(self) -> int:
         return self._writer.file_size() if self._writer is not None else 0

@@ -12,13 +12,11 @@ parallel orchestration renames them to their place in the whole export afterward
 
 from __future__ import annotations
 
-import bisect
 import gc
-import heapq
-import operator
 import re
+from bisect import bisect_right
 from collections.abc import Callable, Iterator
-from itertools import chain, repeat
+from itertools import chain
 
 from rocksdict import AccessType, Options, Rdict, ReadOptions
 
@@ -28,6 +26,7 @@ from store.export_files import MAX_FILE_BYTES, WHEEL_FAMILIES, SstSink
 PROGRESS_EVERY_ROWS = 100_000
 
 Progress = Callable[[int], None]
+Row = tuple[bytes, bytes]
 
 
 class SliceWriter:
@@ -50,47 +49,54 @@ class SliceWriter:
         self, cut: CheckpointReader, lo: bytes = b"", hi: bytes | None = None
     ) -> list[bytes]:
         """Merge the wheels' keys in [lo, hi) by key; returns the first wheel key of
-        every slice after the 0th (`first_wheel_key` is slice 0's)."""
-        # (key, value, family) rows, tagged in C (map) rather than by a Python generator.
-        streams = [
-            map(operator.add, cut.items(family, lo, hi), repeat((family,)))
-            for family in WHEEL_FAMILIES
-        ]
-        heads = [(first, stream) for stream in streams if (first := next(stream, None))]
-        if heads:
-            self.first_wheel_key = min(first[0] for first, _ in heads)
-        streams = [chain([first], stream) for first, stream in heads]
-        # Mostly one wheel holds nearly everything: no merge needed then.
-        merged = heapq.merge(*streams) if len(streams) > 1 else chain(*streams)
+        every slice after the 0th (`first_wheel_key` is slice 0's).
+
+        The merge goes run by run (`merge_runs`): the wheels hold mostly disjoint time
+        ranges, so a run is long, and its rows go into the slice's file of that wheel
+        in a tight loop (`SstSink.put_rows`), at most up to the slice's end or the next
+        progress report."""
+        streams = {family: cut.items(family, lo, hi) for family in WHEEL_FAMILIES}
+        max_rows = self.max_rows
         boundaries: list[bytes] = []
         sinks = self._new_slice()
         in_slice = done = 0
-        for key, value, family in merged:
-            if in_slice == self.max_rows:
-                self._finish(*sinks.values())
-                boundaries.append(key)
-                sinks = self._new_slice()
-                in_slice = 0
-            sinks[family].put(key, value)
-            in_slice += 1
-            done += 1
-            if not done % PROGRESS_EVERY_ROWS:
-                self._progress(done)
+        for family, rows in merge_runs(streams):
+            while True:
+                if in_slice == max_rows:  # the slice is full: a next row starts a new one
+                    head = next(rows, None)
+                    if head is None:
+                        break
+                    self._finish(*sinks.values())
+                    boundaries.append(head[0])
+                    sinks = self._new_slice()
+                    sinks[family].put(*head)
+                    in_slice = 1
+                    done = self._count(done, 1)
+                room = min(max_rows - in_slice, PROGRESS_EVERY_ROWS - done % PROGRESS_EVERY_ROWS)
+                added = sinks[family].put_rows(rows, room)
+                if self.first_wheel_key is None and added:
+                    self.first_wheel_key = sinks[family].first_key
+                in_slice += added
+                done = self._count(done, added)
+                if added < room:
+                    break  # the run is over
         self._finish(*sinks.values())
         self._progress(done)
         return boundaries
 
     def write_messages(self, items: Iterator[tuple[bytes, bytes]], boundaries: list[bytes]) -> None:
-        """Each record goes to the slice of its wheel key (deliver_at_ms + id)."""
+        """Each record goes to the slice of its wheel key (deliver_at_ms + id).
+
+        The loop runs once a record, so it stays in bytes: the wheel key's time is cut
+        out of the record (`records.DELIVER_AT_TIME_BOUND`), and a file's time range is
+        kept as those bytes (they compare as the times do) and decoded when it closes."""
         sinks = [self._message_sink(index, 0) for index in range(self.slice_count)]
-        deliver_at = records.record_deliver_at_ms
-        time_bound = keys.U64.pack  # keys.time_bound, without a Python call per row
-        bisect_right = bisect.bisect_right
+        time_bytes = records.DELIVER_AT_TIME_BOUND
         max_rows = self.max_rows
         done = 0
         for message_id, raw in items:
-            deliver_at_ms = deliver_at(raw)
-            sink = sinks[bisect_right(boundaries, time_bound(deliver_at_ms) + message_id)]
+            time_bound = raw[time_bytes]
+            sink = sinks[bisect_right(boundaries, time_bound + message_id)]
             rows = sink.rows
             if rows == max_rows or (not rows % 1024 and sink.size() >= MAX_FILE_BYTES):
                 self._finish(sink)
@@ -98,11 +104,11 @@ class SliceWriter:
                 sinks[sink.slice_index] = sink
                 rows = 0
             if not rows:
-                sink.min_time_ms = sink.max_time_ms = deliver_at_ms
-            elif deliver_at_ms < sink.min_time_ms:
-                sink.min_time_ms = deliver_at_ms
-            elif deliver_at_ms > sink.max_time_ms:
-                sink.max_time_ms = deliver_at_ms
+                sink.min_time_bound = sink.max_time_bound = time_bound
+            elif time_bound < sink.min_time_bound:
+                sink.min_time_bound = time_bound
+            elif time_bound > sink.max_time_bound:
+                sink.max_time_bound = time_bound
             sink.put(message_id, raw)
             done += 1
             if not done % PROGRESS_EVERY_ROWS:
@@ -129,18 +135,66 @@ class SliceWriter:
 
     def _finish(self, *sinks: SstSink) -> None:
         for sink in sinks:
-            if sink.family != keys.CF_MESSAGES:  # wheel keys come in time order
-                sink.min_time_ms = keys.key_time_ms(sink.first_key) if sink.rows else 0
-                sink.max_time_ms = keys.key_time_ms(sink.last_key) if sink.rows else 0
+            if sink.rows:
+                wheel = sink.family != keys.CF_MESSAGES  # wheel keys come in time order
+                low = sink.first_key if wheel else sink.min_time_bound
+                high = sink.last_key if wheel else sink.max_time_bound
+                sink.min_time_ms, sink.max_time_ms = keys.key_time_ms(low), keys.key_time_ms(high)
             entry = sink.finish()
             if entry is not None:
                 self.rows += entry["rows"]
                 self.files.append(entry)
 
+    def _count(self, done: int, added: int) -> int:
+        """`done` + `added` rows of the phase, reporting progress at every
+        PROGRESS_EVERY_ROWS crossed."""
+        total = done + added
+        if total // PROGRESS_EVERY_ROWS != done // PROGRESS_EVERY_ROWS:
+            self._progress(total)
+        return total
+
     def _progress(self, rows_in_phase: int) -> None:
         """Report rows written so far: finished files plus the phase's rows in open ones."""
         if self.progress is not None:
             self.progress(self._phase_base + rows_in_phase)
+
+
+def merge_runs(streams: dict[str, Iterator[Row]]) -> Iterator[tuple[str, Iterator[Row]]]:
+    """Merge families' rows by key, as runs: (family, rows) with every row of a run
+    ordered before the next row of every other family. Each run must be read to its
+    end before the next one is asked for.
+
+    A run ends where its family's next key reaches the smallest next key of the
+    others (keys are never shared: a wheel key holds the message id, and a message is
+    in one wheel), so rows are compared one by one only while another family has rows
+    left; the last family's run is its iterator itself. The wheels hold mostly disjoint
+    time ranges (second, then minute, then hour), so there are few runs, and a merge
+    row by row (heapq.merge, a Python generator) would cost more than the copy."""
+    heads: dict[str, tuple[Row, Iterator[Row]]] = {}
+    for family, rows in streams.items():
+        first = next(rows, None)
+        if first is not None:
+            heads[family] = (first, rows)
+    while heads:
+        family = min(heads, key=lambda name: heads[name][0][0])
+        first, rows = heads.pop(family)
+        bound = min((head[0] for head, _ in heads.values()), default=None)
+        if bound is None:
+            yield family, chain((first,), rows)
+            return
+        stopped: list[Row] = []
+        yield family, chain((first,), _below(rows, bound, stopped))
+        if stopped:
+            heads[family] = (stopped[0], rows)
+
+
+def _below(rows: Iterator[Row], bound: bytes, stopped: list[Row]) -> Iterator[Row]:
+    """`rows` up to the first whose key is >= bound, which goes into `stopped`."""
+    for row in rows:
+        if row[0] >= bound:
+            stopped.append(row)
+            return
+        yield row
 
 
 SCAN_READAHEAD_BYTES = 4 * 1024 * 1024
