@@ -321,6 +321,33 @@ def test_export_cli_from_a_stopped_data_dir(store_dir, tmp_path, capsys):
     assert "is not empty" in capsys.readouterr().err
 
 
+def test_export_cli_workers_flag(store_dir, tmp_path, capsys, monkeypatch):
+    from cli.main import main
+
+    data_dir, truth = store_dir
+    asked = []
+    real_export = export.export_data_dir
+
+    def export_and_note(*args, **kwargs):
+        asked.append(kwargs["workers"])
+        return real_export(*args, **kwargs, parallel_min_rows=0)  # parallel even when small
+
+    monkeypatch.setattr(export, "export_data_dir", export_and_note)
+    out_dir = str(tmp_path / "export")
+    assert main(["export", "--data-dir", data_dir, "--out", out_dir, "--workers", "2"]) == 0
+    assert asked == [2]
+    assert load_manifest(out_dir)["workers"] == 2
+    assert f"exported {len(truth.rows):,} timers" in capsys.readouterr().out
+    for bad, why in (
+        (["--workers", "0"], "--workers=0: must be >= 1"),
+        (["--workers", "2", "--target", "127.0.0.1:1"], "applies to --data-dir"),
+    ):
+        source = [] if "--target" in bad else ["--data-dir", data_dir]
+        assert main(["export", *source, "--out", str(tmp_path / "x"), *bad]) == 2
+        assert why in capsys.readouterr().err
+    assert asked == [2]  # refused before any export
+
+
 def test_export_cli_from_a_live_server(make_server, tmp_path, capsys):
     """--target: the running server (TimerAdmin.Export) writes the cut below its export root."""
     from cli.main import main

@@ -41,6 +41,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--max-rows-per-file", type=int, default=0,
         help="rows per SST file (0: the default, 500000)",
     )  # fmt: skip
+    parser.add_argument(
+        "--workers", type=int, default=None,
+        help="with --data-dir: processes that write the files (default: one per CPU; "
+        "a store of under 400,000 rows is written by this process alone)",
+    )  # fmt: skip
     add_connection_flags(parser)
     parser.set_defaults(func=run)
 
@@ -48,6 +53,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.max_rows_per_file < 0:
         print(f"--max-rows-per-file={args.max_rows_per_file}: must be >= 0", file=sys.stderr)
+        return 2
+    if args.workers is not None and (args.workers < 1 or args.data_dir is None):
+        why = "must be >= 1" if args.workers < 1 else "applies to --data-dir only"
+        print(f"--workers={args.workers}: {why}", file=sys.stderr)
         return 2
     try:
         if args.data_dir is not None:
@@ -63,8 +72,9 @@ def _export_stopped(args: argparse.Namespace) -> int:
 
     progress = _Progress()
     summary = export_data_dir(
-        args.data_dir, args.out, max_rows_per_file=args.max_rows_per_file, progress=progress
-    )
+        args.data_dir, args.out, max_rows_per_file=args.max_rows_per_file, progress=progress,
+        workers=args.workers,
+    )  # fmt: skip
     progress.done()
     rate = summary.timers / summary.seconds if summary.seconds else 0.0
     print(
