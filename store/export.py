@@ -216,10 +216,10 @@ def export_database(
 def _write_in_process(
     cut: CheckpointReader, staging: str, max_rows: int, progress: Progress | None
 ) -> SliceFiles:
-    writer = SliceWriter(staging, max_rows, progress)
-    boundaries = writer.write_wheels(cut)
-    writer.start_phase()
-    writer.write_messages(cut.items(keys.CF_MESSAGES), boundaries)
+    with SliceWriter(staging, max_rows, progress) as writer:
+        boundaries = writer.write_wheels(cut)
+        writer.start_phase()
+        writer.write_messages(cut.items(keys.CF_MESSAGES), boundaries)
     return SliceFiles(writer.files, boundaries, writer.slice_count)
 
 

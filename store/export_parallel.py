@@ -274,8 +274,10 @@ def _prefix(slot: int) -> str:
 def _wheel_task(
     checkpoint_dir: str, staging: str, max_rows: int, slot: int, lo: bytes, hi: bytes | None
 ) -> dict:
-    with CheckpointReader(checkpoint_dir) as cut:
-        writer = SliceWriter(staging, max_rows, _reporter(slot), _prefix(slot))
+    with (
+        CheckpointReader(checkpoint_dir) as cut,
+        SliceWriter(staging, max_rows, _reporter(slot), _prefix(slot)) as writer,
+    ):
         boundaries = writer.write_wheels(cut, lo, hi)
     return {
         "first_key": writer.first_wheel_key,
@@ -289,8 +291,10 @@ def _messages_task(
     checkpoint_dir: str, staging: str, max_rows: int, slot: int, lo: bytes, hi: bytes | None,
     boundaries: list[bytes], slice_count: int,
 ) -> list[dict]:  # fmt: skip
-    with CheckpointReader(checkpoint_dir) as cut:
-        writer = SliceWriter(staging, max_rows, _reporter(slot), _prefix(slot))
+    with (
+        CheckpointReader(checkpoint_dir) as cut,
+        SliceWriter(staging, max_rows, _reporter(slot), _prefix(slot)) as writer,
+    ):
         writer.slice_count = slice_count
         writer.write_messages(cut.items(keys.CF_MESSAGES, lo, hi), boundaries)
     return writer.files

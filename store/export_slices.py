@@ -16,12 +16,13 @@ import gc
 import re
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import chain
 
 from rocksdict import AccessType, Options, Rdict, ReadOptions
 
 from store import keys, records
-from store.export_files import MAX_FILE_BYTES, WHEEL_FAMILIES, SstSink
+from store.export_files import MAX_FILE_BYTES, WHEEL_FAMILIES, SstSink, file_crc32
 
 PROGRESS_EVERY_ROWS = 100_000
 
@@ -44,6 +45,19 @@ class SliceWriter:
         self.slice_count = 0
         self.first_wheel_key: bytes | None = None  # of slice 0, once write_wheels ran
         self.files: list[dict] = []  # manifest entries of the finished files, in order
+        # A finished file's CRC-32 reads it back, from disk (SstFileWriter drops what it
+        # wrote from the page cache). One thread does that while the rows go on: zlib
+        # releases the GIL. Every entry has its crc32 when a write_* returns.
+        self._checksums = ThreadPoolExecutor(1, thread_name_prefix="export-crc32")
+        self._unsummed: list[tuple[dict, Future]] = []
+
+    def __enter__(self) -> SliceWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for _, future in self._unsummed:
+            future.cancel()
+        self._checksums.shutdown(wait=True)  # no thread outlives the writer
 
     def write_wheels(
         self, cut: CheckpointReader, lo: bytes = b"", hi: bytes | None = None
@@ -81,6 +95,7 @@ class SliceWriter:
                 if added < room:
                     break  # the run is over
         self._finish(*sinks.values())
+        self._settle_checksums()
         self._progress(done)
         return boundaries
 
@@ -114,6 +129,7 @@ class SliceWriter:
             if not done % PROGRESS_EVERY_ROWS:
                 self._progress(done)
         self._finish(*sinks)
+        self._settle_checksums()
         self._progress(done)
 
     def start_phase(self) -> None:
@@ -140,10 +156,16 @@ class SliceWriter:
                 low = sink.first_key if wheel else sink.min_time_bound
                 high = sink.last_key if wheel else sink.max_time_bound
                 sink.min_time_ms, sink.max_time_ms = keys.key_time_ms(low), keys.key_time_ms(high)
-            entry = sink.finish()
+            entry = sink.finish(checksum=False)
             if entry is not None:
                 self.rows += entry["rows"]
                 self.files.append(entry)
+                self._unsummed.append((entry, self._checksums.submit(file_crc32, sink.path)))
+
+    def _settle_checksums(self) -> None:
+        for entry, future in self._unsummed:
+            entry["crc32"] = future.result()
+        self._unsummed.clear()
 
     def _count(self, done: int, added: int) -> int:
         """`done` + `added` rows of the phase, reporting progress at every
@@ -208,9 +230,14 @@ class CheckpointReader:
 
     def __init__(self, path: str) -> None:
         families = {name: Options(raw_mode=True) for name in keys.ALL_COLUMN_FAMILIES}
+        options = Options(raw_mode=True)
+        # RocksDB opens SST files with POSIX_FADV_RANDOM by default, which turns off the
+        # kernel's read-ahead; the export reads every file front to back, and with the
+        # kernel reading ahead, the disk works while the worker processes rows.
+        options.set_advise_random_on_open(False)
         self._db = Rdict(
             path,
-            options=Options(raw_mode=True),
+            options=options,
             column_families=families,
             access_type=AccessType.read_only(),
         )
