@@ -99,6 +99,7 @@ def main() -> int:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--reuse", action="store_true", help="keep an already filled store")
     parser.add_argument("--fill-only", action="store_true", help="fill the store and stop")
+    parser.add_argument("--export-only", action="store_true", help="stop after the export")
     args = parser.parse_args()
 
     data_dir = os.path.join(args.work, "data")
@@ -126,6 +127,9 @@ def main() -> int:
         "load_average_after": os.getloadavg(),
     }
     print(json.dumps(results["export"]), file=sys.stderr, flush=True)
+    if args.export_only:
+        print(json.dumps(results, indent=2))
+        return 0
 
     started = time.monotonic()
     request = ReportRequest(export_dir, report_dir, args.master, ReportOptions())
