@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable
 
 from cli.connection import add_connection_flags, connection_from_args
+from cli.times import parse_time_ms
 
 DEFAULT_TARGET = "127.0.0.1:7070"
 
@@ -63,6 +64,15 @@ def _run(name: str, func: Callable, args: argparse.Namespace) -> int:
 
 class UsageError(ValueError):
     pass
+
+
+def time_range_ms(args: argparse.Namespace) -> tuple[int, int]:
+    """--from and --to of a command (cli.times formats), as epoch ms; a bad one is a
+    UsageError naming its flag."""
+    try:
+        return parse_time_ms(args.from_, "--from"), parse_time_ms(args.to, "--to")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
 
 
 def _hint(exc, args: argparse.Namespace) -> str:

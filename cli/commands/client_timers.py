@@ -16,8 +16,8 @@ import base64
 import json
 import sys
 
-from cli.client_command import UsageError, add_client_parser
-from cli.times import format_ms, parse_time_ms
+from cli.client_command import add_client_parser, time_range_ms
+from cli.times import format_ms
 from wheels.domain import State
 
 
@@ -116,11 +116,7 @@ def _clock_steps(stats) -> str:
 
 
 def _list(client, args: argparse.Namespace) -> int:
-    try:
-        from_ms = parse_time_ms(args.from_, "--from")
-        to_ms = parse_time_ms(args.to, "--to")
-    except ValueError as exc:
-        raise UsageError(str(exc)) from exc
+    from_ms, to_ms = time_range_ms(args)
     token = args.page_token
     count = 0
     if not args.json:

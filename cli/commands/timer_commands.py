@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from cli.client_command import UsageError, add_client_parser
+from cli.client_command import UsageError, add_client_parser, time_range_ms
 from cli.config import parse_duration_ms
 from cli.times import format_ms, parse_time_ms
 
@@ -49,11 +49,7 @@ def _reschedule(client, args: argparse.Namespace) -> int:
 
 
 def _count(client, args: argparse.Namespace) -> int:
-    try:
-        from_ms = parse_time_ms(args.from_, "--from")
-        to_ms = parse_time_ms(args.to, "--to")
-    except ValueError as exc:
-        raise UsageError(str(exc)) from exc
+    from_ms, to_ms = time_range_ms(args)
     answer = client.count(args.topic, from_ms, to_ms)
     if args.json:
         fields = {"pending": answer.pending, "from_ms": answer.from_ms, "to_ms": answer.to_ms}
