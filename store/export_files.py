@@ -94,9 +94,10 @@ class SstSink:
     def size(self) -> int:
         return self._writer.file_size() if self._writer is not None else 0
 
-    def finish(self, checksum: bool = True) -> dict | None:
-        """Close the file; its manifest entry, or None when it never got a row.
-        With `checksum` False the entry's crc32 is None, for the caller to fill in."""
+    def finish(self) -> dict | None:
+        """Close the file; its manifest entry, or None when it never got a row. The
+        entry's crc32 is None: it reads the file back, so the caller computes it where
+        that wait costs nothing (store.export_slices, a thread of its own)."""
         if self._writer is None:
             return None
         self._writer.finish()
@@ -108,7 +109,7 @@ class SstSink:
             "part": self.part,
             "rows": self.rows,
             "bytes": os.path.getsize(self.path),
-            "crc32": file_crc32(self.path) if checksum else None,
+            "crc32": None,
             "min_time_ms": self.min_time_ms,
             "max_time_ms": self.max_time_ms,
         }

@@ -156,7 +156,7 @@ class SliceWriter:
                 low = sink.first_key if wheel else sink.min_time_bound
                 high = sink.last_key if wheel else sink.max_time_bound
                 sink.min_time_ms, sink.max_time_ms = keys.key_time_ms(low), keys.key_time_ms(high)
-            entry = sink.finish(checksum=False)
+            entry = sink.finish()
             if entry is not None:
                 self.rows += entry["rows"]
                 self.files.append(entry)
