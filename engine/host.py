@@ -22,6 +22,7 @@ import structlog
 
 from engine import metrics
 from engine.engine import Engine
+from engine.heap import freeze_startup_heap
 from engine.ipc import CallContext, CallServer
 from engine.ops import SendOp
 from engine.proc import become_child, wait_for_stop
@@ -101,6 +102,7 @@ def run_engine_process(
     server = CallServer(socket_path, authkey, host.handle, "engine")
     ready.send(("ready", {}))
     log.info("engine_process_ready", socket=socket_path)
+    freeze_startup_heap()
     try:
         stopped = wait_for_stop(stop, parent_pid, engine.writer_running)
     finally:

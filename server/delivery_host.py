@@ -19,6 +19,7 @@ from multiprocessing.connection import Connection
 import structlog
 
 from engine import metrics
+from engine.heap import freeze_startup_heap
 from engine.ipc import CallClient, CallContext, CallServer
 from engine.proc import become_child, wait_for_stop
 from engine.remote import RemoteEngine
@@ -120,6 +121,7 @@ def run_delivery_process(
         raise SystemExit(1) from exc
     server = CallServer(socket_path, authkey, DeliveryHost(hub).handle, "delivery")
     ready.send(("ready", {}))
+    freeze_startup_heap()
     try:
         stopped = wait_for_stop(stop, parent_pid)
     finally:

@@ -17,6 +17,7 @@ from multiprocessing.connection import Connection
 import structlog
 
 from engine import metrics
+from engine.heap import freeze_startup_heap
 from engine.ipc import CallClient
 from engine.proc import become_child, wait_for_stop
 from engine.remote import RemoteEngine
@@ -59,6 +60,7 @@ def run_worker_process(
     set_serving(health)
     ready.send(("ready", {"port": port}))
     log.info("worker_ready", worker=index, port=port)
+    freeze_startup_heap()
     try:
         stopped = wait_for_stop(stop, parent_pid)
     finally:

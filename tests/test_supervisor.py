@@ -50,6 +50,7 @@ def test_workers_2_runs_every_process_and_sigterm_stops_them_all(tmp_path, serve
     assert server.wait_children_gone(timeout_s=0.5) == []  # none had to be killed
     names = [event["event"] for event in server.events]
     assert names.count("worker_ready") == 2
+    assert names.count("startup_heap_frozen") == 4  # each child, once it serves (engine.heap)
     assert names[-1] == "server_stopped"
     assert "engine_closed" in names
 
@@ -60,6 +61,9 @@ def test_by_default_the_server_is_one_process(tmp_path, serve_process):
     assert psutil.Process(server.proc.pid).children(recursive=True) == []
     with server.client() as client:
         assert client.send("one", b"x", delay_ms=60_000).message_id
+    server.signal(signal.SIGTERM)
+    assert server.wait_exit(timeout_s=60) == 0
+    assert [event["event"] for event in server.events].count("startup_heap_frozen") == 1
 
 
 def test_sigkill_of_the_supervisor_leaves_no_orphans(tmp_path, serve_process):
