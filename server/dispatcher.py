@@ -65,7 +65,7 @@ class TopicDispatcher:
         self.entries: dict[str, Entry] = {}
         self.fresh: deque[str] = deque()
         self.redeliver: deque[str] = deque()
-        self.deadlines: deque[tuple[int, Subscriber, list[str]]] = deque()
+        self.deadlines: deque[tuple[int, Subscriber, tuple[str, ...]]] = deque()
         self.delayed: list[tuple[int, str]] = []  # heap of (redeliver at ms, id): nack backoff
         self.dying: list[tuple[str, Entry, str]] = []  # out of attempts: (id, entry, reason)
         self.subscribers = 0
@@ -152,7 +152,9 @@ class TopicDispatcher:
                 body_bytes += len(entry.fired.timer.body)
         if ids:
             subscriber.in_flight += len(ids)
-            self.deadlines.append((deadline_ms, subscriber, ids))
+            # A tuple of strings: the cyclic GC stops tracking it, so the thousands of
+            # batches awaiting their deadline cost full collections one object each.
+            self.deadlines.append((deadline_ms, subscriber, tuple(ids)))
             self.hub.trace.delivered(ids, [d.attempt for d in batch], subscriber.name)
             recorder = metrics.recorder()
             if recorder.enabled:
