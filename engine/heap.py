@@ -11,7 +11,8 @@ of each full collection.
 Measured on the tdmq load test (14,000 sends/s, 30 s; gc callbacks timing each
 collection in the one-process server): full collections came every 2-3 s and took
 18-61 ms each (24-40 ms of CPU), 660 ms in all. After `gc.freeze()` at the end of
-start-up they took at most 14 ms, 63 ms in all (docs/benchmarks.md, 2026-11-24 12:00).
+start-up they took at most 14 ms, 63 ms in all (docs/benchmarks.md, the section
+"2026-11-24, 11:25-12:55").
 
 `gc.freeze()` moves every tracked object to a permanent generation that collections
 skip. Objects made later are collected as before, and frozen objects are still freed by
