@@ -6,12 +6,16 @@ boundary as plain `bytes`. `account()` lines them up and classifies every messag
 
 | producer state | times received | counted as |
 |---|---|---|
-| SENT | 0 | lost (pending, when the scenario expects nothing to fire) |
+| SENT | 0 | lost (pending, when the scenario expects nothing to fire; late, see below) |
 | SENT | 1 | delivered |
 | SENT | n >= 2 | delivered, n-1 duplicates |
 | CANCELLED | >= 1 | cancelled yet delivered: a violation |
 | UNSENT (refused) | >= 1 | unexpected: stored although refused, a violation |
 | UNKNOWN (send outcome unknown) | any | neither lost nor unexpected |
+
+A message never received is late rather than lost when a server spawned for the run
+still holds it at the end, scheduled or fired and un-acked (`Accounting.count_server_held`):
+the drain wait ran out before it was delivered, but nothing was lost.
 
 Delay errors are tallied as `Counter`s of integer milliseconds while the run is hot (a
 dict increment is ~50x cheaper than an HDR record in pure Python) and turned into HDR
@@ -153,6 +157,7 @@ class Accounting:
     acked: int = 0  # the server's Ack answers
     lost: int = 0
     pending: int = 0  # sent, not received, and not expected to fire (backlog)
+    late: int = 0  # sent, not received in the drain wait, the server still holds it
     duplicates: int = 0  # receipts beyond the first
     duplicated_messages: int = 0
     early: int = 0
@@ -165,14 +170,27 @@ class Accounting:
     @property
     def balanced(self) -> bool:
         """sent = acked + cancelled (+ pending, when nothing is meant to fire)."""
-        settled = self.acked + self.cancelled + self.pending
+        settled = self.acked + self.cancelled + self.pending + self.late
         return abs(self.sent - settled) <= self.cancel_unknown + self.unknown
+
+    def count_server_held(self, held_by_server: int) -> None:
+        """Of the messages never received, count as late (not lost) as many as the
+        server still held at the end, scheduled or fired and un-acked (its Stats and
+        Count once the consumers stopped). Only for a server that holds this run's
+        messages alone (spawned on a fresh data dir): the consumers ack all they receive
+        and wait for the answers before they report, so at the end each message the
+        server holds is one nobody received yet, to be delivered late rather than lost.
+        A message the server no longer holds and nobody received stays lost."""
+        held = min(self.lost, held_by_server)
+        self.late += held
+        self.lost -= held
 
     def problems(self) -> list[str]:
         found = [
             f"{name}={value}"
             for name, value in (
                 ("lost", self.lost),
+                ("late", self.late),
                 ("early", self.early),
                 ("cancelled_delivered", self.cancelled_delivered),
                 ("unexpected", self.unexpected),
@@ -185,6 +203,7 @@ class Accounting:
             found.append(
                 f"sent={self.sent} != acked={self.acked} + cancelled={self.cancelled}"
                 + (f" + pending={self.pending}" if self.pending else "")
+                + (f" + late={self.late}" if self.late else "")
             )
         return found + self.errors
 

@@ -154,7 +154,19 @@ class Run:
             sampler.sample()
             vmhwm = spawned.peak_rss_bytes() if spawned else 0
             sampler.stop()
-        return self._outcome(sampler, vmhwm)
+            # A fresh server holds this run's messages only: what it still holds is late.
+            held = self._server_held(client, sampler) if spawned else None
+        return self._outcome(sampler, vmhwm, held)
+
+    def _server_held(self, client: TimerClient, sampler: StatsSampler) -> int | None:
+        """Messages the server still holds once the consumers stopped: fired and
+        un-acked (Stats), or still scheduled (Count of each of the run's topics)."""
+        last = sampler.last()
+        try:
+            scheduled = sum(client.count(topic).pending for topic in self.topics)
+        except grpc.RpcError:
+            return None
+        return None if last is None else last.unacked + scheduled
 
     def _start_workers(self) -> None:
         scenario = self.scenario
@@ -325,7 +337,7 @@ class Run:
         bar.refresh()
 
     # -- the outcome --------------------------------------------------------------------------
-    def _outcome(self, sampler: StatsSampler, vmhwm_bytes: int) -> dict:
+    def _outcome(self, sampler: StatsSampler, vmhwm_bytes: int, held: int | None) -> dict:
         states = {r["index"]: r["states"] for r in self.producer_results}
         seen_parts: dict[int, list[bytes]] = {}
         for result in self.consumer_results:
@@ -339,6 +351,8 @@ class Run:
             expect_delivery=self.scenario.expect_delivery,
             errors=self.errors + ([self.shortfall] if self.shortfall else []),
         )
+        if held is not None:
+            accounting.count_server_held(held)
         return {
             "accounting": accounting,
             "producers": self.producer_results,

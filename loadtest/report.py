@@ -121,8 +121,10 @@ def details(fig: dict) -> str:
         ("acked", f"{acc['acked']:,}"),
         ("cancelled", f"{acc['cancelled']:,} (too late to cancel: {send['cancel_too_late']:,})"),
         ("pending at the end", f"{acc['pending']:,}"),
-        ("sent = acked + cancelled (+ pending)", "yes" if acc["balanced"] else "NO"),
+        ("sent = acked + cancelled (+ pending, + late)", "yes" if acc["balanced"] else "NO"),
         ("lost / duplicated / early", f"{acc['lost']} / {acc['duplicates']} / {acc['early']}"),
+        ("late: not received within the drain wait, still held by the server (scheduled, "
+         "or fired and un-acked): late, not lost", f"{acc['late']:,}"),
         ("cancelled yet delivered / unexpected", f"{acc['cancelled_delivered']} / "
          f"{acc['unexpected']}"),
         ("send errors", ", ".join(f"{k}={v}" for k, v in send["errors"].items()) or "none"),

@@ -5,7 +5,8 @@
 * `cancel` against a running (in-process) server via --target: cancelled timers are never
   delivered and sent = acked + cancelled;
 * the harness catches a server that fires early (its clock runs ahead) and one that never
-  fires (its clock runs behind): exit status 1, with the problem named.
+  fires (its clock runs behind): exit status 1, with the problem named; what a spawned
+  server still holds at the end is late, not lost.
 """
 
 from __future__ import annotations
@@ -150,6 +151,21 @@ def test_a_server_that_never_fires_is_lost_within_the_bounded_wait(tmp_path):
     assert code == 1 and acc["lost"] == acc["sent"] == 2_000 and acc["acked"] == 0
     assert "lost=2000" in acc["problems"]
     assert any(p.startswith("sent=2000 != acked=0") for p in acc["problems"])
+
+
+def test_what_a_spawned_server_still_holds_is_late_not_lost(tmp_path, capsys):
+    # The spawned server believes it is 1 h earlier: nothing fires within the run, and
+    # at the end it still holds every message, scheduled. Late, not lost (nor a pass).
+    config = tmp_path / "behind.toml"
+    config.write_text("clock_offset_ms = -3600000\n")
+    code, fig, _ = run_loadtest(
+        tmp_path, "--scenario", "smoke", "--duration", "1", "--drain-timeout-ms", "1500",
+        f"--serve-flag=--config={config}",
+    )  # fmt: skip
+    acc = fig["accounting"]
+    assert code == 1 and acc["late"] == acc["sent"] == 2_000 and acc["lost"] == 0
+    assert acc["problems"] == ["late=2000"] and acc["balanced"]
+    assert "- result: FAILED: late=2000" in capsys.readouterr().out
 
 
 def test_no_server_at_the_target_fails_within_a_bound(tmp_path, capsys):

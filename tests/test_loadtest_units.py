@@ -141,6 +141,20 @@ def test_account_backlog_counts_pending_not_lost():
     assert "sent=0: nothing was stored" in Accounting(True).problems()
 
 
+def test_account_counts_what_the_server_still_holds_as_late_not_lost():
+    states = {0: bytes([SENT] * 10)}
+    seen = {0: bytes([1] * 6)}  # 4 never received within the drain wait
+    result = account(states, seen, acked=6, early=0, expect_delivery=True)
+    result.count_server_held(3)  # the server still held 3 (scheduled, or fired and un-acked)
+    assert (result.lost, result.late) == (1, 3)  # the fourth is gone from the server: lost
+    assert not result.balanced  # 10 != 6 acked + 3 late: the lost one
+    assert result.problems() == ["lost=1", "late=3", "sent=10 != acked=6 + cancelled=0 + late=3"]
+    held_more = account(states, seen, acked=6, early=0, expect_delivery=True)
+    held_more.count_server_held(50)  # never more late than were missing
+    assert (held_more.lost, held_more.late) == (0, 4)
+    assert held_more.balanced and held_more.problems() == ["late=4"]
+
+
 # == histograms =============================================================================
 def test_histograms_summarise_and_merge_across_processes():
     first = histogram_of({value: 1 for value in range(1, 501)})
