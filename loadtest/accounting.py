@@ -169,7 +169,7 @@ class Accounting:
 
     @property
     def balanced(self) -> bool:
-        """sent = acked + cancelled (+ pending, when nothing is meant to fire)."""
+        """sent = acked + cancelled (+ pending, when nothing is meant to fire; + late)."""
         settled = self.acked + self.cancelled + self.pending + self.late
         return abs(self.sent - settled) <= self.cancel_unknown + self.unknown
 
