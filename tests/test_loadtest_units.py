@@ -7,6 +7,7 @@ import itertools
 import random
 from types import SimpleNamespace
 
+import grpc
 import pytest
 
 from cli.commands.loadtest import is_loopback
@@ -25,6 +26,7 @@ from loadtest.accounting import (
     merge_histograms,
     summary,
 )
+from loadtest.harness import Run
 from loadtest.pacing import (
     MIN_BODY_BYTES,
     DeliverTimes,
@@ -35,6 +37,8 @@ from loadtest.pacing import (
     split_messages,
 )
 from loadtest.scenarios import SCENARIOS, ScenarioError, scenario
+from timerwheel.credentials import PLAIN
+from timerwheel.types import RemoteError
 
 
 # == pacing =================================================================================
@@ -153,6 +157,20 @@ def test_account_counts_what_the_server_still_holds_as_late_not_lost():
     held_more.count_server_held(50)  # never more late than were missing
     assert (held_more.lost, held_more.late) == (0, 4)
     assert held_more.balanced and held_more.problems() == ["late=4"]
+
+
+def test_what_the_server_holds_is_its_unacked_plus_each_topics_scheduled_count():
+    run = Run(scenario("smoke").with_overrides(topics=3), "127.0.0.1:1", False, PLAIN)
+    sampler = SimpleNamespace(last=lambda: SimpleNamespace(unacked=7))
+    counts = {topic: 10 * (i + 1) for i, topic in enumerate(run.topics)}
+    client = SimpleNamespace(count=lambda topic: SimpleNamespace(pending=counts[topic]))
+    assert run._server_held(client, sampler) == 7 + 10 + 20 + 30
+
+    def refused(topic):
+        raise RemoteError(grpc.StatusCode.UNAVAILABLE, "gone")
+
+    # No count, no claim: the harness then leaves the missing messages lost.
+    assert run._server_held(SimpleNamespace(count=refused), sampler) is None
 
 
 # == histograms =============================================================================
