@@ -48,7 +48,7 @@ class NullRecorder:
 
     enabled = False
 
-    def committed(self, ops, outcomes, fired_entries, duration_s: float) -> None:
+    def committed(self, ops, outcomes, fired_entries, duration_s: float, synced: bool) -> None:
         pass
 
     def cascade_chunk(self, wheel: str, duration_s: float) -> None:
@@ -103,6 +103,11 @@ class Recorder(NullRecorder):
             "timerwheel_group_commit_duration_seconds",
             "RocksDB write (and fsync) of one group commit", COMMIT_SECONDS_BUCKETS,
         )  # fmt: skip
+        self.wal_syncs = counter(
+            "timerwheel_wal_syncs",
+            "Group commits that fsynced the WAL (those a caller waits on; fires, cascades "
+            "and sweeps alone are written to the WAL without)",
+        )  # fmt: skip
         self.cascade_seconds = histogram(
             "timerwheel_cascade_chunk_duration_seconds",
             "Scanning and staging one cascade chunk, by the wheel it leaves",
@@ -111,10 +116,10 @@ class Recorder(NullRecorder):
         self._refusals: dict[tuple[str, str], Counter] = {}
         self._cascades = {w: self.cascade_seconds.labels(w) for w in ("minute", "hour")}
 
-    def committed(self, ops, outcomes, fired_entries, duration_s: float) -> None:
-        """One durable group commit: its operations with their outcomes ((ok, value) as
-        the writer completed them) and what it fired ({topic: [(seq, id, record)]}:
-        timers due, sent already due, series occurrences, and dead-letter moves)."""
+    def committed(self, ops, outcomes, fired_entries, duration_s: float, synced: bool) -> None:
+        """One group commit: its operations with their outcomes ((ok, value) as the writer
+        completed them), what it fired ({topic: [(seq, id, record)]}: timers due, sent
+        already due, series occurrences, and dead-letter moves), and whether it fsynced."""
         from engine.ops import AckOp, CancelOp, SendOp  # engine.ops imports nothing of this
 
         sends = acks = cancels = weight = 0
@@ -136,6 +141,8 @@ class Recorder(NullRecorder):
             self.cancels.inc(cancels)
         self.commit_size.observe(weight)
         self.commit_seconds.observe(duration_s)
+        if synced:
+            self.wal_syncs.inc()
         if fired_entries:
             lateness_ms = records.record_fire_lateness_ms
             lateness = [

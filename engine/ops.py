@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 from engine.series import fire_due_series
 from store import extras as extras_cf
@@ -60,6 +60,10 @@ class WriterContext:
 @dataclass
 class Op:
     future: Future = field(default_factory=Future, init=False)
+    # A caller is answered when the op's group commit returns, so that commit fsyncs the
+    # WAL first. An op nobody waits on (delivery trace events) sets this False: a group
+    # of only such ops, fires and cascades is written without an fsync (Writer.iterate).
+    durable: ClassVar[bool] = True
 
     @property
     def weight(self) -> int:

@@ -11,6 +11,7 @@ that the same delivery led to (the subscriber's ack is submitted after it).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from engine.ops import Op, WriterContext, stage_trace
 from store.batch import StagedBatch
@@ -24,6 +25,7 @@ class TraceOp(Op):
     """DELIVERED (text: the subscriber) and NACKED (text: why) events of many messages."""
 
     events: list[DeliveryEvent] = field(default_factory=list)
+    durable: ClassVar[bool] = False  # nobody waits on it (Engine.record_trace)
 
     @property
     def weight(self) -> int:

@@ -148,8 +148,9 @@ class RocksDatabase:
     def closed(self) -> bool:
         return self.db is None
 
-    def write(self, batch: WriteBatch) -> None:
-        """Apply `batch` atomically; with `sync_writes`, return only once it is on disk.
+    def write(self, batch: WriteBatch, sync: bool = True) -> None:
+        """Apply `batch` atomically; with `sync` and `sync_writes`, return only once it is
+        on disk.
 
         The WAL is always on. A synced write is done as a write followed by `flush_wal(True)`
         (RocksDB's SyncWAL: fsync of every WAL file written so far) rather than
@@ -162,6 +163,11 @@ class RocksDatabase:
         and a failed sync leaves it applied: that raises `WalSyncFailed`, not a plain
         error, because the caller must not assume the batch is absent. A refused write
         raises `WriteFailed`: the batch is not applied.
+
+        `sync=False` writes the WAL without an fsync: the batch survives the death of the
+        process (the WAL is in the kernel's page cache) but not a machine crash until the
+        next synced write, which syncs every WAL byte before its own. A machine crash
+        loses a suffix of such writes, never a middle: RocksDB recovers a prefix of the WAL.
         """
         if self.db is None:
             raise StoreUnavailable("the store is being reopened; retry")
@@ -169,7 +175,7 @@ class RocksDatabase:
             self.db.write(batch, write_opt=self._write_options)
         except Exception as exc:
             raise WriteFailed(f"RocksDB refused a write: {exc}", is_disk_full(exc)) from exc
-        if self.tuning.sync_writes:
+        if sync and self.tuning.sync_writes:
             try:
                 self.db.flush_wal(True)
             except Exception as exc:

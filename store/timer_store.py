@@ -208,6 +208,8 @@ class TimerStore(TimerReads):
                 None if pending is None else keys.encode_timer_key(pending)
             )
 
-    def commit(self, batch: StagedBatch) -> None:
+    def commit(self, batch: StagedBatch, sync: bool = True) -> None:
+        """Write the batch atomically; `sync`: durable against a machine crash on return
+        (`RocksDatabase.write`)."""
         self.trace.stage(batch)
-        self.database.write(batch.to_write_batch(self.database.handles))
+        self.database.write(batch.to_write_batch(self.database.handles), sync)

@@ -74,17 +74,25 @@ def test_a_failed_wal_sync_turns_health_not_serving_and_sends_unavailable(make_s
 
 
 def test_serve_exits_non_zero_when_the_wal_sync_fails(tmp_path):
-    """The real entry point (patched only in its Rdict): it fails on an idle commit."""
+    """The real entry point (patched only in its Rdict): start-up's two syncs pass, the
+    first send's group commit (the first commit a caller waits on) fails to sync."""
+    port_file = tmp_path / "port"
     args = [
-        sys.executable, "-m", "tests.helpers.wal_sync_child", "3", "serve",
+        sys.executable, "-m", "tests.helpers.wal_sync_child", "2", "serve",
         "--data-dir", str(tmp_path / "data"), "--host", "127.0.0.1", "--port", "0",
-        "--log-format", "json",
+        "--port-file", str(port_file), "--log-format", "json",
     ]  # fmt: skip
     proc = subprocess.Popen(
         args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )  # fmt: skip
     try:
+        assert poll(lambda: port_file.exists() and port_file.read_text().strip() != "")
+        target = f"127.0.0.1:{port_file.read_text().strip()}"
+        with TimerClient(target, timeout_s=WAIT_S) as client:
+            with pytest.raises(RemoteError) as refused:
+                client.send("orders", b"never acknowledged", delay_ms=60_000)
+        assert refused.value.code is grpc.StatusCode.UNAVAILABLE
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:

@@ -1,0 +1,101 @@
+"""Which group commits fsync (engine/writer.py, "Which commits fsync"): those a caller
+waits on. Fires, cascades and delivery trace events alone reach the WAL without an
+fsync, and survive the death of the process all the same. Real RocksDB throughout; the
+WAL syncs are counted on the real Rdict."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers.unsynced_fire_child import CountingSyncs
+
+from engine.engine import Engine
+from wheels.clock import VirtualClock
+from wheels.domain import SendSpec, State, When, WhenKind
+from wheels.settings import HOUR_MS, MINUTE_MS, Settings
+from wheels.trace import TraceKind
+
+REPO = Path(__file__).resolve().parent.parent
+T0 = 1_700_002_800_000 - 30 * MINUTE_MS  # half an hour before an hour boundary
+
+
+def delay(ms: int) -> SendSpec:
+    return SendSpec("orders", b"body", When(WhenKind.DELAY, ms))
+
+
+@pytest.fixture
+def clock() -> VirtualClock:
+    return VirtualClock(T0)
+
+
+@pytest.fixture
+def engine(tmp_path, clock):
+    engine = Engine(Settings(data_dir=str(tmp_path / "d"), sync_writes=True), clock,
+                    background=False)  # fmt: skip
+    database = engine.store.database
+    database.db = CountingSyncs(database.db)
+    yield engine
+    database.db = database.db.inner
+    engine.close()
+
+
+def syncs(engine: Engine) -> int:
+    return engine.store.database.db.syncs
+
+
+def test_only_the_commits_a_caller_waits_on_sync_the_wal(engine, clock):
+    first, later = engine.send_batch([delay(1_000), delay(HOUR_MS + 1_000)])
+    assert syncs(engine) == 1  # the producer is answered after an fsync
+
+    clock.advance(1_000)
+    engine.run_until_idle()  # the fire alone
+    assert engine.get(first.message_id).state is State.FIRED
+    assert syncs(engine) == 1
+
+    assert engine.record_trace([(first.message_id, TraceKind.DELIVERED, 1, "sub")])
+    engine.run_until_idle()  # a delivery trace event: nobody waits on it
+    assert syncs(engine) == 1
+
+    clock.advance(HOUR_MS - 5 * MINUTE_MS)
+    engine.run_until_idle()  # the hour cascade (and the minute one after it)
+    assert engine.get(later.message_id).wheel == "minute"
+    assert syncs(engine) == 1
+
+    assert engine.ack("orders", [first.message_id]) == [first.message_id]
+    assert syncs(engine) == 2  # the consumer is answered after an fsync
+
+
+def test_with_sync_writes_off_no_commit_syncs(tmp_path, clock):
+    engine = Engine(Settings(data_dir=str(tmp_path / "d"), sync_writes=False), clock,
+                    background=False)  # fmt: skip
+    database = engine.store.database
+    database.db = CountingSyncs(database.db)
+    try:
+        engine.send(delay(1_000))
+        assert database.db.syncs == 0
+    finally:
+        database.db = database.db.inner
+        engine.close()
+
+
+def test_an_unsynced_fire_survives_sigkill_of_the_process(tmp_path):
+    data_dir = tmp_path / "d"
+    child = subprocess.run(
+        [sys.executable, "-m", "tests.helpers.unsynced_fire_child", str(data_dir), str(T0)],
+        cwd=REPO, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert child.returncode == -9, child.stderr
+    said = dict(line.split(" ", 1) for line in child.stdout.splitlines() if " " in line)
+    message_id = said["sent"]
+    assert said["fire_syncs"] == "0"  # the fire's commit did not fsync
+    clock = VirtualClock(T0 + 1_000)
+    reopened = Engine(Settings(data_dir=str(data_dir)), clock, background=False)
+    try:
+        timer = reopened.get(message_id)
+        assert timer.state is State.FIRED  # not fired again: the fire was in the WAL
+        assert reopened.scheduler.state.fire_seq == 1
+    finally:
+        reopened.close()
