@@ -89,9 +89,8 @@ def test_serve_exits_non_zero_when_the_wal_sync_fails(tmp_path):
     try:
         assert poll(lambda: port_file.exists() and port_file.read_text().strip() != "")
         target = f"127.0.0.1:{port_file.read_text().strip()}"
-        with TimerClient(target, timeout_s=WAIT_S) as client:
-            with pytest.raises(RemoteError) as refused:
-                client.send("orders", b"never acknowledged", delay_ms=60_000)
+        with TimerClient(target, timeout_s=WAIT_S) as client, pytest.raises(RemoteError) as refused:
+            client.send("orders", b"never acknowledged", delay_ms=60_000)
         assert refused.value.code is grpc.StatusCode.UNAVAILABLE
         out, err = proc.communicate(timeout=60)
     finally:

@@ -7,6 +7,8 @@
 - `timerwheel.Client`: the synchronous client (timerwheel/client.py), with
   `client.producer()` (batching single sends from many threads) and `client.consume()`.
 - `timerwheel.AsyncClient`: the same calls for asyncio (grpc.aio; timerwheel/aio.py).
+- `timerwheel.AckSender`: a topic's acks sent in batches from a thread, for a consumer
+  loop of your own over `client.subscribe()` (timerwheel/acks.py).
 - `timerwheel.State`, `timerwheel.SendResult`, `timerwheel.TimerInfo`, `timerwheel.Message`:
   what the calls return; `timerwheel.RemoteError`: what they raise.
 - `timerwheel.Tls`, `timerwheel.Connection`: how to reach a secured server, e.g.
@@ -14,6 +16,7 @@
 - `timerwheel.v1`: the generated protos (regenerate with `python -m server.protogen`).
 """
 
+from timerwheel.acks import AckSender
 from timerwheel.aio import AsyncClient
 from timerwheel.client import Client, TimerClient
 from timerwheel.consumer import Message
@@ -23,6 +26,7 @@ from timerwheel.types import RemoteError, TimerInfo
 from wheels.domain import SendResult, State
 
 __all__ = [
+    "AckSender",
     "AsyncClient",
     "AsyncProducer",
     "Client",

@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from timerwheel.acks import DEFAULT_ACK_LINGER_MS
 from timerwheel.consumer import Message, consume_async
 from timerwheel.credentials import Tls, open_aio_channel
 from timerwheel.producer import AsyncProducer
@@ -193,11 +194,13 @@ class AsyncClient:
         concurrency: int = 1,
         max_in_flight: int = 0,
         stop: asyncio.Event | None = None,
+        ack_linger_ms: int = DEFAULT_ACK_LINGER_MS,
     ) -> int:
         """As `Client.consume`, with `concurrency` tasks; an async handler is awaited."""
         return await consume_async(
-            self, topic, handler, concurrency=concurrency, max_in_flight=max_in_flight, stop=stop
-        )
+            self, topic, handler, concurrency=concurrency, max_in_flight=max_in_flight,
+            stop=stop, ack_linger_ms=ack_linger_ms,
+        )  # fmt: skip
 
     # -- TimerAdmin and health --------------------------------------------------------------
     async def export(self, out_dir: str, max_rows_per_file: int = 0) -> pb.ExportResponse:

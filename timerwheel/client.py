@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from timerwheel.acks import DEFAULT_ACK_LINGER_MS
 from timerwheel.consumer import Message, consume
 from timerwheel.credentials import Tls, open_channel
 from timerwheel.producer import Producer
@@ -220,14 +221,17 @@ class Client:
         concurrency: int = 1,
         max_in_flight: int = 0,
         stop: threading.Event | None = None,
+        ack_linger_ms: int = DEFAULT_ACK_LINGER_MS,
     ) -> int:
         """Call `handler(message)` for each delivered message on `concurrency` threads; ack
         it when the handler returns, nack it when it raises; until `stop` is set (even on
-        an idle topic) or the stream ends. Returns how many were acked. Details:
+        an idle topic) or the stream ends. Returns how many were acked. Settlements go in
+        batches, gathering `ack_linger_ms` (timerwheel/acks.py). Details:
         timerwheel/consumer.py."""
         return consume(
-            self, topic, handler, concurrency=concurrency, max_in_flight=max_in_flight, stop=stop
-        )
+            self, topic, handler, concurrency=concurrency, max_in_flight=max_in_flight,
+            stop=stop, ack_linger_ms=ack_linger_ms,
+        )  # fmt: skip
 
     # -- TimerAdmin and health --------------------------------------------------------------
     def export(self, out_dir: str, max_rows_per_file: int = 0) -> pb.ExportResponse:

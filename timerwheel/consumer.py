@@ -12,8 +12,9 @@ async client; an async handler is awaited). When it returns, the message is acke
 it raises, it is nacked (delivered again, `attempt` + 1) and the error is logged. A
 handler may settle a message itself first with `message.ack()` or `message.nack()`; the
 first settlement wins. Acks and nacks are sent in batches by one sender, so a fast
-handler does not cost an RPC per message. With `concurrency=1` messages are handled in
-delivery order.
+handler does not cost an RPC per message: one call on the wire at a time, gathering for
+`ack_linger_ms` (default 10) once something waits (timerwheel/acks.py says why). With
+`concurrency=1` messages are handled in delivery order.
 
 Stopping: `consume` returns when `stop` is set (also while the topic is idle: the sync
 loop looks at `stop` every 50 ms) or when the server ends the stream. It then hands out
@@ -30,6 +31,7 @@ moved to the dead-letter topic once the message has used its `max_attempts`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import queue
 import threading
@@ -38,6 +40,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from timerwheel.acks import DEFAULT_ACK_LINGER_MS, AckSender, Settlements, check_linger_ms
 from timerwheel.types import RemoteError
 from timerwheel.v1 import timerwheel_pb2 as pb
 
@@ -80,37 +83,22 @@ class Message:
 
 
 class _Settler:
-    """Collects acks and nacks from handlers; `flush_once` sends them as one batch each."""
+    """Settles each message once (the first of ack and nack wins), into `settlements`."""
 
-    def __init__(self, topic: str) -> None:
-        self.topic = topic
+    def __init__(self, settlements: Settlements) -> None:
         self.lock = threading.Lock()  # settle() is called from many handler threads
-        self.acks: list[str] = []
-        self.nacks: list[tuple[str, str]] = []  # (message id, reason)
-        self.acked = 0  # confirmed by the server
-        self.wake: Callable[[], None] = lambda: None
+        self.settlements = settlements
 
     def settle(self, message: Message, ok: bool, reason: str = "") -> bool:
         with self.lock:
             if message.settled:
                 return False
             message.settled = True
-            if ok:
-                self.acks.append(message.delivery.message_id)
-            else:
-                self.nacks.append((message.delivery.message_id, reason))
-        self.wake()
+        if ok:
+            self.settlements.ack([message.delivery.message_id])
+        else:
+            self.settlements.nack([message.delivery.message_id], reason)
         return True
-
-    def take(self) -> tuple[list[str], dict[str, list[str]]]:
-        """The acks, and the nacks grouped by reason (one Nack call per reason)."""
-        with self.lock:
-            acks, nacks = self.acks, self.nacks
-            self.acks, self.nacks = [], []
-        by_reason: dict[str, list[str]] = {}
-        for message_id, reason in nacks:
-            by_reason.setdefault(reason, []).append(message_id)
-        return acks, by_reason
 
 
 def _handle(handler: Callable, message: Message) -> None:
@@ -136,12 +124,13 @@ def consume(
     concurrency: int = 1,
     max_in_flight: int = 0,
     stop: threading.Event | None = None,
+    ack_linger_ms: int = DEFAULT_ACK_LINGER_MS,
 ) -> int:
     """See the module doc; returns how many messages the server confirmed acked."""
     if concurrency < 1:
         raise ValueError(f"concurrency={concurrency}: must be >= 1")
-    settler = _Settler(topic)
-    sender = _SyncSender(client, settler)
+    sender = AckSender(client, topic, ack_linger_ms)
+    settler = _Settler(sender.settlements)
     subscription = client.subscribe(topic, max_in_flight)
     work: queue.SimpleQueue[Message | None] = queue.SimpleQueue()
     ending = threading.Event()
@@ -190,48 +179,7 @@ def consume(
         raise stream_error[0]
     if sender.error is not None:
         raise sender.error
-    return settler.acked
-
-
-class _SyncSender:
-    """A thread that sends the settler's acks and nacks; while one Ack is on the wire the
-    next ones gather, so batches grow with the rate."""
-
-    def __init__(self, client: Client, settler: _Settler) -> None:
-        self.client = client
-        self.settler = settler
-        self.error: RemoteError | None = None
-        self._cond = threading.Condition()
-        self._closed = False
-        settler.wake = self._wake
-        self._thread = threading.Thread(target=self._run, name="timerwheel-acks", daemon=True)
-        self._thread.start()
-
-    def _wake(self) -> None:
-        with self._cond:
-            self._cond.notify()
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                self._cond.wait_for(lambda: self._closed or self.settler.acks or self.settler.nacks)
-                closed = self._closed
-            acks, nacks = self.settler.take()
-            try:
-                if acks:
-                    self.settler.acked += self.client.ack(self.settler.topic, acks)
-                for reason, message_ids in nacks.items():
-                    self.client.nack(self.settler.topic, message_ids, reason)
-            except RemoteError as exc:
-                self.error = self.error or exc
-            if closed and not (self.settler.acks or self.settler.nacks):
-                return
-
-    def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify()
-        self._thread.join()
+    return sender.acked
 
 
 # == asyncio (timerwheel.AsyncClient) ======================================================
@@ -243,13 +191,16 @@ async def consume_async(
     concurrency: int = 1,
     max_in_flight: int = 0,
     stop: asyncio.Event | None = None,
+    ack_linger_ms: int = DEFAULT_ACK_LINGER_MS,
 ) -> int:
     """`consume` for asyncio: `concurrency` tasks; an async handler is awaited."""
     if concurrency < 1:
         raise ValueError(f"concurrency={concurrency}: must be >= 1")
-    settler = _Settler(topic)
+    linger_s = check_linger_ms(ack_linger_ms) / 1000
+    settlements = Settlements()
     arrived = asyncio.Event()
-    settler.wake = arrived.set  # called on the loop's thread: handlers run as tasks
+    settlements.wake = arrived.set  # called on the loop's thread: handlers run as tasks
+    settler = _Settler(settlements)
     subscription = client.subscribe(topic, max_in_flight)
     work: asyncio.Queue[Message | None] = asyncio.Queue()
     ending = asyncio.Event()  # hand out no more messages
@@ -274,17 +225,22 @@ async def consume_async(
             else:
                 message.ack()
 
-    async def send_settled() -> None:
+    async def send_settled() -> int:
+        """Settlements in batches as timerwheel.acks.AckSender sends them; returns acked."""
+        acked = 0
         while True:
             await arrived.wait()
+            if linger_s and not handled.is_set():  # gather more; the end cuts it short
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(handled.wait(), linger_s)
             arrived.clear()
-            acks, nacks = settler.take()
+            acks, nacks = settlements.take()
             if acks:
-                settler.acked += await client.ack(topic, acks)
+                acked += await client.ack(topic, acks)
             for reason, message_ids in nacks.items():
                 await client.nack(topic, message_ids, reason)
-            if handled.is_set() and not (settler.acks or settler.nacks):
-                return
+            if handled.is_set() and not settlements.waiting:
+                return acked
 
     reader = asyncio.create_task(read())
     workers = [asyncio.create_task(work_loop()) for _ in range(concurrency)]
@@ -299,12 +255,12 @@ async def consume_async(
         await asyncio.gather(*workers)
         handled.set()
         arrived.set()
-        ack_error = (await asyncio.gather(sender, return_exceptions=True))[0]
+        ack_result = (await asyncio.gather(sender, return_exceptions=True))[0]
         subscription.cancel()
         stream_error = (await asyncio.gather(reader, return_exceptions=True))[0]
         for waiter in waits - {reader}:
             waiter.cancel()
-    for error in (stream_error, ack_error):
+    for error in (stream_error, ack_result):
         if isinstance(error, BaseException):
             raise error
-    return settler.acked
+    return ack_result
