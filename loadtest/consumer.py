@@ -2,13 +2,15 @@
 
 Each stream thread stamps a DeliveryBatch with the wall clock the moment it arrives
 (`time.time_ns()`: the same clock the producers used for deliver times, since every
-process runs on this machine), tallies it, then acks it with a pipelined Ack future, so
-the next batch is read while the ack travels. The sum of the server's Ack answers is the
-`acked` figure of the accounting.
+process runs on this machine), tallies it, then hands its ids to the stream's
+`timerwheel.AckSender`, which acks as `timerwheel.Client.consume` does: one Ack call on
+the wire at a time, gathering for `ack_linger_ms` (the scenario's; 0 sends whatever came
+while the last call was out). The sum of the server's Ack answers is the `acked` figure
+of the accounting.
 
 The process stops when the harness sets `channels.stop` (or at its hard deadline): the
-streams are cancelled, the acks still in flight are awaited, and the merged tally goes
-back to the harness as plain bytes and encoded HDR histograms.
+streams are cancelled, the acks still waiting are sent, and the merged tally goes back
+to the harness as plain bytes and encoded HDR histograms.
 """
 
 from __future__ import annotations
@@ -16,16 +18,13 @@ from __future__ import annotations
 import resource
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter
 from dataclasses import dataclass
 
-import grpc
-
 from loadtest.accounting import Tally, histogram_of, merge_counts
+from timerwheel.acks import DEFAULT_ACK_LINGER_MS, AckSender
 from timerwheel.client import TimerClient
 from timerwheel.credentials import PLAIN, Connection
-
-MAX_PENDING_ACKS = 32  # acks in flight per stream before the stream waits for the oldest
 
 
 @dataclass(frozen=True)
@@ -37,6 +36,7 @@ class ConsumerPlan:
     rpc_timeout_s: float
     hard_timeout_s: float  # the longest this process runs after the start
     connection: Connection = PLAIN  # TLS and token for a secured server
+    ack_linger_ms: int = DEFAULT_ACK_LINGER_MS
 
 
 class Stream:
@@ -49,32 +49,25 @@ class Stream:
         self.tally = Tally()
         self.error: str | None = None
         self._on_batch = on_batch
+        self.acks = AckSender(client, topic, plan.ack_linger_ms)
         self.subscription = client.subscribe(topic, plan.max_in_flight)
         self.thread = threading.Thread(target=self._run, name=f"stream-{topic}", daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
-        pending: deque[grpc.Future] = deque()
         try:
             for batch in self.subscription:
                 received_ms = time.time_ns() // 1_000_000
                 self.tally.add(batch, received_ms)
-                ids = [delivery.message_id for delivery in batch]
-                pending.append(self.client.ack_future(self.topic, ids))
-                while len(pending) > MAX_PENDING_ACKS or (pending and pending[0].done()):
-                    self.tally.acked += pending.popleft().result().acked
+                self.acks.ack([delivery.message_id for delivery in batch])
                 self._on_batch()
         except Exception as exc:  # ended other than by cancel: reported, fails the run
             self.error = f"consumer stream {self.topic}: {exc!r}"
         finally:
-            self._finish_acks(pending)
-
-    def _finish_acks(self, pending: deque[grpc.Future]) -> None:
-        while pending:
-            try:
-                self.tally.acked += pending.popleft().result(timeout=self.plan.rpc_timeout_s).acked
-            except (grpc.RpcError, grpc.FutureTimeoutError) as exc:
-                self.error = self.error or f"ack on {self.topic}: {exc!r}"
+            self.acks.close()  # what waits is sent now
+            self.tally.acked = self.acks.acked
+            if self.acks.error is not None:
+                self.error = self.error or f"ack on {self.topic}: {self.acks.error!r}"
 
     def stop(self) -> None:
         self.subscription.cancel()

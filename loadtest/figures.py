@@ -60,6 +60,7 @@ def _config(scenario: Scenario) -> dict:
         "producers": scenario.producers,
         "producer_threads": scenario.producer_threads,
         "consumers": scenario.consumers,
+        "ack_linger_ms": scenario.ack_linger_ms,
         "topics": scenario.topics,
         "body_bytes": scenario.body_bytes,
         "delay": scenario.describe_delay(),

@@ -179,7 +179,7 @@ class Run:
         for index in range(scenario.consumers):
             plan = ConsumerPlan(
                 index, self.target, self._topics_of(index), scenario.max_in_flight,
-                scenario.rpc_timeout_s, hard_timeout_s, self.connection,
+                scenario.rpc_timeout_s, hard_timeout_s, self.connection, scenario.ack_linger_ms,
             )  # fmt: skip
             self._spawn(consumer_main, plan, f"lt-consumer-{index}")
         for index in range(scenario.producers):

@@ -77,7 +77,7 @@ def our_row(fig: dict) -> dict[str, str]:
         "producers": _producers(config),
         "rate": f"{send['rate_achieved']:,} (target {config['rate']:,})",
         "delay": config["delay"],
-        "consumers": str(config["consumers"]),
+        "consumers": _consumers(config),
         "latency_avg": _us_as_ms(send["latency_us"]["mean"]),
         "latency_p99": _us_as_ms(send["latency_us"]["p99"]),
         "p50": _ms(delay["p50"]) if has_delay else "-",
@@ -89,6 +89,10 @@ def our_row(fig: dict) -> dict[str, str]:
         "rss": _mib(server["peak_rss_bytes"]),
         "lost_dup_early": f"{acc['lost']} / {acc['duplicates']} / {acc['early']}",
     }
+
+
+def _consumers(config: dict) -> str:
+    return f"{config['consumers']}, acks gathered {config['ack_linger_ms']} ms"
 
 
 def _producers(config: dict) -> str:

@@ -20,6 +20,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from loadtest.pacing import MIN_BODY_BYTES
+from timerwheel.acks import DEFAULT_ACK_LINGER_MS
 
 SECOND_MS = 1_000
 MINUTE_MS = 60 * SECOND_MS
@@ -52,6 +53,7 @@ class Scenario:
     count: int | None = None  # fixed number of messages (derives duration_s)
     max_outstanding: int = 64  # requests in flight per producer before it must wait
     max_in_flight: int = 5_000  # per Subscribe stream
+    ack_linger_ms: int = DEFAULT_ACK_LINGER_MS  # consumers gather acks this long (AckSender)
     grace_ms: int = 2_000  # after the last deliver time, before accounting
     drain_timeout_ms: int = 60_000  # longest wait for stragglers after the last deliver time
     rpc_timeout_s: float = 30.0
@@ -67,6 +69,8 @@ class Scenario:
                 f"batch={self.batch}: must be 1 with producer_threads={self.producer_threads} "
                 "(each thread sends single messages; the batching producer batches them)"
             )
+        if self.ack_linger_ms < 0:
+            raise ScenarioError(f"ack_linger_ms={self.ack_linger_ms}: must not be negative")
         if self.consumers < 0:
             raise ScenarioError(f"consumers={self.consumers}: must not be negative")
         if self.expect_delivery and self.consumers < 1:

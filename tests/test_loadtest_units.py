@@ -206,6 +206,7 @@ def test_scenarios_presets_and_overrides():
         ({"delay_min_ms": 10, "delay_max_ms": 5}, "delay_min_ms=10"),
         ({"cancel_share": 1.5}, "cancel_share=1.5"),
         ({"consumers": 0}, "consumers=0"),
+        ({"ack_linger_ms": -1}, "ack_linger_ms=-1"),
         ({"bogus": 1}, "bogus"),
     ],
 )
@@ -232,7 +233,7 @@ def fake_figures(**accounting_changes) -> dict:
         "scenario": "tdmq", "description": "d", "date": "2026-11-21 10:00 UTC",
         "machine": {"cpus": 2, "load_before": (0.5, 0.4, 0.3)},
         "config": {"producers": 4, "batch": 100, "rate": 14_000, "delay": "3 s..1 min",
-                   "consumers": 1},
+                   "consumers": 1, "ack_linger_ms": 10},
         "send": {"rate_achieved": 13_990, "rate_target": 14_000, "rate_reached": True,
                  "latency_us": latency, "from_intended_us": latency, "sent": 100,
                  "planned": 100, "cancel_too_late": 0, "errors": {},
@@ -266,6 +267,7 @@ def test_report_puts_tdmq_next_to_ours_in_a_table_that_fits_a_terminal():
     ]  # fmt: skip
     assert rows["Server CPU, send phase"][1] == "88.5% of 1 core = 44% of 2 cores"
     assert rows["Server peak RSS"][1] == "200 MiB"
+    assert rows["Consumers"][1] == "1, acks gathered 10 ms"
     assert max(len(line) for line in text.splitlines() if line.startswith("|")) <= 100
     assert "- delay error: when the consumer received a message minus the deliver time" in text
     assert "server CPU, whole run (send, wait and drain phases" in text

@@ -48,6 +48,11 @@ OVERRIDES = {
     "--cancel-share": ("cancel_share", float, "share of timers cancelled after their send"),
     "--max-outstanding": ("max_outstanding", int, "unanswered requests per producer"),
     "--max-in-flight": ("max_in_flight", int, "un-acked deliveries per Subscribe stream"),
+    "--ack-linger-ms": (
+        "ack_linger_ms",
+        int,
+        "consumers gather acks this long before an Ack call, one call at a time (default 10)",
+    ),
     "--grace-ms": ("grace_ms", int, "wait after the last deliver time before accounting"),
     "--drain-timeout-ms": ("drain_timeout_ms", int, "longest wait for stragglers"),
 }
