@@ -22,6 +22,7 @@ import structlog
 
 from engine import metrics
 from engine.engine import Engine
+from engine.gil import set_switch_interval
 from engine.heap import freeze_startup_heap
 from engine.ipc import CallContext, CallServer
 from engine.ops import SendOp
@@ -103,6 +104,7 @@ def run_engine_process(
     ready.send(("ready", {}))
     log.info("engine_process_ready", socket=socket_path)
     freeze_startup_heap()
+    set_switch_interval(settings.gil_switch_interval_ms)
     try:
         stopped = wait_for_stop(stop, parent_pid, engine.writer_running)
     finally:

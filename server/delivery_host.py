@@ -19,6 +19,7 @@ from multiprocessing.connection import Connection
 import structlog
 
 from engine import metrics
+from engine.gil import set_switch_interval
 from engine.heap import freeze_startup_heap
 from engine.ipc import CallClient, CallContext, CallServer
 from engine.proc import become_child, wait_for_stop
@@ -122,6 +123,7 @@ def run_delivery_process(
     server = CallServer(socket_path, authkey, DeliveryHost(hub).handle, "delivery")
     ready.send(("ready", {}))
     freeze_startup_heap()
+    set_switch_interval(settings.gil_switch_interval_ms)
     try:
         stopped = wait_for_stop(stop, parent_pid)
     finally:

@@ -17,6 +17,7 @@ from multiprocessing.connection import Connection
 import structlog
 
 from engine import metrics
+from engine.gil import set_switch_interval
 from engine.heap import freeze_startup_heap
 from engine.ipc import CallClient
 from engine.proc import become_child, wait_for_stop
@@ -61,6 +62,7 @@ def run_worker_process(
     ready.send(("ready", {"port": port}))
     log.info("worker_ready", worker=index, port=port)
     freeze_startup_heap()
+    set_switch_interval(settings.gil_switch_interval_ms)
     try:
         stopped = wait_for_stop(stop, parent_pid)
     finally:

@@ -21,6 +21,8 @@ def test_defaults_are_the_documented_ones():
     ("changes", "shown"),
     [
         ({"port": 70000}, "port=70000"),
+        ({"gil_switch_interval_ms": 0}, "gil_switch_interval_ms=0"),
+        ({"gil_switch_interval_ms": 101}, "gil_switch_interval_ms=101"),
         ({"retention_ms": 0}, "retention_ms=0"),
         ({"fire_chunk": -5}, "fire_chunk=-5"),
         ({"wheel_write_buffer_bytes": 0}, "wheel_write_buffer_bytes=0"),

@@ -51,6 +51,8 @@ def test_workers_2_runs_every_process_and_sigterm_stops_them_all(tmp_path, serve
     names = [event["event"] for event in server.events]
     assert names.count("worker_ready") == 2
     assert names.count("startup_heap_frozen") == 4  # each child, once it serves (engine.heap)
+    intervals = [e["interval_ms"] for e in server.events if e["event"] == "gil_switch_interval_set"]
+    assert intervals == [1.0] * 4  # engine.gil, read back from each child's interpreter
     assert names[-1] == "server_stopped"
     assert "engine_closed" in names
 
@@ -64,6 +66,16 @@ def test_by_default_the_server_is_one_process(tmp_path, serve_process):
     server.signal(signal.SIGTERM)
     assert server.wait_exit(timeout_s=60) == 0
     assert [event["event"] for event in server.events].count("startup_heap_frozen") == 1
+
+
+def test_the_gil_switch_interval_setting_reaches_the_serving_process(tmp_path, serve_process):
+    server = serve_process(tmp_path / "data", "--set", "gil_switch_interval_ms=3")
+    with server.client() as client:
+        assert client.send("one", b"x", delay_ms=60_000).message_id
+    server.signal(signal.SIGTERM)
+    assert server.wait_exit(timeout_s=60) == 0
+    set_events = [e for e in server.events if e["event"] == "gil_switch_interval_set"]
+    assert [e["interval_ms"] for e in set_events] == [3.0]  # read back from the interpreter
 
 
 def test_sigkill_of_the_supervisor_leaves_no_orphans(tmp_path, serve_process):

@@ -14,6 +14,7 @@ MINUTE_MS = 60 * SECOND_MS
 HOUR_MS = 60 * MINUTE_MS
 DAY_MS = 24 * HOUR_MS
 MIN_CLOCK_STEP_MS = 10  # clock readings are whole ms: a smaller threshold would be noise
+MAX_GIL_SWITCH_INTERVAL_MS = 100  # beyond, a waiting thread could stall for a tenth of a second
 
 # RocketMQ 4 default messageDelayLevel:
 # "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h".
@@ -49,8 +50,12 @@ class Settings:
     # service does about it: docs/engine.md, "Clock steps").
     clock_step_threshold_ms: int = SECOND_MS
 
-    # Durability: WAL is always on; sync makes every group commit an fsync.
+    # Durability: WAL is always on; sync makes every group commit a caller waits on an
+    # fsync (engine.writer, "Which commits fsync").
     sync_writes: bool = True
+    # How long a thread may keep the GIL while another waits, in each server process
+    # (engine.gil: why 1 and not CPython's 5).
+    gil_switch_interval_ms: int = 1
 
     # What a producer may ask for.
     max_delay_ms: int = 400 * DAY_MS
@@ -144,6 +149,11 @@ class Settings:
             raise SettingsError(
                 f"clock_step_threshold_ms={threshold!r}: must be {MIN_CLOCK_STEP_MS}ms..1h "
                 "(readings are whole ms: smaller would be noise)"
+            )
+        interval = self.gil_switch_interval_ms
+        if type(interval) is not int or not 1 <= interval <= MAX_GIL_SWITCH_INTERVAL_MS:
+            raise SettingsError(
+                f"gil_switch_interval_ms={interval!r}: must be 1..{MAX_GIL_SWITCH_INTERVAL_MS}"
             )
         if not 0 <= self.port <= 65535:
             raise SettingsError(f"port={self.port}: must be 0..65535")
