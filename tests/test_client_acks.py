@@ -77,6 +77,15 @@ def test_one_call_on_the_wire_at_a_time_and_what_comes_meanwhile_goes_next():
     assert sender.acked == 4
 
 
+def test_more_ids_than_one_call_takes_go_in_several_calls():
+    client = RecordingClient()
+    sender = AckSender(client, "orders", linger_ms=LONG_LINGER_MS, max_ids=2)
+    sender.ack(["1", "2", "3", "4", "5"])
+    sender.close()
+    assert [call[2] for call in client.calls] == [("1", "2"), ("3", "4"), ("5",)]
+    assert sender.acked == 5
+
+
 def test_a_failed_call_is_kept_and_the_sender_goes_on():
     client = RecordingClient()
     client.fail_acks = True

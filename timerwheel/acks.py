@@ -7,7 +7,8 @@ messages a second that was about 1,000 Ack calls a second, and their RPCs took m
 the server's CPU than everything else it does for a message (docs/benchmarks.md). So
 settlements are batched in time instead:
 
-* one Ack (or Nack) on the wire at a time per sender: what is settled meanwhile waits;
+* one Ack (or Nack) on the wire at a time per sender: what is settled meanwhile waits
+  (and goes in calls of at most `MAX_IDS_PER_ACK` ids, the server's default limit);
 * once something waits, the sender gathers for up to `linger_ms` more before it sends,
   so a steady stream costs about 1000 / linger_ms calls a second whatever its rate.
   Pulsar's consumers do the same ("acknowledgment grouping", 100 ms by default);
@@ -32,6 +33,14 @@ if TYPE_CHECKING:
 # Long enough to gather a few delivery batches under load, short enough that an acked
 # message is settled on the server within a blink.
 DEFAULT_ACK_LINGER_MS = 10
+# Ids in one Ack call at most: the server's default `max_ack_ids` (it refuses more with
+# INVALID_ARGUMENT); a burst gathers more than that within one linger.
+MAX_IDS_PER_ACK = 10_000
+
+
+def in_calls(message_ids: list[str], max_ids: int = MAX_IDS_PER_ACK) -> list[list[str]]:
+    """The ids of one Ack cut into calls the server takes."""
+    return [message_ids[start : start + max_ids] for start in range(0, len(message_ids), max_ids)]
 
 
 def check_linger_ms(linger_ms: int) -> int:
@@ -85,10 +94,14 @@ class AckSender:
     A failed call is kept in `error` (the first one) and the sender goes on.
     """
 
-    def __init__(self, client: Client, topic: str, linger_ms: int = DEFAULT_ACK_LINGER_MS) -> None:
+    def __init__(
+        self, client: Client, topic: str, linger_ms: int = DEFAULT_ACK_LINGER_MS,
+        max_ids: int = MAX_IDS_PER_ACK,
+    ) -> None:  # fmt: skip
         self.client = client
         self.topic = topic
         self.linger_s = check_linger_ms(linger_ms) / 1000
+        self.max_ids = max_ids
         self.settlements = Settlements()
         self.settlements.wake = self._wake
         self.acked = 0  # confirmed by the server
@@ -135,8 +148,8 @@ class AckSender:
 
     def _send(self, acks: list[str], nacks: dict[str, list[str]]) -> None:
         try:
-            if acks:
-                self.acked += self.client.ack(self.topic, acks)
+            for ids in in_calls(acks, self.max_ids):
+                self.acked += self.client.ack(self.topic, ids)
             for reason, message_ids in nacks.items():
                 self.client.nack(self.topic, message_ids, reason)
         except RemoteError as exc:

@@ -40,7 +40,13 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from timerwheel.acks import DEFAULT_ACK_LINGER_MS, AckSender, Settlements, check_linger_ms
+from timerwheel.acks import (
+    DEFAULT_ACK_LINGER_MS,
+    AckSender,
+    Settlements,
+    check_linger_ms,
+    in_calls,
+)
 from timerwheel.types import RemoteError
 from timerwheel.v1 import timerwheel_pb2 as pb
 
@@ -235,8 +241,8 @@ async def consume_async(
                     await asyncio.wait_for(handled.wait(), linger_s)
             arrived.clear()
             acks, nacks = settlements.take()
-            if acks:
-                acked += await client.ack(topic, acks)
+            for ids in in_calls(acks):
+                acked += await client.ack(topic, ids)
             for reason, message_ids in nacks.items():
                 await client.nack(topic, message_ids, reason)
             if handled.is_set() and not settlements.waiting:
