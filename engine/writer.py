@@ -26,9 +26,10 @@ once a second.
 
 Which commits fsync: at 14,000 sends/s about half the group commits carry no caller,
 only fires (timers due every millisecond), cascade chunks, sweeps or delivery trace
-events, and an fsync each cost the writer a quarter of its time. Those are written to
-the WAL without one. That loses nothing anybody was promised: the WAL is in the kernel
-once `write` returns, so the death of any process keeps them; the next synced commit
+events, and their fsyncs kept the writer waiting 34 s of a 95 s run (docs/benchmarks.md,
+2026-11-25). Those are written to the WAL without one. That loses nothing anybody was
+promised: the WAL is in the kernel once `write` returns, so the death of any process
+keeps them; the next synced commit
 (a send, cancel or ack, at most milliseconds away under load) syncs them with its own
 bytes; and a machine crash before that loses a suffix of the WAL, which RocksDB recovers
 as a consistent prefix, so a fire lost that way fires again (at least once).
