@@ -110,3 +110,9 @@ def test_a_bad_linger_is_refused_naming_it(bad):
         check_linger_ms(bad)
     with pytest.raises(ValueError, match="ack_linger_ms"):
         AckSender(RecordingClient(), "orders", linger_ms=bad)
+
+
+@pytest.mark.parametrize("bad", [0, -3, 1.5])
+def test_a_bad_call_size_is_refused_naming_it(bad):
+    with pytest.raises(ValueError, match=f"max_ids={bad!r}"):
+        AckSender(RecordingClient(), "orders", max_ids=bad)

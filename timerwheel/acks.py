@@ -101,6 +101,8 @@ class AckSender:
         self.client = client
         self.topic = topic
         self.linger_s = check_linger_ms(linger_ms) / 1000
+        if isinstance(max_ids, bool) or not isinstance(max_ids, int) or max_ids < 1:
+            raise ValueError(f"max_ids={max_ids!r}: must be a whole number >= 1")
         self.max_ids = max_ids
         self.settlements = Settlements()
         self.settlements.wake = self._wake
