@@ -11,6 +11,7 @@ thread runs and calls drive the same writer iterations inline (`step`, `run_unti
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterable
 from concurrent.futures import Future
@@ -26,7 +27,7 @@ from engine.move_ops import DeadLetterOp, RescheduleOp
 from engine.ops import AckOp, CancelOp, SendOp
 from engine.prepare import prepare_sends
 from engine.store_health import StoreHealth
-from engine.trace_ops import DeliveryEvent, TraceOp
+from engine.trace_ops import DeliveryEvent, TraceBarrier, TraceOp
 from engine.writer import FiredListener, Writer
 from store import keys, records
 from store.counts import PendingCounts
@@ -44,6 +45,7 @@ from wheels.domain import (
     ShuttingDown,
     State,
     Timer,
+    TimerwheelError,
     When,
 )
 from wheels.lateness import LatenessMinute, RecentLateness
@@ -205,8 +207,18 @@ class Engine:
         return self._counts.in_range(topic, from_ms, to_ms or keys.NO_TIME_BOUND_MS)
 
     def get(self, message_id: str, include_trace: bool = False) -> Timer:
-        """The stored timer in any state (engine.lookups); NotFound for an unknown id."""
+        """The stored timer in any state (engine.lookups); NotFound for an unknown id.
+        With its trace, after the delivery events recorded so far are committed (they
+        linger for the writer's next commit: engine.writer)."""
+        if include_trace:
+            self._commit_lingering()
         return self._lookups.get(message_id, include_trace)
+
+    def _commit_lingering(self) -> None:
+        # Refused or failed (overloaded, stopping, a full disk): the read shows what is
+        # committed; it does not fail for the trace's sake.
+        with contextlib.suppress(TimerwheelError):
+            self._writer.wait(self._writer.submit(TraceBarrier()))
 
     def record_trace(self, events: list[DeliveryEvent]) -> bool:
         """Store delivery events (engine.trace_ops) without waiting for their commit;

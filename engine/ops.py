@@ -64,6 +64,10 @@ class Op:
     # WAL first. An op nobody waits on (delivery trace events) sets this False: a group
     # of only such ops, fires and cascades is written without an fsync (Writer.iterate).
     durable: ClassVar[bool] = True
+    # 0: the writer wakes for the op at once. Above 0 (delivery trace events): nobody
+    # waits on it, so it rides along with the writer's next group commit, made for a fire
+    # or another op, or at most this long after it was queued (Writer.submit).
+    linger_ms: ClassVar[int] = 0
 
     @property
     def weight(self) -> int:

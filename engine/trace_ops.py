@@ -18,6 +18,9 @@ from store.batch import StagedBatch
 from wheels.trace import TraceEvent, TraceKind
 
 DeliveryEvent = tuple[str, int, int, str]  # (message id, TraceKind, attempt, text)
+# Under load the writer commits every millisecond for fires anyway; idle, a delivery's
+# events wait this long for an ack to share a commit with (the client gathers acks 10 ms).
+TRACE_LINGER_MS = 10
 
 
 @dataclass
@@ -26,6 +29,7 @@ class TraceOp(Op):
 
     events: list[DeliveryEvent] = field(default_factory=list)
     durable: ClassVar[bool] = False  # nobody waits on it (Engine.record_trace)
+    linger_ms: ClassVar[int] = TRACE_LINGER_MS  # rides along with the next commit
 
     @property
     def weight(self) -> int:
@@ -40,3 +44,14 @@ class TraceOp(Op):
             )  # fmt: skip
             stage_trace(batch, message_id, event)
         return len(self.events)
+
+
+@dataclass
+class TraceBarrier(Op):
+    """Nothing to write: queued behind lingering trace events, it makes the writer commit
+    them now, and its future says when they can be read (Engine.get with the trace)."""
+
+    durable: ClassVar[bool] = False
+
+    def apply(self, ctx: WriterContext, batch: StagedBatch, now_ms: int) -> None:
+        return None

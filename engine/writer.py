@@ -34,6 +34,15 @@ keeps them; the next synced commit
 bytes; and a machine crash before that loses a suffix of the WAL, which RocksDB recovers
 as a consistent prefix, so a fire lost that way fires again (at least once).
 
+Which ops wake the writer: every op but delivery trace events (`Op.linger_ms`). At
+5,000 sends/s half the writer's iterations were a commit of one delivery's trace events
+alone, queued a fraction of a millisecond after the fire commit that led to them and
+before the next one (docs/benchmarks.md, 2026-11-25 evening). Such an op lingers
+(`engine.linger`): it goes into the next group commit the writer makes anyway (the next
+fire, send or ack) or, when there is none, one made `linger_ms` after it was queued. A
+reader of what they write (a message's trace) first commits what lingers (`Engine.get`,
+`TraceBarrier`), so it sees every event recorded before it asked.
+
 A failing iteration or idle read is not the end of the writer: `engine.store_health`
 decides whether it is retried with backoff (a read error), waited out with a reopen of
 the store (a full disk), or fatal (a failed WAL sync), and tells the server so.
@@ -53,6 +62,7 @@ from concurrent.futures import Future
 import structlog
 
 from engine import metrics
+from engine.linger import Lingering
 from engine.ops import Op, WriterContext
 from engine.series import fire_due_series
 from engine.store_health import StoreHealth, WriterFailed
@@ -99,6 +109,9 @@ class Writer:
         self._cond = threading.Condition()
         self._queue: deque[Op] = deque()
         self._queued_weight = 0
+        self._queued_urgent = 0  # queued ops without a linger: the writer runs at once
+        self._lingering = Lingering()
+        self._asleep_until_ms: int | None = None  # while the writer waits for work
         self._listeners: list[FiredListener] = []
         self._sweep_from = b""
         self._next_sweep_ms = 0
@@ -150,8 +163,18 @@ class Writer:
                 )
             self._queue.append(op)
             self._queued_weight += op.weight
-            self._cond.notify()
+            if self._wakes_writer(op):
+                self._cond.notify()
         return op.future
+
+    def _wakes_writer(self, op: Op) -> bool:
+        """Whether the writer must wake for `op` (call with `_cond` held): an urgent op
+        always; a lingering one only when the writer sleeps past its linger."""
+        if not op.linger_ms:
+            self._queued_urgent += 1
+            return True
+        self._lingering.queued(self._clock.now_ms(), op.linger_ms)
+        return self._lingering.wakes(self._asleep_until_ms)
 
     def wait(self, future: Future):
         """The future's result; without a thread, run iterations until it is done."""
@@ -170,6 +193,8 @@ class Writer:
                 weight += op.weight
                 ops.append(op)
             self._queued_weight -= weight
+            self._queued_urgent -= sum(1 for op in ops if not op.linger_ms)
+            self._lingering.taken(queue_empty=not self._queue)
         return ops
 
     # == the loop =======================================================================
@@ -184,10 +209,10 @@ class Writer:
                         if not self.health.recover(self._store, self._scheduler):
                             self._back_off()
                         continue
-                    more = self.iterate()
+                    ticking = self._group_commit()
                     self.health.succeeded()
-                    if not more:
-                        self._sleep_until_due()
+                    if not ticking:
+                        self._sleep_until_due()  # returns at once for an urgent op
                 except WriterFailed:
                     raise
                 except Exception as exc:
@@ -217,11 +242,15 @@ class Writer:
         next_due_ms = keys.key_time_ms(next_key) if next_key is not None else None
         wake_ms = min(self._scheduler.next_wakeup_ms(next_due_ms), self._next_sweep_ms)
         with self._cond:
-            if self._queue or self._stopping:
+            if self._queued_urgent or self._stopping:
                 return
-            delay_s = min((wake_ms - self._clock.now_ms()) / 1000, MAX_IDLE_SLEEP_S)
+            wake_ms = self._lingering.sleep_until_ms(wake_ms)
+            now_ms = self._clock.now_ms()
+            delay_s = min((wake_ms - now_ms) / 1000, MAX_IDLE_SLEEP_S)
             if delay_s > 0:
+                self._asleep_until_ms = now_ms + int(delay_s * 1000)
                 self._cond.wait(delay_s)
+                self._asleep_until_ms = None
 
     def _fail_queued(self, error: BaseException, stop: bool = True) -> None:
         with self._cond:
@@ -229,11 +258,18 @@ class Writer:
             ops = list(self._queue)
             self._queue.clear()
             self._queued_weight = 0
+            self._queued_urgent = 0
+            self._lingering.taken(queue_empty=True)
         for op in ops:
             op.future.set_exception(error)
 
     def iterate(self) -> bool:
-        """One group commit. True when more work is already waiting."""
+        """One group commit. True when more work is already waiting, lingering ops too
+        (manual mode runs until they are committed)."""
+        return self._group_commit() or bool(self._queue)
+
+    def _group_commit(self) -> bool:
+        """One group commit. True when a cascade or the firing has more to do now."""
         ops = self._take_ops()
         commit_s, synced = 0.0, False
         saved = self._scheduler.state
@@ -279,7 +315,7 @@ class Writer:
             self._on_commit_fired(batch.fired_entries, batch.retired)
         if batch.fired_topics:
             self._notify(batch.fired_topics)
-        return more or self._scheduler.busy() or bool(self._queue)
+        return more or self._scheduler.busy()
 
     # == the tick =======================================================================
     def _tick(self, batch: StagedBatch, now_ms: int) -> bool:
