@@ -34,6 +34,8 @@ import time
 import psutil
 from hdrh.histogram import HdrHistogram
 
+from loadtest.pacing import use_measuring_switch_interval
+
 KEY = "delayq"
 POP_DUE = """
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
@@ -96,6 +98,7 @@ class RedisServer:
 def produce(index: int, args, port: int, start_ns: int, results) -> None:
     import redis
 
+    use_measuring_switch_interval()  # as the harness's processes (loadtest.pacing)
     client = redis.Redis(port=port)
     rng = random.Random(index)
     per_producer = args.rate / args.producers
@@ -122,6 +125,7 @@ def produce(index: int, args, port: int, start_ns: int, results) -> None:
 def consume(args, port: int, stop, results) -> None:
     import redis
 
+    use_measuring_switch_interval()
     client = redis.Redis(port=port)
     pop = client.register_script(POP_DUE)
     errors = HdrHistogram(1, 3_600_000, 3)

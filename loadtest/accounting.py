@@ -88,6 +88,8 @@ class Tally:
     seen: dict[int, bytearray] = field(default_factory=dict)  # producer -> receipts per seq
     delay_ms: Counter = field(default_factory=Counter)  # receive - deliver (first attempts)
     fire_ms: Counter = field(default_factory=Counter)  # fired_at - deliver (first attempts)
+    # receive - fired_at (first attempts): the delivery's share of the delay error
+    lag_ms: Counter = field(default_factory=Counter)
     early_ms: Counter = field(default_factory=Counter)  # deliver - receive, when received early
     received: int = 0  # every receipt, duplicates included
     first_receipts: int = 0  # receipts of a message this tally had not seen
@@ -98,7 +100,7 @@ class Tally:
 
     def add(self, deliveries: Iterable, received_ms: int) -> None:
         """Record a DeliveryBatch's deliveries, all received at `received_ms` (wall clock)."""
-        seen, delay, fire = self.seen, self.delay_ms, self.fire_ms
+        seen, delay, fire, lag = self.seen, self.delay_ms, self.fire_ms, self.lag_ms
         self.last_received_ms = max(self.last_received_ms, received_ms)
         for delivery in deliveries:
             self.received += 1
@@ -125,6 +127,7 @@ class Tally:
             elif error_ms >= 0:
                 delay[error_ms] += 1
                 fire[delivery.fired_at_ms - delivery.deliver_at_ms] += 1
+                lag[max(0, received_ms - delivery.fired_at_ms)] += 1  # ms-rounded clocks
 
     @property
     def early(self) -> int:

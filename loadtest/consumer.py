@@ -22,6 +22,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from loadtest.accounting import Tally, histogram_of, merge_counts
+from loadtest.pacing import use_measuring_switch_interval
 from timerwheel.acks import DEFAULT_ACK_LINGER_MS, AckSender
 from timerwheel.client import TimerClient
 from timerwheel.credentials import PLAIN, Connection
@@ -78,11 +79,12 @@ class Stream:
 
 def merge_tallies(tallies: list[Tally]) -> dict:
     """One process's streams as the result the harness merges (bytes, encoded HDR)."""
-    delay, fire, early = Counter(), Counter(), Counter()
+    delay, fire, lag, early = Counter(), Counter(), Counter(), Counter()
     seen: dict[int, list[bytes]] = {}
     for tally in tallies:
         delay.update(tally.delay_ms)
         fire.update(tally.fire_ms)
+        lag.update(tally.lag_ms)
         early.update(tally.early_ms)
         for producer, counts in tally.seen.items():
             seen.setdefault(producer, []).append(bytes(counts))
@@ -92,6 +94,7 @@ def merge_tallies(tallies: list[Tally]) -> dict:
         "seen": {producer: merge_counts(parts) for producer, parts in seen.items()},
         "delay_ms": histogram_of(delay).encode(),
         "fire_ms": histogram_of(fire).encode(),
+        "lag_ms": histogram_of(lag).encode(),
         "early_ms": histogram_of(early).encode(),
         "early": sum(early.values()),
         "received": sum(t.received for t in tallies),
@@ -105,6 +108,7 @@ def merge_tallies(tallies: list[Tally]) -> dict:
 
 def consumer_main(plan: ConsumerPlan, channels) -> None:
     """Process entry point: subscribe, say ready, consume until told to stop, report."""
+    use_measuring_switch_interval()
     client = TimerClient(
         plan.target, timeout_s=plan.rpc_timeout_s,
         tls=plan.connection.tls, token=plan.connection.token,

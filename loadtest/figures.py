@@ -7,7 +7,9 @@ Units are in the names: `_ms` integer milliseconds, `_us` microseconds, `_bytes`
   time -> answered (the open-loop figure: it includes time spent behind schedule).
 * `delay_error_ms`: consumer receive time - deliver time, first attempts only (what a
   user sees); `fire_lateness_ms`: the server's fire time - deliver time (the Delivery's
-  `fired_at_ms`); `early_ms`: how early, for receipts before the deliver time.
+  `fired_at_ms`); `delivery_lag_ms`: consumer receive time - the server's fire time (what
+  delivery adds: the hub, the stream, the consumer's process); `early_ms`: how early, for
+  receipts before the deliver time.
 * `server.cpu_percent_*`: from TimerAdmin.Stats cpu_seconds (100 = one core busy);
   `peak_rss_bytes` the larger of the sampled RSS and the kernel's VmHWM (spawned server).
 * `server.peak_unacked`: the most fired, not yet acked messages the server held at a
@@ -39,6 +41,7 @@ def figures(
         "send": _send(scenario, outcome),
         "delay_error_ms": _merged(outcome["consumers"], "delay_ms"),
         "fire_lateness_ms": _merged(outcome["consumers"], "fire_ms"),
+        "delivery_lag_ms": _merged(outcome["consumers"], "lag_ms"),
         "early_ms": _merged(outcome["consumers"], "early_ms"),
         "delivery": _delivery(outcome),
         "server": _server(outcome, accounting),

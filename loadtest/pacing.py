@@ -20,11 +20,23 @@ from __future__ import annotations
 
 import random
 import struct
+import sys
 from dataclasses import dataclass
 
 HEADER = struct.Struct(">HQ")  # producer index, sequence number
 MIN_BODY_BYTES = HEADER.size
 NS_PER_S = 1_000_000_000
+# The harness's processes (and the Redis peer's) switch threads every millisecond, as the
+# server does (engine.gil), so they measure the server and not their own GIL. With
+# CPython's 5 ms a consumer's stream thread waited behind its own ack and gRPC threads:
+# at 5,000/s the delivery lag (server fire -> receipt) P999 was 10-13 ms against 5-6 ms
+# at 1 ms, and the delay error P999 14-16 ms against 6-8 (docs/benchmarks.md, 2026-11-25).
+SWITCH_INTERVAL_S = 0.001
+
+
+def use_measuring_switch_interval() -> None:
+    """Called first in every process the harness or the peer spawns."""
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
 
 
 def encode_body(producer: int, seq: int, padding: bytes) -> bytes:

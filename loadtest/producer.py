@@ -32,7 +32,13 @@ from loadtest.accounting import (
     UNSENT,
     new_histogram,
 )
-from loadtest.pacing import DeliverTimes, Pacer, encode_body, padding_for
+from loadtest.pacing import (
+    DeliverTimes,
+    Pacer,
+    encode_body,
+    padding_for,
+    use_measuring_switch_interval,
+)
 from timerwheel.client import TimerClient
 from timerwheel.credentials import PLAIN, Connection
 from timerwheel.v1 import timerwheel_pb2 as pb
@@ -317,6 +323,7 @@ class Producer:
 
 def producer_main(plan: ProducerPlan, channels) -> None:
     """Process entry point: connect, say ready, wait for the start, send, report."""
+    use_measuring_switch_interval()
     client = TimerClient(
         plan.target, timeout_s=plan.rpc_timeout_s,
         tls=plan.connection.tls, token=plan.connection.token,

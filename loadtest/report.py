@@ -117,7 +117,7 @@ def table(rows: list[dict[str, str]]) -> str:
 def details(fig: dict) -> str:
     """The accounting and the figures the main table has no column for."""
     acc, send, server, delivery = fig["accounting"], fig["send"], fig["server"], fig["delivery"]
-    fire, intended = fig["fire_lateness_ms"], send["from_intended_us"]
+    fire, lag, intended = fig["fire_lateness_ms"], fig["delivery_lag_ms"], send["from_intended_us"]
     load = fig["machine"]["load_before"]
     items = [
         ("offered rate reached", _rate_verdict(send)),
@@ -136,6 +136,8 @@ def details(fig: dict) -> str:
          f"{_us_as_ms(intended['p99'])} / {_us_as_ms(intended['max'])}"),
         ("fire lateness (server) P50 / P99 / P999 / max",
          f"{fire['p50']} / {fire['p99']} / {fire['p999']} / {fire['max']} ms"),
+        ("delivery lag (server fire -> consumer receipt) P50 / P99 / P999 / max",
+         f"{lag['p50']} / {lag['p99']} / {lag['p999']} / {lag['max']} ms"),
         ("first deliver time -> last receipt", f"{delivery['span_ms']:,} ms"),
         ("server's peak fired-but-unacked backlog", f"{server.get('peak_unacked', 0):,}"),
         ("server CPU, whole run (send, wait and drain phases; lower than the send phase's "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import sys
 from types import SimpleNamespace
 
 import grpc
@@ -29,12 +30,14 @@ from loadtest.accounting import (
 from loadtest.harness import Run
 from loadtest.pacing import (
     MIN_BODY_BYTES,
+    SWITCH_INTERVAL_S,
     DeliverTimes,
     Pacer,
     decode_body,
     encode_body,
     padding_for,
     split_messages,
+    use_measuring_switch_interval,
 )
 from loadtest.scenarios import SCENARIOS, ScenarioError, scenario
 from timerwheel.credentials import PLAIN
@@ -98,8 +101,19 @@ def test_tally_counts_receipts_delay_errors_early_and_redeliveries():
     assert tally.redelivered == 1 and tally.foreign == 1 and tally.early == 1
     assert tally.delay_ms == {10: 2}  # first attempts received on time only
     assert tally.fire_ms == {1: 1, 2: 1} and tally.early_ms == {10: 1}
+    assert tally.lag_ms == {9: 1, 8: 1}  # received at 1,010, fired at 1,001 and 1,002
     assert bytes(tally.seen[0][:6]) == bytes([1, 0, 0, 0, 0, 2])
     assert tally.last_received_ms == 40_000
+
+
+def test_harness_processes_switch_threads_every_millisecond():
+    before = sys.getswitchinterval()
+    try:
+        sys.setswitchinterval(0.005)  # CPython's default
+        use_measuring_switch_interval()
+        assert sys.getswitchinterval() == pytest.approx(SWITCH_INTERVAL_S) == 0.001
+    finally:
+        sys.setswitchinterval(before)
 
 
 def test_merge_counts_sums_per_sequence_and_caps():
@@ -239,6 +253,7 @@ def fake_figures(**accounting_changes) -> dict:
                  "planned": 100, "cancel_too_late": 0, "errors": {},
                  "max_behind_schedule_ms": 3},
         "delay_error_ms": delay, "fire_lateness_ms": delay,
+        "delivery_lag_ms": {**delay, "p999": 7, "max": 8},
         "delivery": {"span_ms": 61_000},
         "server": {"cpu_percent_send": 88.5, "cpu_percent_run": 70.0,
                    "peak_rss_bytes": 200 * 2**20, "data_dir_bytes": 2**20,
@@ -271,6 +286,10 @@ def test_report_puts_tdmq_next_to_ours_in_a_table_that_fits_a_terminal():
     assert max(len(line) for line in text.splitlines() if line.startswith("|")) <= 100
     assert "- delay error: when the consumer received a message minus the deliver time" in text
     assert "server CPU, whole run (send, wait and drain phases" in text
+    assert (
+        "- delivery lag (server fire -> consumer receipt) P50 / P99 / P999 / max: "
+        "2 / 9 / 7 / 8 ms" in text
+    )
     assert "- result: OK" in text and "0.50 0.40 0.30" in text
 
 
