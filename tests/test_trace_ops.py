@@ -1,0 +1,46 @@
+"""engine.trace_ops: a TraceOp's delivery events, stored per message on real RocksDB in
+virtual time. Events that share kind, attempt and text share one encoding; each message
+must still get exactly its own events."""
+
+from __future__ import annotations
+
+from engine.engine import Engine
+from wheels.clock import VirtualClock
+from wheels.domain import SendSpec, When, WhenKind
+from wheels.settings import Settings
+from wheels.trace import TraceEvent, TraceKind
+
+T0 = 1_700_000_000_000
+DELIVERED, NACKED = int(TraceKind.DELIVERED), int(TraceKind.NACKED)
+
+
+def test_each_message_gets_its_own_events_from_one_op(tmp_path):
+    clock = VirtualClock(T0)
+    engine = Engine(Settings(data_dir=str(tmp_path / "d"), sync_writes=False), clock,
+                    background=False)  # fmt: skip
+    try:
+        a, b, c = (r.message_id for r in engine.send_batch(
+            [SendSpec("orders", b"x", When(WhenKind.DELAY, 60_000))] * 3
+        ))  # fmt: skip
+        clock.advance(5)
+        engine.record_trace([
+            (a, DELIVERED, 1, "billing-1"), (b, DELIVERED, 1, "billing-1"),
+            (c, DELIVERED, 1, "billing-2"), (a, NACKED, 1, "db down"),
+            (a, DELIVERED, 2, "billing-1"), (b, NACKED, 1, "db down"),
+        ])  # fmt: skip
+        engine.run_until_idle()
+        at = T0 + 5
+        assert engine.store.trace.read(a) == [
+            TraceEvent(TraceKind.DELIVERED, at, attempt=1, subscriber="billing-1"),
+            TraceEvent(TraceKind.NACKED, at, attempt=1, detail="db down"),
+            TraceEvent(TraceKind.DELIVERED, at, attempt=2, subscriber="billing-1"),
+        ]
+        assert engine.store.trace.read(b) == [
+            TraceEvent(TraceKind.DELIVERED, at, attempt=1, subscriber="billing-1"),
+            TraceEvent(TraceKind.NACKED, at, attempt=1, detail="db down"),
+        ]
+        assert engine.store.trace.read(c) == [
+            TraceEvent(TraceKind.DELIVERED, at, attempt=1, subscriber="billing-2"),
+        ]
+    finally:
+        engine.close()
