@@ -252,15 +252,22 @@ class Engine:
     def fetch_fired(
         self, topic: str, after_seq: int, limit: int, max_bytes: int = 0
     ) -> list[FiredTimer]:
-        """Fired, un-acked messages of `topic` after fire sequence `after_seq`, in fire order.
-
-        Served from memory when the fired records are still cached (the usual case for a
-        consumer that keeps up), else from the `ready` column family.
-        """
+        """Fired, un-acked messages of `topic` after fire sequence `after_seq`, in fire order:
+        from memory while cached (a consumer that keeps up), else the `ready` family."""
         cached = self._fired_cache.read(topic, after_seq, limit, max_bytes)
         if cached is not None:
             return cached
         return self._store.read_ready(topic, after_seq, limit, max_bytes)
+
+    def fetch_deliveries(
+        self, topic: str, after_seq: int, limit: int, max_bytes: int = 0
+    ) -> list[FiredTimer]:
+        """`fetch_fired` for the dispatchers: `DeliveryView`s, what a Delivery carries
+        (records.decode_delivery: 1.2 against 4.5 us a message for a whole `Timer`)."""
+        return [
+            FiredTimer(seq, records.decode_delivery(message_id.decode(), raw))
+            for seq, message_id, raw in self.fetch_fired_raw(topic, after_seq, limit, max_bytes)
+        ]
 
     def fetch_fired_raw(
         self, topic: str, after_seq: int, limit: int, max_bytes: int = 0

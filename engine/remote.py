@@ -49,10 +49,11 @@ class RemoteEngine:
         future.set_result(self._calls.call("submit_sends", op))
         return future
 
-    def fetch_fired(
+    def fetch_deliveries(
         self, topic: str, after_seq: int, limit: int, max_bytes: int = 0
     ) -> list[FiredTimer]:
-        """Read undecoded from the engine process and decoded here, off its GIL."""
+        """Read undecoded from the engine process and decoded here, off its GIL; each
+        with its record, which the delivery process hands on to the workers."""
         rows = self._calls.call("fetch_fired_raw", topic, after_seq, limit, max_bytes)
         return [
             FiredTimer(seq, records.decode_delivery(message_id.decode(), raw), raw)

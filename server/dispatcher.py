@@ -8,7 +8,7 @@ back into its hub for the byte budget every dispatcher shares (`delivery_room_by
 delivered (`restore_attempts`).
 
 * A dispatcher keeps a cursor (the last fire sequence it read) and pulls newly fired
-  messages with `engine.fetch_fired(topic, cursor, n)` when the engine's fired-listener
+  messages with `engine.fetch_deliveries(topic, cursor, n)` when the engine's fired-listener
   says the topic fired (a "dirty" flag), and only as many as subscribers can take:
   memory is bounded by the subscribers' `max_in_flight`, never by the backlog.
 * Each fetched message is an `Entry`: queued, or in flight at one subscriber with an ack
@@ -104,7 +104,7 @@ class TopicDispatcher:
                 return  # the hub holds its budget: acks will free it (dirty stays set)
             limit = min(max(wanted - len(self.fresh), settings.delivery_batch_max), MAX_FETCH)
             max_bytes = max(min(room_bytes, settings.delivery_batch_bytes), 1)
-            fetched = self.hub.engine.fetch_fired(self.name, self.cursor, limit, max_bytes)
+            fetched = self.hub.engine.fetch_deliveries(self.name, self.cursor, limit, max_bytes)
             self.dirty = bool(fetched)
             new = []
             for fired in fetched:
