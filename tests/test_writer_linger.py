@@ -5,6 +5,8 @@ RocksDB; the writer's commits are counted on the real Rdict."""
 
 from __future__ import annotations
 
+import pytest
+
 from engine.engine import Engine
 from engine.move_ops import DeadLetterOp, RescheduleOp
 from engine.ops import AckOp, CancelOp, Op, SendOp
@@ -58,40 +60,37 @@ def delivered(engine: Engine, message_id: str) -> list[tuple[int, str]]:
     ]
 
 
-def test_trace_events_ride_along_with_the_next_commit(tmp_path):
+@pytest.fixture
+def fired(tmp_path):
+    """A manual-mode engine whose one timer has fired: (engine, counting, message id)."""
     clock = VirtualClock(T0)
     engine, counting = open_engine(tmp_path, clock, background=False)
-    try:
-        [first] = engine.send_batch([due(1_000)])
-        clock.advance(1_000)
-        engine.run_until_idle()
-        writes = counting.writes
-        assert engine.record_trace([(first.message_id, TraceKind.DELIVERED, 1, "billing")])
-        assert counting.writes == writes  # queued, not committed by itself
-        engine.ack("orders", [first.message_id])  # an op somebody waits on
-        assert counting.writes == writes + 1  # one group commit carried both
-        assert delivered(engine, first.message_id) == [(1, "billing")]
-        assert engine.get(first.message_id).state is State.ACKED
-    finally:
-        engine.store.database.db = counting.inner
-        engine.close()
+    [first] = engine.send_batch([due(1_000)])
+    clock.advance(1_000)
+    engine.run_until_idle()
+    yield engine, counting, first.message_id
+    engine.store.database.db = counting.inner
+    engine.close()
 
 
-def test_manual_mode_runs_until_lingering_events_are_committed(tmp_path):
-    clock = VirtualClock(T0)
-    engine, counting = open_engine(tmp_path, clock, background=False)
-    try:
-        [first] = engine.send_batch([due(1_000)])
-        clock.advance(1_000)
-        engine.run_until_idle()
-        syncs = counting.syncs
-        engine.record_trace([(first.message_id, TraceKind.DELIVERED, 1, "billing")])
-        engine.run_until_idle()
-        assert delivered(engine, first.message_id) == [(1, "billing")]
-        assert counting.syncs == syncs  # nobody waits on them: no fsync
-    finally:
-        engine.store.database.db = counting.inner
-        engine.close()
+def test_trace_events_ride_along_with_the_next_commit(fired):
+    engine, counting, message_id = fired
+    writes = counting.writes
+    assert engine.record_trace([(message_id, TraceKind.DELIVERED, 1, "billing")])
+    assert counting.writes == writes  # queued, not committed by itself
+    engine.ack("orders", [message_id])  # an op somebody waits on
+    assert counting.writes == writes + 1  # one group commit carried both
+    assert delivered(engine, message_id) == [(1, "billing")]
+    assert engine.get(message_id).state is State.ACKED
+
+
+def test_manual_mode_runs_until_lingering_events_are_committed(fired):
+    engine, counting, message_id = fired
+    syncs = counting.syncs
+    engine.record_trace([(message_id, TraceKind.DELIVERED, 1, "billing")])
+    engine.run_until_idle()
+    assert delivered(engine, message_id) == [(1, "billing")]
+    assert counting.syncs == syncs  # nobody waits on them: no fsync
 
 
 def test_a_trace_read_sees_events_recorded_just_before_it(tmp_path):
