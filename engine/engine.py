@@ -254,10 +254,7 @@ class Engine:
     ) -> list[FiredTimer]:
         """Fired, un-acked messages of `topic` after fire sequence `after_seq`, in fire order:
         from memory while cached (a consumer that keeps up), else the `ready` family."""
-        cached = self._fired_cache.read(topic, after_seq, limit, max_bytes)
-        if cached is not None:
-            return cached
-        return self._store.read_ready(topic, after_seq, limit, max_bytes)
+        return records.decode_fired(self.fetch_fired_raw(topic, after_seq, limit, max_bytes))
 
     def fetch_deliveries(
         self, topic: str, after_seq: int, limit: int, max_bytes: int = 0

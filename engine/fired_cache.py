@@ -1,6 +1,6 @@
 """Recently fired records, kept in memory so delivery need not read them back from RocksDB.
 
-The writer adds each committed batch's fired records here; `Engine.fetch_fired` serves a
+The writer adds each committed batch's fired records here; `Engine.fetch_fired_raw` serves a
 topic from this cache when the cache is known to be complete above the reader's cursor,
 and falls back to the `ready` column family otherwise (after a restart, or once entries
 were evicted). RocksDB stays the truth: the cache only saves the read-back.
@@ -29,9 +29,6 @@ from __future__ import annotations
 import threading
 from collections import deque
 from itertools import islice
-
-from store import records
-from wheels.domain import FiredTimer
 
 FiredEntry = tuple[int, bytes, bytes]  # (fire seq, message id, record as committed)
 ENTRY_OVERHEAD_BYTES = 168  # sys.getsizeof: tuple 64, int 28, two empty bytes 66, a deque slot 8
@@ -80,22 +77,12 @@ class FiredCache:
         with self._lock:
             return self._bytes
 
-    def read(
-        self, topic: str, after_seq: int, limit: int, max_bytes: int = 0
-    ) -> list[FiredTimer] | None:
-        """Fired entries above `after_seq`, or None when the cache cannot answer."""
-        picked = self.read_raw(topic, after_seq, limit, max_bytes)
-        if picked is None:
-            return None
-        return [
-            FiredTimer(seq, records.decode_timer(mid.decode(), raw)) for seq, mid, raw in picked
-        ]
-
     def read_raw(
         self, topic: str, after_seq: int, limit: int, max_bytes: int = 0
     ) -> list[FiredEntry] | None:
-        """`read`, undecoded: (fire seq, message id, record) entries; at most `limit`, and
-        records of about `max_bytes` when given (as `TimerStore.read_ready_raw`)."""
+        """Fired entries above `after_seq`, or None when the cache cannot answer: (fire seq,
+        message id, record), at most `limit`, and records of about `max_bytes` when given
+        (as `TimerStore.read_ready_raw`)."""
         with self._lock:
             if after_seq < self._floors.get(topic, self._start_seq):
                 return None

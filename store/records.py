@@ -29,6 +29,7 @@ from functools import lru_cache
 from store.keys import WHEEL_CODES, WHEEL_NAMES
 from wheels.domain import (
     DeliveryView,
+    FiredTimer,
     MissedPolicy,
     Repeat,
     SendOptions,
@@ -121,6 +122,12 @@ def decode_timer(message_id: str, raw: bytes) -> Timer:
         when=When(_when_kind(when_kind & _KIND_MASK), when_value), fired_at_ms=fired_at_ms,
         acked_at_ms=acked_at_ms, cancelled_at_ms=cancelled_at_ms, ready_seq=seq,
     )  # fmt: skip
+
+
+def decode_fired(rows: list[tuple[int, bytes, bytes]]) -> list[FiredTimer]:
+    """(fire seq, message id, record) rows, as read from `ready` or the fired cache, as
+    whole `Timer`s."""
+    return [FiredTimer(seq, decode_timer(mid.decode(), raw)) for seq, mid, raw in rows]
 
 
 def decode_delivery(message_id: str, raw: bytes) -> DeliveryView:

@@ -20,7 +20,7 @@ from rocksdict import ReadOptions
 from store import integrity, keys, records
 from store.rocks import RocksDatabase
 from store.trace import TraceLog
-from wheels.domain import FiredTimer, State, StoreUnavailable, Timer
+from wheels.domain import State, StoreUnavailable, Timer
 from wheels.scheduler import SchedulerState
 
 WheelEntry = tuple[bytes, bytes]  # (wheel key, topic)
@@ -180,19 +180,11 @@ class TimerReads:
                 previous_key = key
         return PendingPage(timers, next_after)
 
-    def read_ready(
-        self, topic: str, after_seq: int, limit: int, max_bytes: int = 0
-    ) -> list[FiredTimer]:
-        """Fired, un-acked timers of `topic` with fire sequence above `after_seq`."""
-        return [
-            FiredTimer(seq, records.decode_timer(message_id.decode(), raw))
-            for seq, message_id, raw in self.read_ready_raw(topic, after_seq, limit, max_bytes)
-        ]
-
     def read_ready_raw(
         self, topic: str, after_seq: int, limit: int, max_bytes: int = 0
     ) -> list[tuple[int, bytes, bytes]]:
-        """`read_ready` undecoded: (fire seq, message id, record) in fire order; at most
+        """Fired, un-acked timers of `topic` with fire sequence above `after_seq`, as (fire
+        seq, message id, record) in fire order (`records.decode_fired` decodes them); at most
         `limit` of them and, when `max_bytes` is given, records of about that many bytes
         (the one that reaches it is the last; one at least). Records are read in small
         multi-gets, so a read of big bodies stops at its budget instead of holding them."""

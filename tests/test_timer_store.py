@@ -25,6 +25,10 @@ from wheels.trace import TraceEvent, TraceKind
 T0 = 1_700_000_000_000
 
 
+def read_ready(store, topic: str, after_seq: int, limit: int, max_bytes: int = 0):
+    return records.decode_fired(store.read_ready_raw(topic, after_seq, limit, max_bytes))
+
+
 @pytest.fixture
 def open_store(tmp_path):
     opened = []
@@ -111,13 +115,13 @@ def test_fire_deletes_the_key_adds_ready_and_marks_fired(open_store):
     batch = commit(store, lambda b: store.stage_fire(b, "second", entries, 10, T0 + 7))
     assert batch.fired == 3 and batch.fired_topics == {"orders"}
     assert wheel_ids(store, "second") == []
-    fired = store.read_ready("orders", 0, 10)
+    fired = read_ready(store, "orders", 0, 10)
     assert [(f.seq, f.timer.message_id) for f in fired] == [(10, "f0"), (11, "f1"), (12, "f2")]
     assert all(f.timer.state is State.FIRED and f.timer.fired_at_ms == T0 + 7 for f in fired)
-    assert store.read_ready("orders", 11, 10)[0].seq == 12
+    assert read_ready(store, "orders", 11, 10)[0].seq == 12
     size = len(store.get_record("f0"))
-    assert [f.seq for f in store.read_ready("orders", 0, 10, max_bytes=size + 1)] == [10, 11]
-    assert [f.seq for f in store.read_ready("orders", 0, 10, max_bytes=1)] == [10]
+    assert [f.seq for f in read_ready(store, "orders", 0, 10, max_bytes=size + 1)] == [10, 11]
+    assert [f.seq for f in read_ready(store, "orders", 0, 10, max_bytes=1)] == [10]
 
 
 def test_fire_skips_keys_whose_record_is_not_scheduled(open_store):
@@ -136,7 +140,7 @@ def test_fire_new_needs_no_wheel_key(open_store):
     fired = replace(timer("now", T0), state=State.FIRED, ready_seq=4)
     raw = records.encode_timer(fired)
     commit(store, lambda b: store.stage_fire_new(b, b"now", raw, "orders", 4))
-    assert [f.timer.message_id for f in store.read_ready("orders", 0, 10)] == ["now"]
+    assert [f.timer.message_id for f in read_ready(store, "orders", 0, 10)] == ["now"]
     assert all(wheel_ids(store, w) == [] for w in ("second", "minute", "hour"))
 
 
@@ -162,7 +166,7 @@ def test_ack_retires_the_ready_entry(open_store):
     commit(store, lambda b: store.stage_fire(b, "second", entries, 1, T0))
     raw = store.get_record("a0")
     commit(store, lambda b: store.stage_ack(b, "a0", raw, T0 + 3, T0 + 1000))
-    assert [f.timer.message_id for f in store.read_ready("orders", 0, 10)] == ["a1"]
+    assert [f.timer.message_id for f in read_ready(store, "orders", 0, 10)] == ["a1"]
     acked = store.get("a0")
     assert acked.state is State.ACKED and acked.acked_at_ms == T0 + 3
     assert store.count_ready("orders") == 1
