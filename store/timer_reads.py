@@ -1,6 +1,6 @@
 """Timer reads on RocksDB, for any thread, and the column families they go through.
 
-`TimerReads` answers `get`, `find_wheel`, `list_pending`, `read_ready`, `scan` and the
+`TimerReads` answers `get`, `find_wheel`, `list_pending`, `read_ready_raw`, `scan` and the
 rest from committed data, on any thread. It holds the column-family objects of the open
 database, which is why it also owns `reopen` and `close`: rocksdict keeps the LOCK while
 any such object is alive (store.rocks), so they are dropped before the database closes,

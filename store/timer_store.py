@@ -1,6 +1,6 @@
 """Timer operations on RocksDB: reads for anyone, staged writes for the one writer.
 
-Reads (`get`, `find_wheel`, `list_pending`, `read_ready`, `scan`) run on any thread and
+Reads (`get`, `find_wheel`, `list_pending`, `read_ready_raw`, `scan`) run on any thread and
 see committed data; they, and the column families they go through, are `TimerReads`'s
 (store.timer_reads). Writes are staged into a `StagedBatch` by the single writer thread
 and committed as one atomic WriteBatch (group commit); see `store.batch` for how a
