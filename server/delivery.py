@@ -11,12 +11,9 @@ After a restart, every dispatcher's cursor starts at 0, so every fired-but-unack
 message (the engine's `ready_topics()`) is delivered again. Attempt counts live in
 memory and so start again at 1 after a restart.
 
-The engine calls the fired-listener on its writer thread after each commit. It marks
-the fired topics' dispatchers dirty and wakes their subscribers right there when their
-locks are free, and otherwise hands the topics to this module's own thread, which does
-it once it can: the writer never waits on a delivery lock, and in the usual case a
-fire reaches the subscriber's thread in one hand-off, not two (each a wait for the GIL:
-docs/benchmarks.md, 2026-11-26).
+The engine calls the fired-listener on its writer thread after each commit; it only puts
+the topics on a queue read by this module's own thread, which marks the dispatchers dirty
+and wakes their subscribers, so the writer never waits on a delivery lock.
 
 Backpressure on the fired, un-acked backlog is the engine's (`Engine.check_backlog`): the
 engine sees every fire and every ack, wherever the hub runs.
@@ -88,7 +85,7 @@ class DeliveryHub:
             self._topic(topic)
         self._thread: threading.Thread | None = None
         if background:
-            engine.add_fired_listener(self._fired_on_writer)
+            engine.add_fired_listener(self._fired.put)
             self._thread = threading.Thread(
                 target=self._run, name="timerwheel-delivery", daemon=True
             )
@@ -322,40 +319,19 @@ class DeliveryHub:
         if idle and self._topics.get(dispatcher.name) is dispatcher:
             del self._topics[dispatcher.name]
 
-    def _fired_on_writer(self, topics: set[str]) -> None:
-        """The fired-listener of a background hub (the writer's thread): what it cannot
-        mark without waiting for a lock goes to the delivery thread."""
-        busy = self._mark_dirty(topics, wait=False)
-        if busy:
-            self._fired.put(busy)
-
     def _run(self) -> None:
-        """Fired topics the writer found busy -> dirty dispatchers, subscribers woken."""
+        """Fired topics from the writer -> dirty dispatchers, subscribers woken."""
         while True:
             topics = self._fired.get()
             if topics is None:
                 return
             self._mark_dirty(topics)
 
-    def _mark_dirty(self, topics: set[str], wait: bool = True) -> set[str]:
-        """These topics fired: their dispatchers read the store again, subscribers wake.
-
-        `wait=False` takes no lock another thread holds: returns the topics it left
-        unmarked for that reason (all of them when the hub's own lock was busy)."""
-        if not self._lock.acquire(blocking=wait):
-            return topics
-        try:
+    def _mark_dirty(self, topics: set[str]) -> None:
+        """These topics fired: their dispatchers read the store again, subscribers wake."""
+        with self._lock:
             dispatchers = [self._topics[t] for t in topics if t in self._topics]
-        finally:
-            self._lock.release()
-        busy = set()
         for dispatcher in dispatchers:
-            if not dispatcher.cond.acquire(blocking=wait):
-                busy.add(dispatcher.name)
-                continue
-            try:
+            with dispatcher.cond:
                 dispatcher.dirty = True
                 dispatcher.cond.notify_all()
-            finally:
-                dispatcher.cond.release()
-        return busy
