@@ -78,7 +78,7 @@ class Engine:
             settings.data_dir, tuning, lambda: Scheduler.fresh(clock.now_ms(), leads).state
         )
         self._database = self._store.database
-        self._scheduler = Scheduler(state, leads)
+        self._scheduler = Scheduler(state, leads, settings.fire_tick_ms)
         self._lookups = TimerLookups(settings, self._store, self._scheduler)
         self._ids = MessageIds()
         self.export_slot = ExportSlot()

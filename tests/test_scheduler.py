@@ -1,5 +1,6 @@
 """The scheduler core in virtual time: placement, cascade timing, firing ranges."""
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -123,6 +124,26 @@ def test_next_wakeup_is_the_earlier_of_next_due_and_next_cascade_start():
     second_start = scheduler.state.cascades[0].horizon_ms - LEADS[0]
     assert scheduler.next_wakeup_ms(None) == second_start
     assert scheduler.next_wakeup_ms(T0 + 5) == T0 + 5
+
+
+def test_next_wakeup_for_a_due_timer_is_the_end_of_its_fire_tick():
+    scheduler = Scheduler(Scheduler.fresh(T0, LEADS).state, LEADS, fire_tick_ms=10)
+    assert T0 % 10 == 0
+    assert scheduler.next_wakeup_ms(T0 + 1) == T0 + 10  # fires with those due up to T0 + 10
+    assert scheduler.next_wakeup_ms(T0 + 10) == T0 + 10  # on a boundary: no wait
+    assert scheduler.next_wakeup_ms(T0 + 11) == T0 + 20
+
+
+@given(st.integers(T0, T0 + 5_000), st.integers(1, 1_000))
+def test_a_fire_tick_never_wakes_before_the_due_time_nor_a_tick_after(due_ms, tick_ms):
+    scheduler = Scheduler(Scheduler.fresh(T0, LEADS).state, LEADS, fire_tick_ms=tick_ms)
+    wake_ms = scheduler.next_wakeup_ms(due_ms)
+    assert due_ms <= wake_ms < due_ms + tick_ms and wake_ms % tick_ms == 0
+
+
+def test_a_fire_tick_below_one_ms_is_refused():
+    with pytest.raises(ValueError, match="fire_tick_ms=0"):
+        Scheduler(Scheduler.fresh(T0, LEADS).state, LEADS, fire_tick_ms=0)
 
 
 @given(st.lists(st.integers(1, 4 * HOUR_MS), min_size=1, max_size=30))

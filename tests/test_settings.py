@@ -10,6 +10,7 @@ def test_defaults_are_the_documented_ones():
     assert (settings.data_dir, settings.host, settings.port) == ("./data", "127.0.0.1", 7070)
     assert settings.sync_writes is True
     assert settings.workers == 0  # the whole server in one process
+    assert settings.fire_tick_ms == 2
     assert settings.retention_ms == 3 * 24 * 3600 * 1000
     assert settings.max_delay_ms == 400 * 24 * 3600 * 1000
     assert settings.max_body_bytes == 4 * 1024 * 1024
@@ -23,6 +24,8 @@ def test_defaults_are_the_documented_ones():
         ({"port": 70000}, "port=70000"),
         ({"gil_switch_interval_ms": 0}, "gil_switch_interval_ms=0"),
         ({"gil_switch_interval_ms": 101}, "gil_switch_interval_ms=101"),
+        ({"fire_tick_ms": 0}, "fire_tick_ms=0"),
+        ({"fire_tick_ms": 1001}, "fire_tick_ms=1001"),
         ({"retention_ms": 0}, "retention_ms=0"),
         ({"fire_chunk": -5}, "fire_chunk=-5"),
         ({"wheel_write_buffer_bytes": 0}, "wheel_write_buffer_bytes=0"),

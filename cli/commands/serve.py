@@ -47,6 +47,10 @@ SETTING_FLAGS = {
     "--max-unacked": ("max_unacked", "fired, un-acked backlog at which sends are refused"),
     "--max-queued-ops": ("max_queued_ops", "writer queue depth at which sends are refused"),
     "--max-delay": ("max_delay_ms", "furthest delivery time accepted (default 400d)"),
+    "--fire-tick": (
+        "fire_tick_ms",
+        "timers due within one tick fire together at its end (default 2ms; 1ms: every ms)",
+    ),
     "--retention": ("retention_ms", "how long ACKED/CANCELLED stay queryable (default 3d)"),
     "--workers": ("workers", "run as processes: engine, delivery, N gRPC workers (default 0: one)"),
     "--grpc-workers": ("grpc_workers", "threads for unary calls per worker (default 32)"),
