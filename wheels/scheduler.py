@@ -47,9 +47,9 @@ With no request to wake it, the writer sleeps until the next due timer, rounded 
 a *tick* boundary (`fire_tick_ms`): the timers due within one tick fire together in one
 group commit at its end, never before their time. A group commit costs much the same
 whatever it carries, and timers due every millisecond would cost one a millisecond: at
-5,000 sends/s a 2 ms tick took the server from 30-34% to 26-27% of a core, and at
-14,000/s from 56-58% to 46-52%, with the delay error's P50 unchanged
-(docs/benchmarks.md, 2026-11-25 night). A request's commit still fires whatever is due
+5,000 and 14,000 sends/s a 2 ms tick made a third fewer commits and took a sixth off
+the server's CPU, with the delay error's P50 unchanged (its tail, run by run:
+docs/benchmarks.md, 2026-11-25 night). A request's commit still fires whatever is due
 at that moment.
 
 `now_ms` is monotonic: the max of every clock reading (and of the persisted value after
