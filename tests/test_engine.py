@@ -384,8 +384,12 @@ def test_background_writer_fires_within_milliseconds_of_the_time(tmp_path):
 
 def test_the_fire_tick_sets_when_the_writer_wakes_not_what_is_due(make_engine, clock):
     engine = make_engine(fire_tick_ms=10)
-    assert engine.scheduler.next_wakeup_ms(T0 + 3) == T0 + 10  # Settings reach the scheduler
-    sent = engine.send(delay(3))
-    clock.advance(3)  # mid-tick: an iteration now (a request's, say) fires what is due
+    first, second = engine.send(delay(3)), engine.send(delay(5))
+    assert engine.scheduler.next_wakeup_ms(T0 + 3) == T0 + 3  # nothing fired yet: on time
+    clock.advance(3)
     engine.run_until_idle()
-    assert engine.get(sent.message_id).state is State.FIRED
+    assert engine.get(first.message_id).state is State.FIRED
+    assert engine.scheduler.next_wakeup_ms(T0 + 5) == T0 + 13  # Settings reach the scheduler
+    clock.advance(2)  # within the tick: an iteration now (a request's, say) fires what is due
+    engine.run_until_idle()
+    assert engine.get(second.message_id).state is State.FIRED

@@ -126,19 +126,41 @@ def test_next_wakeup_is_the_earlier_of_next_due_and_next_cascade_start():
     assert scheduler.next_wakeup_ms(T0 + 5) == T0 + 5
 
 
-def test_next_wakeup_for_a_due_timer_is_the_end_of_its_fire_tick():
+def fired_at(scheduler: Scheduler, now_ms: int) -> Scheduler:
+    """The scheduler after a group commit at `now_ms` that fired one timer."""
+    scheduler.observe(now_ms)
+    scheduler.take_fire_seqs(1)
+    return scheduler
+
+
+def test_with_no_fire_before_it_a_due_timer_wakes_the_writer_at_its_own_time():
     scheduler = Scheduler(Scheduler.fresh(T0, LEADS).state, LEADS, fire_tick_ms=10)
-    assert T0 % 10 == 0
+    assert scheduler.next_wakeup_ms(T0 + 3) == T0 + 3
+
+
+def test_after_a_fire_the_writer_wakes_no_sooner_than_a_tick_later():
+    scheduler = fired_at(Scheduler(Scheduler.fresh(T0, LEADS).state, LEADS, fire_tick_ms=10), T0)
     assert scheduler.next_wakeup_ms(T0 + 1) == T0 + 10  # fires with those due up to T0 + 10
-    assert scheduler.next_wakeup_ms(T0 + 10) == T0 + 10  # on a boundary: no wait
-    assert scheduler.next_wakeup_ms(T0 + 11) == T0 + 20
+    assert scheduler.next_wakeup_ms(T0 + 10) == T0 + 10
+    assert scheduler.next_wakeup_ms(T0 + 25) == T0 + 25  # after a quiet spell: on time
 
 
-@given(st.integers(T0, T0 + 5_000), st.integers(1, 1_000))
-def test_a_fire_tick_never_wakes_before_the_due_time_nor_a_tick_after(due_ms, tick_ms):
+def test_a_fire_commit_s_failure_keeps_the_pacing_but_not_the_state():
+    scheduler = Scheduler(Scheduler.fresh(T0, LEADS).state, LEADS, fire_tick_ms=10)
+    saved = scheduler.state
+    fired_at(scheduler, T0 + 1)
+    scheduler.restore(saved)
+    assert scheduler.state == saved
+    assert scheduler.next_wakeup_ms(T0 + 2) == T0 + 11  # at most a tick later: a hint
+
+
+# Wake-ups before T0 + 9 s: the first cascade starts at T0 + 10 s and would come first.
+@given(st.integers(T0, T0 + 4_000), st.integers(1, 4_000), st.integers(1, 1_000))
+def test_a_fire_tick_never_wakes_before_the_due_time_nor_a_tick_after(fired_ms, gap_ms, tick_ms):
     scheduler = Scheduler(Scheduler.fresh(T0, LEADS).state, LEADS, fire_tick_ms=tick_ms)
+    due_ms = fired_at(scheduler, fired_ms).now_ms + gap_ms  # not due at the last fire
     wake_ms = scheduler.next_wakeup_ms(due_ms)
-    assert due_ms <= wake_ms < due_ms + tick_ms and wake_ms % tick_ms == 0
+    assert due_ms <= wake_ms < due_ms + tick_ms and wake_ms >= fired_ms + tick_ms
 
 
 def test_a_fire_tick_below_one_ms_is_refused():

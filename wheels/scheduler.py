@@ -43,14 +43,18 @@ wheel key above `fire_from`.
 
 The fire tick
 -------------
-With no request to wake it, the writer sleeps until the next due timer, rounded up to
-a *tick* boundary (`fire_tick_ms`): the timers due within one tick fire together in one
-group commit at its end, never before their time. A group commit costs much the same
-whatever it carries, and timers due every millisecond would cost one a millisecond: at
-5,000 and 14,000 sends/s a 2 ms tick made a third fewer commits and took a sixth off
-the server's CPU, with the delay error's P50 unchanged (its tail, run by run:
-docs/benchmarks.md, 2026-11-25 night). A request's commit still fires whatever is due
-at that moment.
+With no request to wake it, the writer sleeps until the next due timer, but wakes no
+sooner than one *tick* (`fire_tick_ms`) after the last group commit that fired
+anything. When timers fall due every millisecond, the ones due within a tick then fire
+together in one commit; a timer due after a quiet spell fires at its own millisecond.
+Never before its time, and less than a tick after it: the last fire came before the
+timer was due, so the wake-up is at most that fire plus a tick. A group commit costs
+much the same whatever it carries, and timers due every millisecond would cost one a
+millisecond: at 5,000 and 14,000 sends/s a 2 ms tick made a third fewer commits and
+took a sixth off the server's CPU (docs/benchmarks.md, 2026-11-25 night), and 4 ms
+took 13-19% more off at 5,000/s without a worse tail (2026-11-26). A request's commit
+still fires whatever is due at that moment. When the last fire was is a pacing hint,
+not state: it is not persisted, and after a restart the first due timer fires at once.
 
 `now_ms` is monotonic: the max of every clock reading (and of the persisted value after
 a restart), so a clock stepping back can never strand a key below `fire_from`.
@@ -125,6 +129,7 @@ class Scheduler:
             raise ValueError(f"fire_tick_ms={fire_tick_ms}: must be at least 1")
         self._leads_ms = leads_ms
         self._fire_tick_ms = fire_tick_ms
+        self._last_fire_ms: int | None = None  # see "The fire tick": a hint, not state
         self._set_state(state)
 
     def _set_state(self, state: SchedulerState) -> None:
@@ -252,6 +257,7 @@ class Scheduler:
         """Reserve `count` fire sequence numbers; return the first."""
         first = self._state.fire_seq + 1
         self._state = replace(self._state, fire_seq=self._state.fire_seq + count)
+        self._last_fire_ms = self._state.now_ms
         return first
 
     # -- waking ------------------------------------------------------------------------
@@ -267,13 +273,17 @@ class Scheduler:
         )
 
     def next_wakeup_ms(self, next_due_ms: int | None) -> int:
-        """When the writer must run next with no requests: the end of the fire tick the
-        next due timer falls in (see "The fire tick"), or a cascade's start."""
+        """When the writer must run next with no requests: the next due timer's time, but
+        not within a tick of the last fire (see "The fire tick"), or a cascade's start."""
         wake = [
             c.horizon_ms - lead
             for c, lead in zip(self._state.cascades, self._leads_ms, strict=True)
         ]
         if next_due_ms is not None:
-            tick = self._fire_tick_ms
-            wake.append(-(-next_due_ms // tick) * tick)  # the first boundary at or after it
+            wake.append(self._fire_wakeup_ms(next_due_ms))
         return min(wake)
+
+    def _fire_wakeup_ms(self, next_due_ms: int) -> int:
+        if self._last_fire_ms is None:
+            return next_due_ms
+        return max(next_due_ms, self._last_fire_ms + self._fire_tick_ms)

@@ -77,8 +77,8 @@ class Settings:
     minute_cascade_lead_ms: int = 10 * SECOND_MS
     hour_cascade_lead_ms: int = 5 * MINUTE_MS
 
-    # Timers due within one tick fire together at its end (wheels.scheduler, "The fire
-    # tick"): 1 fires every millisecond; 2 makes a third fewer group commits.
+    # Fire commits at least a tick apart (wheels.scheduler, "The fire tick"): the timers
+    # due within it fire together; a timer due after a quiet spell fires on time.
     fire_tick_ms: int = 2
 
     # Work per writer iteration, so one huge slot never blocks sends or firing.
