@@ -10,7 +10,7 @@ def test_defaults_are_the_documented_ones():
     assert (settings.data_dir, settings.host, settings.port) == ("./data", "127.0.0.1", 7070)
     assert settings.sync_writes is True
     assert settings.workers == 0  # the whole server in one process
-    assert settings.fire_tick_ms == 2
+    assert settings.fire_tick_ms == 4
     assert settings.retention_ms == 3 * 24 * 3600 * 1000
     assert settings.max_delay_ms == 400 * 24 * 3600 * 1000
     assert settings.max_body_bytes == 4 * 1024 * 1024

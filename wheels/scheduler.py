@@ -52,9 +52,10 @@ timer was due, so the wake-up is at most that fire plus a tick. A group commit c
 much the same whatever it carries, and timers due every millisecond would cost one a
 millisecond: at 5,000 and 14,000 sends/s a 2 ms tick made a third fewer commits and
 took a sixth off the server's CPU (docs/benchmarks.md, 2026-11-25 night), and 4 ms
-took 13-19% more off at 5,000/s without a worse tail (2026-11-26). A request's commit
-still fires whatever is due at that moment. When the last fire was is a pacing hint,
-not state: it is not persisted, and after a restart the first due timer fires at once.
+(the default) took 8-15% more off at 5,000/s, the tail no worse, the P50 1-2 ms
+higher (2026-11-26). A request's commit still fires whatever is due at that moment.
+When the last fire was is a pacing hint, not state: it is not persisted, and after a
+restart the first due timer fires at once.
 
 `now_ms` is monotonic: the max of every clock reading (and of the persisted value after
 a restart), so a clock stepping back can never strand a key below `fire_from`.

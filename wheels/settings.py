@@ -79,7 +79,7 @@ class Settings:
 
     # Fire commits at least a tick apart (wheels.scheduler, "The fire tick"): the timers
     # due within it fire together; a timer due after a quiet spell fires on time.
-    fire_tick_ms: int = 2
+    fire_tick_ms: int = 4
 
     # Work per writer iteration, so one huge slot never blocks sends or firing.
     cascade_chunk: int = 2_000  # small: a cascade chunk delays the fires sharing its batch

@@ -49,7 +49,7 @@ SETTING_FLAGS = {
     "--max-delay": ("max_delay_ms", "furthest delivery time accepted (default 400d)"),
     "--fire-tick": (
         "fire_tick_ms",
-        "fire commits at least this far apart; a lone timer fires on time (default 2ms)",
+        "fire commits at least this far apart; a lone timer fires on time (default 4ms)",
     ),
     "--retention": ("retention_ms", "how long ACKED/CANCELLED stay queryable (default 3d)"),
     "--workers": ("workers", "run as processes: engine, delivery, N gRPC workers (default 0: one)"),
