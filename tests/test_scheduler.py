@@ -145,7 +145,7 @@ def test_after_a_fire_the_writer_wakes_no_sooner_than_a_tick_later():
     assert scheduler.next_wakeup_ms(T0 + 25) == T0 + 25  # after a quiet spell: on time
 
 
-def test_a_fire_commit_s_failure_keeps_the_pacing_but_not_the_state():
+def test_a_failed_fire_commit_keeps_the_pacing_hint_but_not_the_state():
     scheduler = Scheduler(Scheduler.fresh(T0, LEADS).state, LEADS, fire_tick_ms=10)
     saved = scheduler.state
     fired_at(scheduler, T0 + 1)

@@ -285,6 +285,7 @@ class Scheduler:
         return min(wake)
 
     def _fire_wakeup_ms(self, next_due_ms: int) -> int:
+        """`next_due_ms`, or a tick after the last fire if that is later (the pacing)."""
         if self._last_fire_ms is None:
             return next_due_ms
         return max(next_due_ms, self._last_fire_ms + self._fire_tick_ms)
