@@ -3,10 +3,11 @@
     python -m bench.engine_bench schedule --timers 1000000 --threads 4 --batch 1000
     python -m bench.engine_bench drain --timers 1000000
     python -m bench.engine_bench rss --timers 10000000
+    python -m bench.engine_bench steady --rate 5000
 
-Each prints one JSON line of figures. Real clock, real writer thread, real RocksDB in a
-temporary directory (removed afterwards unless --keep); `sync_writes` is on unless
---no-sync is given.
+Each prints one JSON line of figures. Real RocksDB in a temporary directory (removed
+afterwards unless --keep); `sync_writes` is on unless --no-sync is given. schedule, drain
+and rss run the real clock and writer thread; steady runs the engine in virtual time.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import psutil
 
 from engine.engine import Engine
 from engine.system_clock import SystemClock
+from wheels.clock import VirtualClock
 from wheels.domain import SendSpec, When, WhenKind
 from wheels.settings import DAY_MS, HOUR_MS, Settings
 
@@ -160,11 +162,81 @@ def rss(args, data_dir: str) -> dict:
     }
 
 
+def steady(args, data_dir: str) -> dict:
+    """The engine's own CPU a message at a steady `--rate`, in virtual time: no gRPC, no
+    threads, no waiting, so the figure is the engine's work alone and repeats to a few
+    percent on a noisy machine (a loadtest's server CPU varies by 10-20%).
+
+    The shape of `loadtest --scenario tdmq`: a SendBatch of rate/50 messages every 20 ms,
+    one writer iteration (the fire commit) every fire tick, and a consumer that every
+    `--ack-every-ms` reads what fired (`fetch_deliveries`, what the dispatchers call) and
+    acks it in one call, each send and ack its own group commit as in the server. Delays
+    are uniform in [--min-delay-s, --max-delay-s]. After `--warmup-s` of virtual time
+    (the fires reach the send rate once the longest delay has passed), `--measure-s` are
+    measured: the process CPU over the messages acked in them. The specs are built before
+    the clock starts: their building is the producer's, not the engine's.
+    """
+    clock = VirtualClock()
+    settings = Settings(data_dir=data_dir, sync_writes=not args.no_sync)
+    engine = Engine(settings, clock, background=False)
+    rng = random.Random(5)
+    body = b"x" * args.body
+    per_send, send_every_ms, tick_ms = args.rate * 20 // 1000, 20, settings.fire_tick_ms
+    ticks = (args.warmup_s + args.measure_s) * 1000 // tick_ms
+    sends = [
+        [
+            SendSpec("steady", body, When(WhenKind.DELAY, rng.randrange(
+                args.min_delay_s * 1000, args.max_delay_s * 1000 + 1)))
+            for _ in range(per_send)
+        ]
+        for _ in range(ticks * tick_ms // send_every_ms + 1)
+    ]  # fmt: skip
+    gc.freeze()  # the pre-built specs are the generator's: see `schedule`
+    after_seq, acked, commits, elapsed_ms = 0, 0, 0, 0
+    next_send_ms, next_ack_ms, measure_from_ms = 0, 0, args.warmup_s * 1000
+    cpu_start = acked_start = commits_start = None
+    for _ in range(ticks):
+        clock.advance(tick_ms)
+        elapsed_ms += tick_ms
+        if cpu_start is None and elapsed_ms > measure_from_ms:
+            cpu_start, acked_start, commits_start = time.process_time(), acked, commits
+        if elapsed_ms >= next_send_ms:
+            engine.send_batch(sends[next_send_ms // send_every_ms])
+            next_send_ms += send_every_ms
+            commits += 1
+        while engine.step():
+            commits += 1
+        commits += 1
+        if elapsed_ms >= next_ack_ms:
+            fired = engine.fetch_deliveries("steady", after_seq, 100_000)
+            if fired:
+                after_seq = fired[-1].seq
+                acked += len(engine.ack("steady", [f.timer.message_id for f in fired]))
+                commits += 1
+            next_ack_ms += args.ack_every_ms
+    cpu_s = time.process_time() - cpu_start
+    gc.unfreeze()
+    engine.close()
+    messages = acked - acked_start
+    return {
+        "bench": "steady",
+        "rate": args.rate,
+        "delays_s": [args.min_delay_s, args.max_delay_s],
+        "fire_tick_ms": tick_ms,
+        "measured_s": args.measure_s,
+        "messages_acked": messages,
+        "group_commits_per_s": round((commits - commits_start) / args.measure_s),
+        "cpu_us_per_message": round(cpu_s / messages * 1e6, 1),
+        "cpu_percent_of_a_core": round(cpu_s / args.measure_s * 100, 1),
+        "sync": not args.no_sync,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("bench", choices=["schedule", "drain", "rss"])
+    parser.add_argument("bench", choices=["schedule", "drain", "rss", "steady"])
     parser.add_argument("--timers", type=int, default=1_000_000)
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--batch", type=int, default=1_000)
@@ -175,6 +247,12 @@ def main() -> None:
         default=40,
         help="drain: seconds between the first send and the due second",
     )
+    parser.add_argument("--rate", type=int, default=5_000, help="steady: sends a second")
+    parser.add_argument("--min-delay-s", type=int, default=3, help="steady")
+    parser.add_argument("--max-delay-s", type=int, default=6, help="steady")
+    parser.add_argument("--ack-every-ms", type=int, default=10, help="steady")
+    parser.add_argument("--warmup-s", type=int, default=10, help="steady: virtual seconds")
+    parser.add_argument("--measure-s", type=int, default=20, help="steady: virtual seconds")
     parser.add_argument("--no-sync", action="store_true")
     parser.add_argument("--data-dir", help="default: a temporary directory")
     parser.add_argument("--keep", action="store_true")
@@ -183,7 +261,9 @@ def main() -> None:
     try:
         print(
             json.dumps(
-                {"schedule": schedule, "drain": drain, "rss": rss}[args.bench](args, data_dir)
+                {"schedule": schedule, "drain": drain, "rss": rss, "steady": steady}[args.bench](
+                    args, data_dir
+                )
             )
         )
     finally:
