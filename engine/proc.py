@@ -8,6 +8,7 @@ supervisor sends in order: workers, delivery, engine last.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -18,13 +19,16 @@ from collections.abc import Callable
 PR_SET_PDEATHSIG = 1
 
 
+def die_with_parent(signum: int = signal.SIGKILL) -> None:
+    """Have the kernel send this process `signum` when its parent dies (Linux
+    `PR_SET_PDEATHSIG`); elsewhere nothing. Also a `preexec_fn`: it only calls prctl."""
+    with contextlib.suppress(OSError, AttributeError):  # not Linux: the parent's checks remain
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signum)
+
+
 def become_child(parent_pid: int) -> threading.Event:
     """Set up this process as a child of `parent_pid`; returns the event SIGTERM sets."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):  # not Linux: the supervisor's own checks remain
-        pass
+    die_with_parent()
     if os.getppid() != parent_pid:  # the parent died before prctl took effect
         sys.exit(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)

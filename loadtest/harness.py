@@ -32,6 +32,7 @@ import grpc
 import structlog
 from tqdm import tqdm
 
+from engine.proc import die_with_parent
 from loadtest.accounting import account, merge_counts
 from loadtest.consumer import ConsumerPlan, consumer_main
 from loadtest.figures import figures
@@ -100,6 +101,15 @@ def _connect(client: TimerClient, address: str) -> None:
         ) from None
 
 
+def _worker_entry(main, parent_pid: int, plan, channels) -> None:
+    """A producer or consumer process: it dies with the harness (a SIGKILLed harness
+    cannot stop it), then runs `main`."""
+    die_with_parent()
+    if os.getppid() != parent_pid:  # the harness died before prctl took effect
+        return
+    main(plan, channels)
+
+
 @contextlib.contextmanager
 def _server(
     target: str | None, serve_flags: Sequence[str], keep: bool
@@ -147,6 +157,7 @@ class Run:
             self._deliver_phase()
         finally:
             self.channels.abort.set()
+            self.channels.go.set()  # a producer still waiting for the start sees the abort
             self.channels.stop.set()
             self._collect("producer", self.scenario.producers, self.scenario.rpc_timeout_s + 30)
             self._collect("consumer", self.scenario.consumers, timeout_s=60)
@@ -207,7 +218,8 @@ class Run:
         )  # fmt: skip
 
     def _spawn(self, main, plan, name: str) -> None:
-        process = self.ctx.Process(target=main, args=(plan, self.channels), name=name)
+        args = (main, os.getpid(), plan, self.channels)
+        process = self.ctx.Process(target=_worker_entry, args=args, name=name)
         process.start()
         self.processes.append(process)
 

@@ -4,7 +4,8 @@
 port 0, and learns the port from its `server_started` JSON log line (read on a thread,
 which then keeps copying the log to `server.log` so the pipe never fills). Leaving the
 `with` block always stops it: SIGTERM, a bounded wait, then SIGKILL; the data dir is
-removed unless `keep` is set.
+removed unless `keep` is set. If the harness dies without leaving it (SIGKILL), the
+kernel sends the server SIGTERM (`PR_SET_PDEATHSIG`): it stops as it would on Ctrl-C.
 
 `StatsSampler` calls TimerAdmin.Stats once a second on a thread: RSS, CPU seconds, the
 data dir's bytes and the key counts. CPU% over an interval is d(cpu seconds) / d(wall
@@ -15,6 +16,7 @@ seconds) x 100, so 100% is one core busy. For a spawned server the kernel's own 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -31,6 +33,7 @@ from pathlib import Path
 import psutil
 import structlog
 
+from engine.proc import die_with_parent
 from timerwheel.client import TimerClient
 
 log = structlog.get_logger("timerwheel.loadtest")
@@ -70,8 +73,9 @@ class SpawnedServer:
     def __enter__(self) -> SpawnedServer:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.proc = subprocess.Popen(
-            self.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
-        )
+            self.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+            preexec_fn=functools.partial(die_with_parent, signal.SIGTERM),
+        )  # fmt: skip
         try:
             self._reader = threading.Thread(target=self._read_log, daemon=True)
             self._reader.start()

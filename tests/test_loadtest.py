@@ -6,13 +6,20 @@
   delivered and sent = acked + cancelled;
 * the harness catches a server that fires early (its clock runs ahead) and one that never
   fires (its clock runs behind): exit status 1, with the problem named; what a spawned
-  server still holds at the end is late, not lost.
+  server still holds at the end is late, not lost;
+* SIGTERM in the middle of a run stops every process the run started and removes the
+  spawned server's data dir.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -183,3 +190,68 @@ def test_usage_errors_exit_2_before_anything_runs(capsys):
     assert "not a loopback address" in capsys.readouterr().err
     assert main(["loadtest", "--scenario", "smoke", "--body-bytes", "3"]) == 2
     assert "body_bytes=3" in capsys.readouterr().err
+
+
+def test_sigterm_mid_run_stops_everything_and_removes_the_data_dir(tmp_path):
+    temp = tmp_path / "tmp"  # where the run makes its work dir (the spawned data dir)
+    with _run_in_progress(temp) as (run, started):
+        run.send_signal(signal.SIGTERM)
+        assert run.wait(timeout=60) == 143
+    assert "stopped by SIGTERM" in run.stderr.read()
+    assert list(temp.iterdir()) == []  # the work dir and its data dir are gone
+    _, alive = psutil.wait_procs(started, timeout=10)  # reaped by the run, or gone with it
+    assert alive == []
+
+
+def test_a_sigkilled_run_leaves_no_process_behind(tmp_path):
+    with _run_in_progress(tmp_path / "tmp") as (run, started):
+        run.kill()  # nothing of the run's own code runs after this
+        run.wait(timeout=10)
+    names = {" ".join(_cmdline(process))[:60] for process in started}
+    assert any("cli.main serve" in name for name in names), names
+    # The server gets SIGTERM from the kernel and stops; producers and consumers are
+    # killed with their parent (PR_SET_PDEATHSIG).
+    _, alive = psutil.wait_procs(started, timeout=60)
+    left = [" ".join(_cmdline(process)) for process in alive]
+    for process in alive:  # a failing run must not leave them to the next tests
+        process.kill()
+    assert left == []
+
+
+@contextlib.contextmanager
+def _run_in_progress(temp: Path):
+    """A `timerwheel loadtest` process, once its server is up and its producers and
+    consumers are started, and the processes it started; killed if still running after."""
+    temp.mkdir()
+    run = subprocess.Popen(
+        [sys.executable, "-m", "cli.main", "loadtest", "--scenario", "smoke", "--duration",
+         "60", *QUIET],
+        cwd=Path(__file__).parent.parent, env={**os.environ, "TMPDIR": str(temp)},
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while sum("spawn_main" in " ".join(_cmdline(c)) for c in _descendants(run.pid)) < 3:
+            # the server is up once the producer (2) and consumer processes start
+            assert run.poll() is None and time.monotonic() < deadline, run.stderr.read()
+            time.sleep(0.05)
+        assert list(temp.glob("*/data"))  # the spawned server's data dir
+        yield run, _descendants(run.pid)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _cmdline(process: psutil.Process) -> list[str]:
+    try:
+        return process.cmdline()
+    except psutil.Error:  # exited meanwhile
+        return []

@@ -13,12 +13,15 @@ Without --target a server is spawned (`timerwheel serve` on a temporary data dir
 --serve-flag=--no-sync. The Markdown table goes to stdout, the progress bar to stderr.
 Exit status: 0 when the accounting holds (nothing lost, nothing early, no cancelled
 timer delivered, sent = acked + cancelled), 1 when it does not, 2 on a usage error.
+SIGTERM ends a run as Ctrl-C does (exit status 143): the producers, the consumers and
+the spawned server are stopped and its data dir is removed.
 """
 
 from __future__ import annotations
 
 import argparse
 import ipaddress
+import signal
 import sys
 
 from cli.connection import add_connection_flags, connection_from_args
@@ -109,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
 
     configure_logging("warning", "console", sys.stderr)  # stdout carries the report only
 
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         fig = harness.run(
             chosen, target=args.target, serve_flags=args.serve_flag, keep_data=args.keep_data,
@@ -117,11 +121,22 @@ def run(args: argparse.Namespace) -> int:
     except (RuntimeError, TimeoutError, OSError) as exc:  # the harness itself could not run
         print(f"timerwheel loadtest: {exc}", file=sys.stderr)
         return 1
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print(report.markdown(fig))
     if args.json:
         with open(args.json, "w") as out:
             out.write(report.to_json(fig) + "\n")
     return 0 if fig["ok"] else 1
+
+
+def _exit_on_sigterm(signum: int, _frame: object) -> None:
+    """End the run by unwinding, as Ctrl-C does, so every `with` block of the harness
+    stops what it started and the spawned server's data dir is removed. SIGTERM's default
+    action ends the process at once: its children die with it, but the data dir (up to
+    gigabytes after a long run) stayed behind."""
+    print("timerwheel loadtest: stopped by SIGTERM", file=sys.stderr)
+    raise SystemExit(128 + signum)
 
 
 def is_loopback(target: str) -> bool:
