@@ -14,18 +14,23 @@ earliest member is due but at most `--poll-ms`.
 
 The script starts its own `redis-server` (Debian's package) on 127.0.0.1, a free port, a
 temporary directory, AOF on with `appendfsync everysec` (what the issue's Redis run used),
-and stops it at the end, always. It prints one JSON line (and writes it to --json): the
-achieved send rate, delay error P50/P90/P99/P999/max, lost count, and Redis's CPU.
+and stops it at the end, always: on SIGTERM too, and a SIGKILLed script's redis-server
+gets SIGTERM from the kernel and its producers and consumer die with it. It prints one
+JSON line (and writes it to --json): the achieved send rate, delay error
+P50/P90/P99/P999/max, lost count, and Redis's CPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import json
 import multiprocessing as mp
 import os
 import random
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -34,6 +39,7 @@ import time
 import psutil
 from hdrh.histogram import HdrHistogram
 
+from engine.proc import die_with_parent
 from loadtest.pacing import use_measuring_switch_interval
 
 KEY = "delayq"
@@ -66,6 +72,7 @@ class RedisServer:
              "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
              "--protected-mode", "yes"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            preexec_fn=functools.partial(die_with_parent, signal.SIGTERM),
         )  # fmt: skip
         client = redis.Redis(port=self.port)
         deadline = time.monotonic() + 10
@@ -93,6 +100,17 @@ class RedisServer:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _child(target, *args) -> None:
+    """A producer or consumer process: it dies with the script, then runs `target`."""
+    die_with_parent()
+    target(*args)
+
+
+def _exit_on_sigterm(signum: int, _frame: object) -> None:
+    """Unwind, so redis-server is stopped, its dir removed and the workers killed."""
+    raise SystemExit(128 + signum)
 
 
 def produce(index: int, args, port: int, start_ns: int, results) -> None:
@@ -152,6 +170,18 @@ def consume(args, port: int, stop, results) -> None:
     results.put(("consumer", len(seen), early, errors.encode()))
 
 
+@contextlib.contextmanager
+def _killed_at_exit(workers: list):
+    """Kill the worker processes still running when the block ends (an error, SIGTERM)."""
+    try:
+        yield
+    finally:
+        for process in workers:
+            if process.is_alive():
+                process.kill()
+            process.join(timeout=10)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rate", type=int, default=14_000)
@@ -165,18 +195,22 @@ def main() -> None:
     args = parser.parse_args()
     load_before = os.getloadavg()
     ctx = mp.get_context("spawn")
-    with RedisServer() as server:
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    workers: list = []
+    with RedisServer() as server, _killed_at_exit(workers):
         results, stop = ctx.Queue(), ctx.Event()
-        consumer = ctx.Process(target=consume, args=(args, server.port, stop, results))
+        consumer = ctx.Process(target=_child, args=(consume, args, server.port, stop, results))
+        workers.append(consumer)
         consumer.start()
         start_ns = time.monotonic_ns() + 500_000_000
         cpu_before = server.cpu_s()
         started = time.monotonic()
         producers = [
-            ctx.Process(target=produce, args=(i, args, server.port, start_ns, results))
+            ctx.Process(target=_child, args=(produce, i, args, server.port, start_ns, results))
             for i in range(args.producers)
         ]
         for process in producers:
+            workers.append(process)
             process.start()
         outcomes = [results.get(timeout=args.duration * 3 + 60) for _ in producers]
         send_s = time.monotonic() - started - 0.5

@@ -1,12 +1,16 @@
 """bench/peer_redis.py, the Redis sorted-set peer of the benchmarks, run small: it starts
 its own redis-server on loopback, delivers every message on time, reports the figures the
-benchmark docs cite, and leaves no redis-server behind."""
+benchmark docs cite, and leaves no redis-server behind: not when it ends, not when it is
+sent SIGTERM or SIGKILL in the middle of a run."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 
 import psutil
 import pytest
@@ -33,3 +37,41 @@ def test_peer_redis_small_run(tmp_path):
     errors = figures["delay_error_ms"]
     assert 0 < errors["p50"] <= errors["p99"] <= errors["p999"] <= errors["max"]
     assert redis_servers() - before == set()  # its redis-server was stopped
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
+def test_a_signalled_run_leaves_no_process_or_directory(tmp_path, signum):
+    args = [
+        sys.executable, "-m", "bench.peer_redis", "--rate", "1000", "--duration", "60",
+        "--producers", "2",
+    ]  # fmt: skip
+    run = subprocess.Popen(
+        args, env={**os.environ, "TMPDIR": str(tmp_path)}, stdout=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while len(_descendants(run.pid)) < 5:  # redis-server, tracker, consumer, 2 producers
+            assert run.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        started = _descendants(run.pid)
+        run.send_signal(signum)
+        run.wait(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    _, alive = psutil.wait_procs(started, timeout=30)
+    left = [process.pid for process in alive]
+    for process in alive:  # a failing run must not leave them to the next tests
+        process.kill()
+    assert left == []
+    if signum == signal.SIGTERM:
+        assert run.returncode == 143
+        assert list(tmp_path.iterdir()) == []  # redis-server's directory is removed
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
