@@ -102,10 +102,11 @@ class RedisServer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def _child(target, *args) -> None:
+def _child(parent_pid: int, target, *args) -> None:
     """A producer or consumer process: it dies with the script, then runs `target`."""
     die_with_parent()
-    target(*args)
+    if os.getppid() == parent_pid:  # else the script died before prctl took effect
+        target(*args)
 
 
 def _exit_on_sigterm(signum: int, _frame: object) -> None:
@@ -199,14 +200,19 @@ def main() -> None:
     workers: list = []
     with RedisServer() as server, _killed_at_exit(workers):
         results, stop = ctx.Queue(), ctx.Event()
-        consumer = ctx.Process(target=_child, args=(consume, args, server.port, stop, results))
+        consumer = ctx.Process(
+            target=_child, args=(os.getpid(), consume, args, server.port, stop, results)
+        )
         workers.append(consumer)
         consumer.start()
         start_ns = time.monotonic_ns() + 500_000_000
         cpu_before = server.cpu_s()
         started = time.monotonic()
         producers = [
-            ctx.Process(target=_child, args=(produce, i, args, server.port, start_ns, results))
+            ctx.Process(
+                target=_child,
+                args=(os.getpid(), produce, i, args, server.port, start_ns, results),
+            )
             for i in range(args.producers)
         ]
         for process in producers:

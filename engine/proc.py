@@ -19,11 +19,22 @@ from collections.abc import Callable
 PR_SET_PDEATHSIG = 1
 
 
+def _find_prctl() -> Callable[[int, int], int] | None:
+    with contextlib.suppress(OSError, AttributeError):  # not Linux: the parent's checks remain
+        return ctypes.CDLL(None, use_errno=True).prctl
+    return None
+
+
+# Looked up once here, so that as a `preexec_fn` (between fork and exec, where another
+# thread may have held a lock at the fork) `die_with_parent` does nothing but the call.
+_PRCTL = _find_prctl()
+
+
 def die_with_parent(signum: int = signal.SIGKILL) -> None:
     """Have the kernel send this process `signum` when its parent dies (Linux
-    `PR_SET_PDEATHSIG`); elsewhere nothing. Also a `preexec_fn`: it only calls prctl."""
-    with contextlib.suppress(OSError, AttributeError):  # not Linux: the parent's checks remain
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signum)
+    `PR_SET_PDEATHSIG`); elsewhere nothing."""
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, signum)
 
 
 def become_child(parent_pid: int) -> threading.Event:

@@ -192,26 +192,33 @@ def test_usage_errors_exit_2_before_anything_runs(capsys):
     assert "body_bytes=3" in capsys.readouterr().err
 
 
+# Bounds for a machine whose cores other work fills (CI runs Spark beside these tests):
+# what they bound is an end, not a speed.
+SIGNAL_TEST_BOUND_S = 120
+
+
+@pytest.mark.timeout(4 * SIGNAL_TEST_BOUND_S)
 def test_sigterm_mid_run_stops_everything_and_removes_the_data_dir(tmp_path):
     temp = tmp_path / "tmp"  # where the run makes its work dir (the spawned data dir)
     with _run_in_progress(temp) as (run, started):
         run.send_signal(signal.SIGTERM)
-        assert run.wait(timeout=60) == 143
+        assert run.wait(timeout=SIGNAL_TEST_BOUND_S) == 143
     assert "stopped by SIGTERM" in run.stderr.read()
     assert list(temp.iterdir()) == []  # the work dir and its data dir are gone
-    _, alive = psutil.wait_procs(started, timeout=10)  # reaped by the run, or gone with it
+    _, alive = psutil.wait_procs(started, timeout=SIGNAL_TEST_BOUND_S)  # reaped by the run
     assert alive == []
 
 
+@pytest.mark.timeout(4 * SIGNAL_TEST_BOUND_S)
 def test_a_sigkilled_run_leaves_no_process_behind(tmp_path):
     with _run_in_progress(tmp_path / "tmp") as (run, started):
         run.kill()  # nothing of the run's own code runs after this
         run.wait(timeout=10)
-    names = {" ".join(_cmdline(process))[:60] for process in started}
+    names = {" ".join(_cmdline(process)) for process in started}
     assert any("cli.main serve" in name for name in names), names
     # The server gets SIGTERM from the kernel and stops; producers and consumers are
     # killed with their parent (PR_SET_PDEATHSIG).
-    _, alive = psutil.wait_procs(started, timeout=60)
+    _, alive = psutil.wait_procs(started, timeout=SIGNAL_TEST_BOUND_S)
     left = [" ".join(_cmdline(process)) for process in alive]
     for process in alive:  # a failing run must not leave them to the next tests
         process.kill()
@@ -230,7 +237,7 @@ def _run_in_progress(temp: Path):
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + SIGNAL_TEST_BOUND_S
         while sum("spawn_main" in " ".join(_cmdline(c)) for c in _descendants(run.pid)) < 3:
             # the server is up once the producer (2) and consumer processes start
             assert run.poll() is None and time.monotonic() < deadline, run.stderr.read()
