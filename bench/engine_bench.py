@@ -174,10 +174,14 @@ def steady(args, data_dir: str) -> dict:
     are uniform in [--min-delay-s, --max-delay-s]. After `--warmup-s` of virtual time
     (the fires reach the send rate once the longest delay has passed), `--measure-s` are
     measured: the process CPU over the messages acked in them. The specs are built before
-    the clock starts: their building is the producer's, not the engine's.
+    the clock starts: their building is the producer's, not the engine's. With
+    `--retention-s` shorter than the warm-up, the retention sweep (which removes acked
+    messages once their retention ends, 3 days by default) runs at the ack rate in the
+    measured window too, as in a server that has run longer than its retention.
     """
     clock = VirtualClock()
-    settings = Settings(data_dir=data_dir, sync_writes=not args.no_sync)
+    retention = {"retention_ms": args.retention_s * 1000} if args.retention_s else {}
+    settings = Settings(data_dir=data_dir, sync_writes=not args.no_sync, **retention)
     engine = Engine(settings, clock, background=False)
     rng = random.Random(5)
     body = b"x" * args.body
@@ -229,6 +233,7 @@ def steady(args, data_dir: str) -> dict:
         "cpu_us_per_message": round(cpu_s / messages * 1e6, 1),
         "cpu_percent_of_a_core": round(cpu_s / args.measure_s * 100, 1),
         "sync": not args.no_sync,
+        "retention_ms": settings.retention_ms,
     }
 
 
@@ -253,6 +258,10 @@ def main() -> None:
     parser.add_argument("--ack-every-ms", type=int, default=10, help="steady")
     parser.add_argument("--warmup-s", type=int, default=10, help="steady: virtual seconds")
     parser.add_argument("--measure-s", type=int, default=20, help="steady: virtual seconds")
+    parser.add_argument(
+        "--retention-s", type=int, default=0,
+        help="steady: retention of acked messages (default: the Settings default, 3 days)",
+    )  # fmt: skip
     parser.add_argument("--no-sync", action="store_true")
     parser.add_argument("--data-dir", help="default: a temporary directory")
     parser.add_argument("--keep", action="store_true")
