@@ -39,7 +39,7 @@ import time
 import psutil
 from hdrh.histogram import HdrHistogram
 
-from engine.proc import die_with_parent
+from engine.proc import die_with_parent, run_as_child_of
 from loadtest.pacing import use_measuring_switch_interval
 
 KEY = "delayq"
@@ -100,13 +100,6 @@ class RedisServer:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
         shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def _child(parent_pid: int, target, *args) -> None:
-    """A producer or consumer process: it dies with the script, then runs `target`."""
-    die_with_parent()
-    if os.getppid() == parent_pid:  # else the script died before prctl took effect
-        target(*args)
 
 
 def _exit_on_sigterm(signum: int, _frame: object) -> None:
@@ -201,7 +194,7 @@ def main() -> None:
     with RedisServer() as server, _killed_at_exit(workers):
         results, stop = ctx.Queue(), ctx.Event()
         consumer = ctx.Process(
-            target=_child, args=(os.getpid(), consume, args, server.port, stop, results)
+            target=run_as_child_of, args=(os.getpid(), consume, args, server.port, stop, results)
         )
         workers.append(consumer)
         consumer.start()
@@ -210,7 +203,7 @@ def main() -> None:
         started = time.monotonic()
         producers = [
             ctx.Process(
-                target=_child,
+                target=run_as_child_of,
                 args=(os.getpid(), produce, i, args, server.port, start_ns, results),
             )
             for i in range(args.producers)

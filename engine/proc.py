@@ -37,6 +37,14 @@ def die_with_parent(signum: int = signal.SIGKILL) -> None:
         _PRCTL(PR_SET_PDEATHSIG, signum)
 
 
+def run_as_child_of(parent_pid: int, target: Callable, *args) -> None:
+    """A worker process's entry (multiprocessing's `target`): die with `parent_pid`, then
+    run `target(*args)`; return at once if the parent died before prctl took effect."""
+    die_with_parent()
+    if os.getppid() == parent_pid:
+        target(*args)
+
+
 def become_child(parent_pid: int) -> threading.Event:
     """Set up this process as a child of `parent_pid`; returns the event SIGTERM sets."""
     die_with_parent()

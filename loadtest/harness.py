@@ -32,7 +32,7 @@ import grpc
 import structlog
 from tqdm import tqdm
 
-from engine.proc import die_with_parent
+from engine.proc import run_as_child_of
 from loadtest.accounting import account, merge_counts
 from loadtest.consumer import ConsumerPlan, consumer_main
 from loadtest.figures import figures
@@ -99,15 +99,6 @@ def _connect(client: TimerClient, address: str) -> None:
         raise ConnectionError(
             f"no timerwheel server answers at {address} within {CONNECT_TIMEOUT_S:g} s"
         ) from None
-
-
-def _worker_entry(main, parent_pid: int, plan, channels) -> None:
-    """A producer or consumer process: it dies with the harness (a SIGKILLed harness
-    cannot stop it), then runs `main`."""
-    die_with_parent()
-    if os.getppid() != parent_pid:  # the harness died before prctl took effect
-        return
-    main(plan, channels)
 
 
 @contextlib.contextmanager
@@ -218,8 +209,9 @@ class Run:
         )  # fmt: skip
 
     def _spawn(self, main, plan, name: str) -> None:
-        args = (main, os.getpid(), plan, self.channels)
-        process = self.ctx.Process(target=_worker_entry, args=args, name=name)
+        # It dies with the harness: a SIGKILLed harness cannot stop it.
+        args = (os.getpid(), main, plan, self.channels)
+        process = self.ctx.Process(target=run_as_child_of, args=args, name=name)
         process.start()
         self.processes.append(process)
 

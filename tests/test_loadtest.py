@@ -25,6 +25,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from helpers.processes import command_line, descendants
 
 from cli.main import main
 from engine.system_clock import SystemClock
@@ -214,12 +215,12 @@ def test_a_sigkilled_run_leaves_no_process_behind(tmp_path):
     with _run_in_progress(tmp_path / "tmp") as (run, started):
         run.kill()  # nothing of the run's own code runs after this
         run.wait(timeout=10)
-    names = {" ".join(_cmdline(process)) for process in started}
+    names = {command_line(process) for process in started}
     assert any("cli.main serve" in name for name in names), names
     # The server gets SIGTERM from the kernel and stops; producers and consumers are
     # killed with their parent (PR_SET_PDEATHSIG).
     _, alive = psutil.wait_procs(started, timeout=SIGNAL_TEST_BOUND_S)
-    left = [" ".join(_cmdline(process)) for process in alive]
+    left = [command_line(process) for process in alive]
     for process in alive:  # a failing run must not leave them to the next tests
         process.kill()
     assert left == []
@@ -238,27 +239,13 @@ def _run_in_progress(temp: Path):
     )  # fmt: skip
     try:
         deadline = time.monotonic() + SIGNAL_TEST_BOUND_S
-        while sum("spawn_main" in " ".join(_cmdline(c)) for c in _descendants(run.pid)) < 3:
+        while sum("spawn_main" in command_line(c) for c in descendants(run.pid)) < 3:
             # the server is up once the producer (2) and consumer processes start
             assert run.poll() is None and time.monotonic() < deadline, run.stderr.read()
             time.sleep(0.05)
         assert list(temp.glob("*/data"))  # the spawned server's data dir
-        yield run, _descendants(run.pid)
+        yield run, descendants(run.pid)
     finally:
         if run.poll() is None:
             run.kill()
             run.wait()
-
-
-def _descendants(pid: int) -> list[psutil.Process]:
-    try:
-        return psutil.Process(pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return []
-
-
-def _cmdline(process: psutil.Process) -> list[str]:
-    try:
-        return process.cmdline()
-    except psutil.Error:  # exited meanwhile
-        return []

@@ -14,6 +14,7 @@ import time
 
 import psutil
 import pytest
+from helpers.processes import descendants
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -51,10 +52,10 @@ def test_a_signalled_run_leaves_no_process_or_directory(tmp_path, signum):
     )
     try:
         deadline = time.monotonic() + 120
-        while len(_descendants(run.pid)) < 5:  # redis-server, tracker, consumer, 2 producers
+        while len(descendants(run.pid)) < 5:  # redis-server, tracker, consumer, 2 producers
             assert run.poll() is None and time.monotonic() < deadline
             time.sleep(0.05)
-        started = _descendants(run.pid)
+        started = descendants(run.pid)
         run.send_signal(signum)
         run.wait(timeout=120)
     finally:
@@ -69,10 +70,3 @@ def test_a_signalled_run_leaves_no_process_or_directory(tmp_path, signum):
     if signum == signal.SIGTERM:
         assert run.returncode == 143
         assert list(tmp_path.iterdir()) == []  # redis-server's directory is removed
-
-
-def _descendants(pid: int) -> list[psutil.Process]:
-    try:
-        return psutil.Process(pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return []
