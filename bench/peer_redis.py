@@ -1,29 +1,43 @@
 """The peer timerwheel is measured against: the classic Redis sorted-set delay queue.
 
-    python -m bench.peer_redis --rate 14000 --duration 60 --delay-scale 0.1
-    python -m bench.peer_redis --rate 40000 --duration 60 --json /tmp/redis-40k.json
+    python -m bench.peer_redis --delay-scale 0.1                      # tdmq, 14,000/s, 60 s
+    python -m bench.peer_redis --delay-scale 0.1 --rate 40000 --json /tmp/redis-40k.json
+    python -m bench.peer_redis --scenario burst                       # 1,000,000 in one second
+    python -m bench.peer_redis --scenario backlog                     # 10,000,000 far-future
+    python -m bench.peer_redis --delay-scale 0.1 --batch 1 --rate 8000   # unary sends
 
-Same shape as `timerwheel loadtest --scenario tdmq`: open-loop producers (processes) send
-at a fixed rate in batches (one pipelined ZADD of `--batch` members per round trip), each
-message due after a uniform delay of 30 s..10 min times `--delay-scale`, 100-byte bodies;
-one consumer pops due members and records the delay error (receive time minus deliver
-time, first receipts) in an HDR histogram. The queue is one sorted set, score = deliver
-time in ms, popped atomically by a Lua script (ZRANGEBYSCORE -inf now LIMIT + ZREM), the
-way such queues are written; the consumer polls when nothing is due, waiting until the
-earliest member is due but at most `--poll-ms`.
+The shapes are `timerwheel loadtest`'s own scenarios (`loadtest/scenarios.py`: rate,
+count or duration, batch, producers, body size, deliver times), read from the same
+presets and changed by the same flags, so a peer run is the loadtest's twin:
+
+* tdmq (the default): open-loop producers (processes) send at a fixed rate in batches
+  (one pipelined ZADD of `--batch` members a round trip; `--batch 1` is the unary shape),
+  each message due after a uniform delay of 30 s..10 min times `--delay-scale`;
+* burst: every message due inside one window (1 s) that opens `burst_lead_ms` after the
+  last planned send; the figure is how long after the window opened the last one arrived;
+* backlog: far-future messages (1..30 days), nothing due; the figures are Redis's memory
+  (its peak RSS and `used_memory`) and disk (the AOF directory) a pending message.
+
+One consumer pops due members and records the delay error (receive time minus deliver
+time, first receipts) in an HDR histogram; it stops once it has every message sent, or
+`drain_timeout_ms` after the last deliver time. The queue is one sorted set, score =
+deliver time in ms, popped atomically by a Lua script (ZRANGEBYSCORE -inf now LIMIT +
+ZREM), the way such queues are written; the consumer polls when nothing is due, waiting
+until the earliest member is due but at most `--poll-ms`.
 
 The script starts its own `redis-server` (Debian's package) on 127.0.0.1, a free port, a
 temporary directory, AOF on with `appendfsync everysec` (what the issue's Redis run used),
 and stops it at the end, always: on SIGTERM too, and a SIGKILLed script's redis-server
 gets SIGTERM from the kernel and its producers and consumer die with it. It prints one
 JSON line (and writes it to --json): the achieved send rate, delay error
-P50/P90/P99/P999/max, lost count, and Redis's CPU.
+P50/P90/P99/P999/max, lost count, Redis's CPU and memory.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import json
 import multiprocessing as mp
@@ -35,12 +49,15 @@ import socket
 import subprocess
 import tempfile
 import time
+from pathlib import Path
 
 import psutil
 from hdrh.histogram import HdrHistogram
 
 from engine.proc import die_with_parent, run_as_child_of
-from loadtest.pacing import use_measuring_switch_interval
+from loadtest.pacing import DeliverTimes, Pacer, split_messages, use_measuring_switch_interval
+from loadtest.scenarios import Scenario, ScenarioError, scenario
+from loadtest.server_proc import vm_hwm_bytes
 
 KEY = "delayq"
 POP_DUE = """
@@ -48,6 +65,8 @@ local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, AR
 if #due > 0 then redis.call('ZREM', KEYS[1], unpack(due)) end
 return due
 """
+PEER_SCENARIOS = ("tdmq", "burst", "backlog")
+POLL_MS = 1.0  # the consumer's longest sleep when nothing is due
 
 
 def free_port() -> int:
@@ -91,6 +110,27 @@ class RedisServer:
         times = psutil.Process(self.proc.pid).cpu_times()
         return times.user + times.system
 
+    def memory(self) -> dict:
+        """What Redis holds now: its RSS and its allocator's `used_memory`, in bytes."""
+        import redis
+
+        used = redis.Redis(port=self.port).info("memory")["used_memory"]
+        return {"rss_bytes": psutil.Process(self.proc.pid).memory_info().rss, "used_memory": used}
+
+    def pending(self) -> int:
+        """Members still in the queue (not popped by the consumer)."""
+        import redis
+
+        return redis.Redis(port=self.port).zcard(KEY)
+
+    def peak_rss_bytes(self) -> int:
+        return vm_hwm_bytes(self.proc.pid)
+
+    def disk(self) -> dict:
+        """The bytes of its directory: the AOF files, as written so far."""
+        files = [path for path in Path(self.dir).rglob("*") if path.is_file()]
+        return {"bytes": sum(path.stat().st_size for path in files), "files": len(files)}
+
     def __exit__(self, *exc: object) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
@@ -107,34 +147,43 @@ def _exit_on_sigterm(signum: int, _frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-def produce(index: int, args, port: int, start_ns: int, results) -> None:
+def produce(index: int, shape: Scenario, port: int, start_ns: int, start_wall_ms: int, results):
     import redis
 
     use_measuring_switch_interval()  # as the harness's processes (loadtest.pacing)
     client = redis.Redis(port=port)
     rng = random.Random(index)
-    per_producer = args.rate / args.producers
-    batches = int(args.rate * args.duration / args.producers / args.batch)
-    low, high = int(30_000 * args.delay_scale), int(600_000 * args.delay_scale)
-    pad = b"x" * max(args.body_bytes - 40, 0)
+    pacer = Pacer(start_ns, shape.rate, shape.batch, shape.producers, index)
+    deliver = deliver_times(shape, start_wall_ms)
+    pad = b"x" * max(shape.body_bytes - 40, 0)
+    count = split_messages(shape.messages, shape.producers, index)
     sent, latest_ms = 0, 0
-    for k in range(batches):
-        due_ns = start_ns + int(k * args.batch / per_producer * 1e9)
-        wait_s = (due_ns - time.monotonic_ns()) / 1e9
+    for k, first in enumerate(range(0, count, shape.batch)):
+        wait_s = (pacer.due_ns(k) - time.monotonic_ns()) / 1e9
         if wait_s > 0:
             time.sleep(wait_s)  # open-loop pacing to a fixed schedule
         now_ms = time.time_ns() // 1_000_000
         members = {}
-        for i in range(args.batch):
-            deliver_ms = now_ms + rng.randint(low, high)
+        for seq in range(first, min(first + shape.batch, count)):
+            deliver_ms = deliver.sample(rng, now_ms)
             latest_ms = max(latest_ms, deliver_ms)
-            members[b"%d:%d:%d:" % (index, k * args.batch + i, deliver_ms) + pad] = deliver_ms
+            members[b"%d:%d:%d:" % (index, seq, deliver_ms) + pad] = deliver_ms
         client.zadd(KEY, members)
-        sent += args.batch
+        sent += len(members)
     results.put(("producer", sent, latest_ms))
 
 
-def consume(args, port: int, stop, results) -> None:
+def deliver_times(shape: Scenario, start_wall_ms: int) -> DeliverTimes:
+    """The scenario's deliver times: uniform delays, or one window after the send phase."""
+    if shape.burst_window_ms:
+        window_opens_ms = start_wall_ms + shape.send_phase_ms + shape.burst_lead_ms
+        return DeliverTimes(0, 0, window_opens_ms, shape.burst_window_ms)
+    return DeliverTimes(*shape.scaled_delay_ms)
+
+
+def consume(port: int, expected, stop, results) -> None:
+    """Pop due members until every message sent is in (`expected`, set once the producers
+    are done) or `stop` is set."""
     import redis
 
     use_measuring_switch_interval()
@@ -142,8 +191,8 @@ def consume(args, port: int, stop, results) -> None:
     pop = client.register_script(POP_DUE)
     errors = HdrHistogram(1, 3_600_000, 3)
     seen: set[bytes] = set()
-    early = 0
-    while not stop.is_set():
+    early, last_received_ms = 0, 0
+    while not stop.is_set() and not 0 <= expected.value <= len(seen):
         now_ms = time.time_ns() // 1_000_000
         due = pop(keys=[KEY], args=[now_ms, 500])
         received_ms = time.time_ns() // 1_000_000
@@ -156,12 +205,13 @@ def consume(args, port: int, stop, results) -> None:
             error = received_ms - deliver_ms
             early += error < 0
             errors.record_value(max(error, 1))
+            last_received_ms = received_ms
         if not due:
             head = client.zrange(KEY, 0, 0, withscores=True)
-            wait_ms = args.poll_ms if not head else min(head[0][1] - now_ms, args.poll_ms)
+            wait_ms = POLL_MS if not head else min(head[0][1] - now_ms, POLL_MS)
             if wait_ms > 0:
                 stop.wait(wait_ms / 1000)
-    results.put(("consumer", len(seen), early, errors.encode()))
+    results.put(("consumer", len(seen), early, last_received_ms, errors.encode()))
 
 
 @contextlib.contextmanager
@@ -176,61 +226,113 @@ def _killed_at_exit(workers: list):
             process.join(timeout=10)
 
 
-def main() -> None:
+def parse_shape(argv: list[str] | None = None) -> tuple[Scenario, str | None]:
+    """The scenario preset changed by the flags given (the loadtest's names), and --json."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rate", type=int, default=14_000)
-    parser.add_argument("--duration", type=float, default=60.0)
-    parser.add_argument("--delay-scale", type=float, default=0.1)
-    parser.add_argument("--producers", type=int, default=4)
-    parser.add_argument("--batch", type=int, default=100)
-    parser.add_argument("--body-bytes", type=int, default=100)
-    parser.add_argument("--poll-ms", type=float, default=1.0)
+    parser.add_argument("--scenario", choices=PEER_SCENARIOS, default="tdmq")
+    parser.add_argument("--rate", type=int)
+    parser.add_argument("--duration", type=float, dest="duration_s")
+    parser.add_argument("--count", type=int, help="messages in all (derives the duration)")
+    parser.add_argument("--delay-scale", type=float)
+    parser.add_argument("--producers", type=int)
+    parser.add_argument("--batch", type=int)
+    parser.add_argument("--body-bytes", type=int)
+    parser.add_argument("--burst-lead-ms", type=int)
+    parser.add_argument("--drain-timeout-ms", type=int)
     parser.add_argument("--json", help="also write the figures here")
-    args = parser.parse_args()
+    args = vars(parser.parse_args(argv))
+    preset, json_path = scenario(args.pop("scenario")), args.pop("json")
+    try:
+        return preset.with_overrides(**args), json_path
+    except ScenarioError as exc:
+        parser.error(str(exc))
+
+
+def main() -> None:
+    shape, json_path = parse_shape()
     load_before = os.getloadavg()
     ctx = mp.get_context("spawn")
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     workers: list = []
     with RedisServer() as server, _killed_at_exit(workers):
-        results, stop = ctx.Queue(), ctx.Event()
-        consumer = ctx.Process(
-            target=run_as_child_of, args=(os.getpid(), consume, args, server.port, stop, results)
-        )
-        workers.append(consumer)
-        consumer.start()
+        results, stop, expected = ctx.Queue(), ctx.Event(), ctx.Value("q", -1)
+        consumer = None
+        if shape.expect_delivery:
+            consumer = ctx.Process(
+                target=run_as_child_of,
+                args=(os.getpid(), consume, server.port, expected, stop, results),
+            )
+            workers.append(consumer)
+            consumer.start()
         start_ns = time.monotonic_ns() + 500_000_000
+        start_wall_ms = time.time_ns() // 1_000_000 + 500
         cpu_before = server.cpu_s()
         started = time.monotonic()
         producers = [
             ctx.Process(
                 target=run_as_child_of,
-                args=(os.getpid(), produce, i, args, server.port, start_ns, results),
+                args=(
+                    os.getpid(),
+                    produce,
+                    i,
+                    shape,
+                    server.port,
+                    start_ns,
+                    start_wall_ms,
+                    results,
+                ),
             )
-            for i in range(args.producers)
+            for i in range(shape.producers)
         ]
         for process in producers:
             workers.append(process)
             process.start()
-        outcomes = [results.get(timeout=args.duration * 3 + 60) for _ in producers]
+        outcomes = [results.get(timeout=shape.duration_s * 3 + 60) for _ in producers]
         send_s = time.monotonic() - started - 0.5
         sent = sum(o[1] for o in outcomes)
         latest_ms = max(o[2] for o in outcomes)
-        wait_s = (latest_ms - time.time_ns() // 1_000_000) / 1000 + 2
-        stop.wait(max(wait_s, 0))  # until the last message is due, plus 2 s
-        stop.set()
-        _, received, early, blob = results.get(timeout=60)
+        figures = {"memory_after_send_phase": server.memory()}
+        expected.value = sent
+        if consumer is not None:
+            last_due_in_s = (latest_ms - time.time_ns() // 1_000_000) / 1000
+            consumer.join(max(last_due_in_s, 0) + shape.drain_timeout_ms / 1000)
+            stop.set()  # a consumer that has not got everything by now never will
+            _, received, early, last_received_ms, blob = results.get(timeout=60)
         cpu_s = server.cpu_s() - cpu_before
         run_s = time.monotonic() - started
-        for process in [*producers, consumer]:
+        figures |= {
+            "pending": server.pending(),
+            "redis_peak_rss_bytes": server.peak_rss_bytes(),
+            "disk": server.disk(),
+        }
+        for process in workers:
             process.join(timeout=30)
             if process.is_alive():
                 process.kill()
-    errors = HdrHistogram.decode(blob)
     figures = {
         "peer": "redis sorted set (AOF everysec)",
-        "rate_target": args.rate,
+        "scenario": shape.name,
+        "rate_target": shape.rate,
         "rate_achieved": round(sent / send_s),
         "sent": sent,
+        **figures,
+        "redis_cpu_percent": round(100 * cpu_s / run_s, 1),
+        "load_before": load_before,
+        "shape": dataclasses.asdict(shape),
+    }
+    if consumer is not None:
+        figures |= delivery_figures(sent, received, early, HdrHistogram.decode(blob))
+        if shape.burst_window_ms:
+            window_opens_ms = start_wall_ms + shape.send_phase_ms + shape.burst_lead_ms
+            figures["last_received_after_window_opened_ms"] = last_received_ms - window_opens_ms
+    print(json.dumps(figures))
+    if json_path:
+        with open(json_path, "w") as out:
+            json.dump(figures, out, indent=2)
+
+
+def delivery_figures(sent: int, received: int, early: int, errors) -> dict:
+    return {
         "received": received,
         "lost": sent - received,
         "early": early,
@@ -239,14 +341,7 @@ def main() -> None:
             for q, p in (("p50", 50), ("p90", 90), ("p99", 99), ("p999", 99.9))
         }
         | {"max": errors.get_max_value()},
-        "redis_cpu_percent": round(100 * cpu_s / run_s, 1),
-        "load_before": load_before,
-        "args": vars(args),
     }
-    print(json.dumps(figures))
-    if args.json:
-        with open(args.json, "w") as out:
-            json.dump(figures, out, indent=2)
 
 
 if __name__ == "__main__":

@@ -110,7 +110,7 @@ class SpawnedServer:
         pids = [self.pid]
         with contextlib.suppress(psutil.Error):
             pids += [child.pid for child in psutil.Process(self.pid).children(recursive=True)]
-        return sum(_vm_hwm_bytes(pid) for pid in pids)
+        return sum(vm_hwm_bytes(pid) for pid in pids)
 
     def stop(self) -> int | None:
         """SIGTERM, wait, SIGKILL if needed; returns the exit code."""
@@ -136,7 +136,8 @@ class SpawnedServer:
                 shutil.rmtree(self.work_dir, ignore_errors=True)
 
 
-def _vm_hwm_bytes(pid: int) -> int:
+def vm_hwm_bytes(pid: int) -> int:
+    """The peak resident set (VmHWM) of process `pid`; 0 when unavailable."""
     with contextlib.suppress(OSError, ValueError):
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmHWM:"):

@@ -1,6 +1,6 @@
 """bench/peer_redis.py, the Redis sorted-set peer of the benchmarks, run small: it starts
-its own redis-server on loopback, delivers every message on time, reports the figures the
-benchmark docs cite, and leaves no redis-server behind: not when it ends, not when it is
+its own redis-server on loopback, runs the loadtest's tdmq, burst and backlog shapes,
+delivers every message on time, reports the figures the benchmark docs cite, and leaves no redis-server behind: not when it ends, not when it is
 sent SIGTERM or SIGKILL in the middle of a run."""
 
 from __future__ import annotations
@@ -70,3 +70,47 @@ def test_a_signalled_run_leaves_no_process_or_directory(tmp_path, signum):
     if signum == signal.SIGTERM:
         assert run.returncode == 143
         assert list(tmp_path.iterdir()) == []  # redis-server's directory is removed
+
+
+def run_peer(tmp_path, *flags: str) -> dict:
+    out = tmp_path / "peer.json"
+    args = [sys.executable, "-m", "bench.peer_redis", *flags, "--json", str(out)]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=100)
+    assert done.returncode == 0, done.stderr
+    return json.loads(out.read_text())
+
+
+def test_burst_delivers_all_inside_one_window_after_the_sends(tmp_path):
+    figures = run_peer(
+        tmp_path, "--scenario", "burst", "--count", "20000", "--rate", "20000",
+        "--burst-lead-ms", "1000",
+    )  # fmt: skip
+    assert figures["sent"] == figures["received"] == 20_000
+    assert figures["lost"] == figures["early"] == figures["pending"] == 0
+    # due over the whole 1 s window (the last of 20,000 uniform times is in its last 0.1 s)
+    # and nothing before it opened: the window is where the loadtest's burst puts it
+    assert figures["last_received_after_window_opened_ms"] >= 900
+    assert figures["shape"]["burst_window_ms"] == 1_000
+
+
+def test_backlog_keeps_every_message_and_reports_memory_and_disk(tmp_path):
+    figures = run_peer(tmp_path, "--scenario", "backlog", "--count", "20000", "--rate", "20000")
+    assert figures["sent"] == figures["pending"] == 20_000
+    assert "received" not in figures  # nothing is due for days: no consumer runs
+    assert figures["memory_after_send_phase"]["used_memory"] > 20_000 * 64
+    assert figures["redis_peak_rss_bytes"] > 20_000 * 64  # (VmHWM, which lags RSS a little)
+    assert figures["disk"]["bytes"] > 20_000 * 64  # the AOF holds every member
+
+
+def test_shapes_are_the_loadtest_scenarios_changed_by_the_same_flags(capsys):
+    from bench.peer_redis import parse_shape
+    from loadtest.scenarios import scenario
+
+    shape, json_path = parse_shape(["--scenario", "burst", "--count", "1000", "--rate", "500"])
+    assert shape == scenario("burst").with_overrides(count=1000, rate=500)
+    assert shape.duration_s == 2.0 and json_path is None
+    assert parse_shape([])[0] == scenario("tdmq")
+    with pytest.raises(SystemExit) as refused:
+        parse_shape(["--rate", "0"])
+    assert refused.value.code == 2
+    assert "rate=0: must be at least 1" in capsys.readouterr().err
