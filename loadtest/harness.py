@@ -174,7 +174,13 @@ class Run:
     def _start_workers(self) -> None:
         scenario = self.scenario
         hard_timeout_s = (
-            (scenario.send_phase_ms + scenario.latest_delay_ms + scenario.drain_timeout_ms) / 1000
+            (
+                scenario.send_phase_ms
+                + scenario.send_overrun_ms
+                + scenario.latest_delay_ms
+                + scenario.drain_timeout_ms
+            )
+            / 1000
             + READY_TIMEOUT_S
             + 60
         )
@@ -234,7 +240,8 @@ class Run:
 
     def _send_phase(self) -> None:
         scenario = self.scenario
-        deadline = time.monotonic() + scenario.send_phase_ms / 1000 + scenario.rpc_timeout_s * 3
+        # From the common start (the producers' schedule), not from the release before it.
+        deadline = self.marks["start"] + (scenario.send_phase_ms + scenario.send_overrun_ms) / 1000
         with self._bar("send", scenario.messages) as bar:
             while len(self.producer_results) + self.failed["producer"] < scenario.producers:
                 self._tick(bar, sum(self.channels.progress[: scenario.producers]))

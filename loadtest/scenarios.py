@@ -54,6 +54,9 @@ class Scenario:
     max_outstanding: int = 64  # requests in flight per producer before it must wait
     max_in_flight: int = 5_000  # per Subscribe stream
     ack_linger_ms: int = DEFAULT_ACK_LINGER_MS  # consumers gather acks this long (AckSender)
+    # Producers still sending this long after the planned end of the send phase are
+    # stopped and the run fails; backlog, which measures a count and not a rate, waits longer.
+    send_overrun_ms: int = 90_000
     grace_ms: int = 2_000  # after the last deliver time, before accounting
     drain_timeout_ms: int = 60_000  # longest wait for stragglers after the last deliver time
     rpc_timeout_s: float = 30.0
@@ -69,6 +72,8 @@ class Scenario:
                 f"batch={self.batch}: must be 1 with producer_threads={self.producer_threads} "
                 "(each thread sends single messages; the batching producer batches them)"
             )
+        if self.send_overrun_ms < 0:
+            raise ScenarioError(f"send_overrun_ms={self.send_overrun_ms}: must not be negative")
         if self.ack_linger_ms < 0:
             raise ScenarioError(f"ack_linger_ms={self.ack_linger_ms}: must not be negative")
         if self.consumers < 0:
@@ -176,7 +181,7 @@ SCENARIOS: dict[str, Scenario] = {
             "backlog", "fill far-future timers; storage bytes per timer and RSS",
             rate=100_000, duration_s=100.0, count=10_000_000, batch=1_000, producers=2,
             consumers=1, topics=4, body_bytes=64, delay_min_ms=DAY_MS,
-            delay_max_ms=30 * DAY_MS, expect_delivery=False,
+            delay_max_ms=30 * DAY_MS, expect_delivery=False, send_overrun_ms=600_000,
         ),
     )
 }  # fmt: skip

@@ -7,6 +7,9 @@
 * the harness catches a server that fires early (its clock runs ahead) and one that never
   fires (its clock runs behind): exit status 1, with the problem named; what a spawned
   server still holds at the end is late, not lost;
+* producers behind schedule: stopped once the send phase has overrun its bound (the run
+  fails, saying so), or, given a long enough overrun, they send everything and the run
+  passes with the rate reported as not reached (backlog's case);
 * SIGTERM in the middle of a run stops every process the run started and removes the
   spawned server's data dir.
 """
@@ -174,6 +177,42 @@ def test_what_a_spawned_server_still_holds_is_late_not_lost(tmp_path, capsys):
     assert code == 1 and acc["late"] == acc["sent"] == 2_000 and acc["lost"] == 0
     assert acc["problems"] == ["late=2000"] and acc["balanced"]
     assert "- result: FAILED: late=2000" in capsys.readouterr().out
+
+
+def test_producers_still_behind_after_the_overrun_are_stopped_and_the_run_fails(tmp_path):
+    # 100,000 unary sends one at a time cannot be done in the 0.1 s the rate plans for,
+    # nor in the 2 s overrun allowed after it.
+    server = start_server(tmp_path)
+    try:
+        code, fig, _ = run_loadtest(
+            tmp_path, "--scenario", "smoke", "--target", server.target, "--batch", "1",
+            "--rate", "1000000", "--count", "100000", "--producers", "1",
+            "--max-outstanding", "1", "--send-overrun-ms", "2000",
+        )  # fmt: skip
+    finally:
+        server.stop(grace_s=1.0)
+    send, acc = fig["send"], fig["accounting"]
+    assert code == 1 and send["producers_stopped_behind"] == 1 and not send["rate_reached"]
+    assert 0 < send["sent"] < 100_000 and acc["lost"] == 0 and acc["balanced"]
+    assert any("stopped at the end of the send phase" in p for p in acc["problems"])
+
+
+def test_a_fill_behind_schedule_sends_everything_within_its_overrun(tmp_path):
+    # backlog's case: the count is what the run measures, so a rate not reached is
+    # reported, and the run passes once every message is stored
+    server = start_server(tmp_path)
+    try:
+        code, fig, _ = run_loadtest(
+            tmp_path, "--scenario", "smoke", "--target", server.target, "--batch", "1",
+            "--rate", "1000000", "--count", "2000", "--producers", "1",
+            "--max-outstanding", "1", "--send-overrun-ms", "60000",
+        )  # fmt: skip
+    finally:
+        server.stop(grace_s=1.0)
+    send, acc = fig["send"], fig["accounting"]
+    assert code == 0, acc["problems"]
+    assert send["sent"] == acc["acked"] == 2_000 and send["producers_stopped_behind"] == 0
+    assert not send["rate_reached"] and send["rate_achieved"] < 1_000_000
 
 
 def test_no_server_at_the_target_fails_within_a_bound(tmp_path, capsys):

@@ -1,7 +1,8 @@
 """bench/peer_redis.py, the Redis sorted-set peer of the benchmarks, run small: it starts
 its own redis-server on loopback, runs the loadtest's tdmq, burst and backlog shapes,
-delivers every message on time, reports the figures the benchmark docs cite, and leaves no redis-server behind: not when it ends, not when it is
-sent SIGTERM or SIGKILL in the middle of a run."""
+delivers every message on time, reports the figures the benchmark docs cite, and leaves
+no redis-server behind: not when it ends, not when it is sent SIGTERM or SIGKILL in the
+middle of a run."""
 
 from __future__ import annotations
 

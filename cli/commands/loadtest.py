@@ -56,6 +56,12 @@ OVERRIDES = {
         int,
         "consumers gather acks this long before an Ack call, one call at a time (default 10)",
     ),
+    "--send-overrun-ms": (
+        "send_overrun_ms",
+        int,
+        "producers still behind this long after the planned send phase are stopped and the "
+        "run fails (default 90 s; backlog 10 min)",
+    ),
     "--grace-ms": ("grace_ms", int, "wait after the last deliver time before accounting"),
     "--drain-timeout-ms": ("drain_timeout_ms", int, "longest wait for stragglers"),
 }
