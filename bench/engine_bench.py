@@ -4,10 +4,12 @@
     python -m bench.engine_bench drain --timers 1000000
     python -m bench.engine_bench rss --timers 10000000
     python -m bench.engine_bench steady --rate 5000
+    python -m bench.engine_bench burst --timers 1000000
 
 Each prints one JSON line of figures. Real RocksDB in a temporary directory (removed
 afterwards unless --keep); `sync_writes` is on unless --no-sync is given. schedule, drain
-and rss run the real clock and writer thread; steady runs the engine in virtual time.
+and rss run the real clock and writer thread; steady and burst run the engine in virtual
+time.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import time
 
 import psutil
 
+from cli.config import parse_assignment
 from engine.engine import Engine
 from engine.system_clock import SystemClock
 from wheels.clock import VirtualClock
@@ -30,8 +33,14 @@ from wheels.domain import SendSpec, When, WhenKind
 from wheels.settings import DAY_MS, HOUR_MS, Settings
 
 
+def _settings(args, data_dir: str, **given: object) -> Settings:
+    """The engine's settings: --no-sync, then each `--set NAME=VALUE` (as `serve --set`)."""
+    chosen = dict(parse_assignment(text) for text in args.assignments)
+    return Settings(data_dir=data_dir, sync_writes=not args.no_sync, **given, **chosen)
+
+
 def _engine(args, data_dir: str) -> Engine:
-    return Engine(Settings(data_dir=data_dir, sync_writes=not args.no_sync), SystemClock())
+    return Engine(_settings(args, data_dir), SystemClock())
 
 
 def _far_future_specs(count: int, body: bytes, rng: random.Random) -> list[SendSpec]:
@@ -181,7 +190,7 @@ def steady(args, data_dir: str) -> dict:
     """
     clock = VirtualClock()
     retention = {"retention_ms": args.retention_s * 1000} if args.retention_s else {}
-    settings = Settings(data_dir=data_dir, sync_writes=not args.no_sync, **retention)
+    settings = _settings(args, data_dir, **retention)
     engine = Engine(settings, clock, background=False)
     rng = random.Random(5)
     body = b"x" * args.body
@@ -237,11 +246,77 @@ def steady(args, data_dir: str) -> dict:
     }
 
 
+def burst(args, data_dir: str) -> dict:
+    """`loadtest --scenario burst` for the engine alone, in virtual time: N timers due
+    uniformly in one second; once the second opens, each 4 ms tick runs one writer
+    iteration (a group commit with a fire chunk of at most `fire_chunk`), then a consumer
+    reads what fired (`fetch_deliveries`, at most `--in-flight`, the loadtest's window)
+    and acks it in calls of at most 10,000 ids, as the loadtest's consumer does. The
+    figures are the process CPU of each kind of call until every timer is acked: the
+    engine's own floor for the burst, with no gRPC, delivery process or consumer beside
+    it. As in the server, every group commit fires what is due, an ack call's too, so
+    `ack_calls` includes fire chunks. `--fire-first` fires the whole burst before the
+    consumer starts (as when delivery falls behind the fires): the fired cache then holds
+    only the last of them and the rest is read back from RocksDB.
+    """
+    clock = VirtualClock()
+    engine = Engine(_settings(args, data_dir), clock, background=False)
+    rng = random.Random(7)
+    opens_ms = clock.now_ms() + args.lead_s * 1000
+    opens_ms -= opens_ms % 1000
+    for start in range(0, args.timers, 10_000):
+        due = [opens_ms + rng.randrange(1000) for _ in range(min(10_000, args.timers - start))]
+        engine.send_batch(
+            [SendSpec("burst", b"x" * args.body, When(WhenKind.DELIVER_AT, t)) for t in due]
+        )
+    while clock.now_ms() < opens_ms:  # the cascades down to the second wheel, not measured
+        clock.advance(min(1000, opens_ms - clock.now_ms()))
+        engine.run_until_idle()
+    cpu = {"writer_steps": 0.0, "fetches": 0.0, "ack_calls": 0.0}
+    after_seq, acked, ticks = 0, 0, 0
+    gc.freeze()
+    while acked < args.timers:
+        clock.advance(4)
+        ticks += 1
+        started = time.process_time()
+        if args.fire_first:
+            engine.run_until_idle()
+        else:
+            engine.step()
+        fired = time.process_time()
+        cpu["writer_steps"] += fired - started
+        if args.fire_first and clock.now_ms() < opens_ms + 1000:
+            continue
+        batch = engine.fetch_deliveries("burst", after_seq, args.in_flight)
+        fetched = time.process_time()
+        cpu["fetches"] += fetched - fired
+        ids = [f.timer.message_id for f in batch]
+        for first in range(0, len(ids), 10_000):
+            acked += len(engine.ack("burst", ids[first : first + 10_000]))
+        cpu["ack_calls"] += time.process_time() - fetched
+        if batch:
+            after_seq = batch[-1].seq
+    gc.unfreeze()
+    engine.close()
+    total = sum(cpu.values())
+    return {
+        "bench": "burst",
+        "timers": args.timers,
+        "fire_first": args.fire_first,
+        "in_flight": args.in_flight,
+        "virtual_s_until_all_acked": round(ticks * 4 / 1000, 1),
+        "cpu_s": round(total, 2),
+        "cpu_s_by_part": {part: round(seconds, 2) for part, seconds in cpu.items()},
+        "cpu_us_per_timer": round(total / args.timers * 1e6, 1),
+        "sync": not args.no_sync,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("bench", choices=["schedule", "drain", "rss", "steady"])
+    parser.add_argument("bench", choices=["schedule", "drain", "rss", "steady", "burst"])
     parser.add_argument("--timers", type=int, default=1_000_000)
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--batch", type=int, default=1_000)
@@ -262,7 +337,17 @@ def main() -> None:
         "--retention-s", type=int, default=0,
         help="steady: retention of acked messages (default: the Settings default, 3 days)",
     )  # fmt: skip
+    parser.add_argument(
+        "--in-flight", type=int, default=20_000, help="burst: the consumer's window"
+    )
+    parser.add_argument(
+        "--fire-first", action="store_true", help="burst: fire all before delivering"
+    )
     parser.add_argument("--no-sync", action="store_true")
+    parser.add_argument(
+        "--set", dest="assignments", action="append", default=[], metavar="NAME=VALUE",
+        help="a setting by its Settings name, as `timerwheel serve --set`",
+    )  # fmt: skip
     parser.add_argument("--data-dir", help="default: a temporary directory")
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args()
@@ -270,9 +355,13 @@ def main() -> None:
     try:
         print(
             json.dumps(
-                {"schedule": schedule, "drain": drain, "rss": rss, "steady": steady}[args.bench](
-                    args, data_dir
-                )
+                {
+                    "schedule": schedule,
+                    "drain": drain,
+                    "rss": rss,
+                    "steady": steady,
+                    "burst": burst,
+                }[args.bench](args, data_dir)
             )
         )
     finally:

@@ -1,7 +1,8 @@
-"""bench/engine_bench.py `steady`, run small: the shape it claims (a SendBatch every 20 ms,
-one fire commit a fire tick, an ack every 10 ms, each its own group commit) and that
-every message sent in the window is acked in it once the fires have caught up, with the
-retention sweep running beside them."""
+"""bench/engine_bench.py `steady` and `burst`, run small. steady: the shape it claims (a
+SendBatch every 20 ms, one fire commit a fire tick, an ack every 10 ms, each its own
+group commit) and that every message sent in the window is acked in it once the fires
+have caught up, with the retention sweep running beside them. burst: every timer of the
+window fired, fetched and acked, one writer iteration a tick, `--set` applied."""
 
 from __future__ import annotations
 
@@ -33,3 +34,30 @@ def test_steady_runs_tdmqs_shape_and_acks_at_the_send_rate():
     # after the warm-up the fires run at the send rate: the window acks what it sends
     assert abs(figures["messages_acked"] - 500 * 4) <= 100
     assert figures["cpu_us_per_message"] > 0 and figures["cpu_percent_of_a_core"] > 0
+
+
+def run_bench(*flags: str) -> dict:
+    args = [sys.executable, "-m", "bench.engine_bench", *flags]
+    done = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=100)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_burst_fires_delivers_and_acks_every_timer_of_the_window():
+    figures = run_bench("burst", "--timers", "3000", "--in-flight", "1000", "--no-sync")
+    assert figures["bench"] == "burst" and figures["timers"] == 3_000
+    # due over one second; a fire chunk a 4 ms tick keeps up, so the last is acked
+    # in the tick its second ends
+    assert 0.9 <= figures["virtual_s_until_all_acked"] <= 1.0
+    parts = figures["cpu_s_by_part"]
+    assert all(seconds > 0 for seconds in parts.values())
+    assert figures["cpu_s"] == pytest.approx(sum(parts.values()), abs=0.02)
+
+
+def test_burst_fires_at_most_a_chunk_a_group_commit_with_the_settings_given():
+    # One timer a fire chunk, and a tick has two group commits that fire (the writer's
+    # step and the ack call's commit): 600 timers take 300 to 600 ticks of 4 ms.
+    figures = run_bench("burst", "--timers", "600", "--no-sync", "--set", "fire_chunk=1")
+    assert 1.2 <= figures["virtual_s_until_all_acked"] <= 2.4
+    first = run_bench("burst", "--timers", "300", "--no-sync", "--fire-first")
+    assert first["fire_first"] and first["virtual_s_until_all_acked"] >= 1.0
