@@ -6,6 +6,7 @@ middle of a run."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -16,6 +17,8 @@ import time
 import psutil
 import pytest
 from helpers.processes import descendants
+
+from loadtest.scenarios import scenario
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -91,7 +94,9 @@ def test_burst_delivers_all_inside_one_window_after_the_sends(tmp_path):
     # due over the whole 1 s window (the last of 20,000 uniform times is in its last 0.1 s)
     # and nothing before it opened: the window is where the loadtest's burst puts it
     assert figures["last_received_after_window_opened_ms"] >= 900
-    assert figures["shape"]["burst_window_ms"] == 1_000
+    # the loadtest's own burst, changed by the same flags
+    shape = scenario("burst").with_overrides(count=20_000, rate=20_000, burst_lead_ms=1_000)
+    assert figures["shape"] == dataclasses.asdict(shape)
 
 
 def test_backlog_keeps_every_message_and_reports_memory_and_disk(tmp_path):
@@ -103,15 +108,9 @@ def test_backlog_keeps_every_message_and_reports_memory_and_disk(tmp_path):
     assert figures["disk"]["bytes"] > 20_000 * 64  # the AOF holds every member
 
 
-def test_shapes_are_the_loadtest_scenarios_changed_by_the_same_flags(capsys):
-    from bench.peer_redis import parse_shape
-    from loadtest.scenarios import scenario
-
-    shape, json_path = parse_shape(["--scenario", "burst", "--count", "1000", "--rate", "500"])
-    assert shape == scenario("burst").with_overrides(count=1000, rate=500)
-    assert shape.duration_s == 2.0 and json_path is None
-    assert parse_shape([])[0] == scenario("tdmq")
-    with pytest.raises(SystemExit) as refused:
-        parse_shape(["--rate", "0"])
-    assert refused.value.code == 2
-    assert "rate=0: must be at least 1" in capsys.readouterr().err
+def test_bad_flags_exit_2_naming_the_field_before_anything_starts():
+    before = redis_servers()
+    args = [sys.executable, "-m", "bench.peer_redis", "--scenario", "burst", "--rate", "0"]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "rate=0: must be at least 1" in done.stderr
+    assert redis_servers() - before == set()
