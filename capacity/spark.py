@@ -8,7 +8,10 @@ as one zip with ``addPyFile``. rocksdict and pyarrow must be installed on the wo
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
+import shutil
 import sys
 import tempfile
 import zipfile
@@ -82,10 +85,15 @@ def prepare_session(spark: SparkSession, *, ship_code: bool = False) -> None:
         spark.sparkContext.addPyFile(_code_zip())
 
 
+@functools.cache
 def _code_zip() -> str:
-    """A zip of the packages the workers import, built from the running code."""
+    """A zip of the packages the workers import, built from the running code: once a
+    process, and removed when the process exits (Spark serves an added file from its
+    path for as long as the session lives, so it cannot go sooner)."""
     root = Path(__file__).resolve().parent.parent
-    path = os.path.join(tempfile.mkdtemp(prefix="timerwheel-code-"), "timerwheel_capacity.zip")
+    directory = tempfile.mkdtemp(prefix="timerwheel-code-")
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    path = os.path.join(directory, "timerwheel_capacity.zip")
     with zipfile.ZipFile(path, "w") as archive:
         for package in SHIPPED_PACKAGES:
             for source in sorted((root / package).rglob("*.py")):

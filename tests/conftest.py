@@ -10,9 +10,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -246,7 +247,10 @@ class ServeProcess:
             TIMERWHEEL, "serve", "--data-dir", str(data_dir), "--host", "127.0.0.1",
             "--port", "0", "--log-format", "json", *extra,
         ]  # fmt: skip
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        # Where a `--workers` supervisor makes its runtime dir (unix sockets): a SIGKILLed
+        # supervisor cannot remove it, so `kill` removes this one around it.
+        self.tmp_dir = tempfile.mkdtemp(prefix="tw-serve-")
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "TMPDIR": self.tmp_dir}
         self.proc = subprocess.Popen(
             self.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
         )
@@ -303,11 +307,12 @@ class ServeProcess:
 
     def kill(self) -> None:
         """SIGKILL the server; its children die with it (engine.proc), waited for here so
-        the next start finds RocksDB's lock free."""
+        the next start finds RocksDB's lock free; then remove its temporary files."""
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait(timeout=WAIT_S)
         self.wait_children_gone()
+        shutil.rmtree(self.tmp_dir, ignore_errors=True)
 
     def wait_children_gone(self, timeout_s: float = WAIT_S) -> list[int]:
         """Wait for the child processes to exit; kill (and return) any still running."""
@@ -336,10 +341,7 @@ def serve_process() -> Iterator[Callable[..., ServeProcess]]:
         yield start
     finally:
         for process in started:
-            if process.proc.poll() is None:
-                process.proc.send_signal(signal.SIGKILL)
-            process.proc.wait(timeout=WAIT_S)
-            process.wait_children_gone()
+            process.kill()
 
 
 def status_of(call: Callable[[], object]) -> RemoteError:

@@ -2,8 +2,9 @@
 
 The cluster (capacity.local_cluster) is started once for the module from the installed
 pyspark; `timerwheel report --master spark://127.0.0.1:PORT` runs as a user would run it,
-so the code is shipped to the workers, the data source runs in the executors' Python
-workers and the report is written from the cluster's results. Its tables must equal those
+so the code is shipped to the workers (its zip removed when the command ends), the data
+source runs in the executors' Python workers and the report is written from the
+cluster's results. Its tables must equal those
 of the same command on `local[2]`, table by table, and every process of the cluster must
 be gone afterwards.
 """
@@ -67,12 +68,17 @@ def local_tables(exported, tmp_path_factory):
     return _tables(out_dir)
 
 
-def _report(export_dir: str, out_dir: str, *engine: str) -> subprocess.CompletedProcess:
+def _report(
+    export_dir: str, out_dir: str, *engine: str, tmp_dir: str | None = None
+) -> subprocess.CompletedProcess:
     command = [
         sys.executable, "-m", "cli.main", "report", "--input", export_dir, "--out", out_dir,
         *engine, "--drain-rate", "500", "--top-seconds", "5", *SMALL_EXECUTOR,
     ]  # fmt: skip
-    return subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+    env = {**os.environ, "TMPDIR": tmp_dir} if tmp_dir else None
+    return subprocess.run(
+        command, capture_output=True, text=True, timeout=600, check=False, env=env
+    )
 
 
 def _tables(out_dir: str) -> dict:
@@ -86,8 +92,15 @@ def _tables(out_dir: str) -> dict:
 
 def test_report_on_the_cluster_equals_the_local_run(cluster, exported, local_tables, tmp_path):
     export_dir, truth = exported
-    on_cluster = _report(export_dir, str(tmp_path / "cluster"), "--master", cluster.master_url)
+    tmp_dir = tmp_path / "tmp"
+    tmp_dir.mkdir()
+    on_cluster = _report(
+        export_dir, str(tmp_path / "cluster"), "--master", cluster.master_url,
+        tmp_dir=str(tmp_dir),
+    )  # fmt: skip
     assert on_cluster.returncode == 0, on_cluster.stderr[-3000:]
+    # The zip of the code shipped to the workers goes when the command ends.
+    assert [p.name for p in tmp_dir.iterdir() if p.name.startswith("timerwheel-code-")] == []
 
     got = _tables(str(tmp_path / "cluster"))
     assert got.keys() == local_tables.keys()

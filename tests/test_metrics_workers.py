@@ -6,9 +6,7 @@ supervisor from prometheus_client's multiprocess files."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import tempfile
 
 import pytest
 from test_metrics import clock_offset_to_second, run_scenario
@@ -24,23 +22,19 @@ def test_metrics_of_every_process_are_summed_by_the_supervisor(
 ):
     offset = clock_offset_to_second(50)  # the processes take a few seconds to start
     monkeypatch.setenv("TIMERWHEEL_CLOCK_OFFSET_MS", str(offset))
-    runtime = tempfile.mkdtemp(prefix="twm-")  # short: unix socket paths live there
-    monkeypatch.setenv("TMPDIR", runtime)
-    try:
-        server = serve_process(
-            tmp_path / "data", "--workers", "2", "--metrics-port", "0",
-            "--set", "minute_cascade_lead_ms=1s",
-        )  # fmt: skip
-        port = int(server.wait_event("metrics_serving")["port"])
-        [supervisor_dir] = os.listdir(runtime)
-        assert os.listdir(os.path.join(runtime, supervisor_dir, "metrics"))  # children's files
-        run_scenario(server.target, port, offset)
+    server = serve_process(
+        tmp_path / "data", "--workers", "2", "--metrics-port", "0",
+        "--set", "minute_cascade_lead_ms=1s",
+    )  # fmt: skip
+    runtime = server.tmp_dir  # the server's TMPDIR: its supervisor's runtime dir is there
+    port = int(server.wait_event("metrics_serving")["port"])
+    [supervisor_dir] = os.listdir(runtime)
+    assert os.listdir(os.path.join(runtime, supervisor_dir, "metrics"))  # children's files
+    run_scenario(server.target, port, offset)
 
-        server.signal(signal.SIGTERM)
-        assert server.wait_exit() == 0
-        assert os.listdir(runtime) == []  # the multiprocess files went with the supervisor
-    finally:
-        shutil.rmtree(runtime, ignore_errors=True)
+    server.signal(signal.SIGTERM)
+    assert server.wait_exit() == 0
+    assert os.listdir(runtime) == []  # the multiprocess files went with the supervisor
 
 
 def test_writer_up_is_0_when_the_engine_does_not_answer():
