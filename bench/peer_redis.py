@@ -176,8 +176,8 @@ def produce(index: int, shape: Scenario, port: int, start_ns: int, start_wall_ms
 def deliver_times(shape: Scenario, start_wall_ms: int) -> DeliverTimes:
     """The scenario's deliver times: uniform delays, or one window after the send phase."""
     if shape.burst_window_ms:
-        window_opens_ms = start_wall_ms + shape.send_phase_ms + shape.burst_lead_ms
-        return DeliverTimes(0, 0, window_opens_ms, shape.burst_window_ms)
+        opens_ms = start_wall_ms + shape.burst_offset_ms
+        return DeliverTimes(0, 0, opens_ms, shape.burst_window_ms)
     return DeliverTimes(*shape.scaled_delay_ms)
 
 
@@ -323,8 +323,8 @@ def main() -> None:
     if consumer is not None:
         figures |= delivery_figures(sent, received, early, HdrHistogram.decode(blob))
         if shape.burst_window_ms:
-            window_opens_ms = start_wall_ms + shape.send_phase_ms + shape.burst_lead_ms
-            figures["last_received_after_window_opened_ms"] = last_received_ms - window_opens_ms
+            opens_ms = start_wall_ms + shape.burst_offset_ms
+            figures["last_received_after_window_opened_ms"] = last_received_ms - opens_ms
     print(json.dumps(figures))
     if json_path:
         with open(json_path, "w") as out:

@@ -202,12 +202,11 @@ class Run:
 
     def _producer_plan(self, index: int) -> ProducerPlan:
         s = self.scenario
-        burst_offset_ms = s.send_phase_ms + s.burst_lead_ms if s.burst_window_ms else 0
         return ProducerPlan(
             index=index, producers=s.producers, target=self.target,
             messages=split_messages(s.messages, s.producers, index), rate=s.rate,
             batch=s.batch, topics=self.topics, body_bytes=s.body_bytes,
-            delay_ms=s.scaled_delay_ms, burst_offset_ms=burst_offset_ms,
+            delay_ms=s.scaled_delay_ms, burst_offset_ms=s.burst_offset_ms,
             burst_window_ms=s.burst_window_ms, cancel_share=s.cancel_share,
             max_outstanding=s.max_outstanding, rpc_timeout_s=s.rpc_timeout_s,
             seed=int(self.run_id, 16) + index, connection=self.connection,

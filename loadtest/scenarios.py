@@ -116,6 +116,11 @@ class Scenario:
         )
 
     @property
+    def burst_offset_ms(self) -> int:
+        """How long after the start a burst's window opens (0: not a burst)."""
+        return self.send_phase_ms + self.burst_lead_ms if self.burst_window_ms else 0
+
+    @property
     def latest_delay_ms(self) -> int:
         """The furthest a deliver time lies after its send (bounds the wait phase)."""
         if self.burst_window_ms:

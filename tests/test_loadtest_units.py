@@ -208,6 +208,9 @@ def test_scenarios_presets_and_overrides():
     assert tdmq.with_overrides(delay_scale=0.1).scaled_delay_ms == (3_000, 60_000)
     burst = scenario("burst").with_overrides(count=300_000, rate=60_000)
     assert burst.messages == 300_000 and burst.duration_s == 5.0
+    # the window opens burst_lead_ms after the planned end of the 5 s of sends
+    assert burst.burst_offset_ms == 5_000 + 10_000 and tdmq.burst_offset_ms == 0
+    assert scenario("backlog").send_overrun_ms == 600_000 > tdmq.send_overrun_ms
     assert scenario("smoke").with_overrides(rate=None).rate == scenario("smoke").rate
 
 
@@ -221,6 +224,7 @@ def test_scenarios_presets_and_overrides():
         ({"cancel_share": 1.5}, "cancel_share=1.5"),
         ({"consumers": 0}, "consumers=0"),
         ({"ack_linger_ms": -1}, "ack_linger_ms=-1"),
+        ({"send_overrun_ms": -1}, "send_overrun_ms=-1"),
         ({"bogus": 1}, "bogus"),
     ],
 )
