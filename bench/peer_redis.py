@@ -23,7 +23,7 @@ time, first receipts) in an HDR histogram; it stops once it has every message se
 `drain_timeout_ms` after the last deliver time. The queue is one sorted set, score =
 deliver time in ms, popped atomically by a Lua script (ZRANGEBYSCORE -inf now LIMIT +
 ZREM), the way such queues are written; the consumer polls when nothing is due, waiting
-until the earliest member is due but at most `--poll-ms`.
+until the earliest member is due but at most 1 ms.
 
 The script starts its own `redis-server` (Debian's package) on 127.0.0.1, a free port, a
 temporary directory, AOF on with `appendfsync everysec` (what the issue's Redis run used),
@@ -54,6 +54,7 @@ from pathlib import Path
 import psutil
 from hdrh.histogram import HdrHistogram
 
+from cli.commands.loadtest import OVERRIDES
 from engine.proc import die_with_parent, run_as_child_of
 from loadtest.pacing import DeliverTimes, Pacer, split_messages, use_measuring_switch_interval
 from loadtest.scenarios import Scenario, ScenarioError, scenario
@@ -226,21 +227,22 @@ def _killed_at_exit(workers: list):
             process.join(timeout=10)
 
 
-def parse_shape(argv: list[str] | None = None) -> tuple[Scenario, str | None]:
-    """The scenario preset changed by the flags given (the loadtest's names), and --json."""
+# The loadtest's flags that shape a run the peer can make too (the rest are gRPC's).
+PEER_FLAGS = (
+    "--rate", "--duration", "--count", "--delay-scale", "--producers", "--batch",
+    "--body-bytes", "--burst-lead-ms", "--drain-timeout-ms",
+)  # fmt: skip
+
+
+def parse_shape() -> tuple[Scenario, str | None]:
+    """The scenario preset changed by the flags given (the loadtest's own), and --json."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scenario", choices=PEER_SCENARIOS, default="tdmq")
-    parser.add_argument("--rate", type=int)
-    parser.add_argument("--duration", type=float, dest="duration_s")
-    parser.add_argument("--count", type=int, help="messages in all (derives the duration)")
-    parser.add_argument("--delay-scale", type=float)
-    parser.add_argument("--producers", type=int)
-    parser.add_argument("--batch", type=int)
-    parser.add_argument("--body-bytes", type=int)
-    parser.add_argument("--burst-lead-ms", type=int)
-    parser.add_argument("--drain-timeout-ms", type=int)
+    for flag in PEER_FLAGS:
+        name, kind, text = OVERRIDES[flag]
+        parser.add_argument(flag, dest=name, type=kind, help=text)
     parser.add_argument("--json", help="also write the figures here")
-    args = vars(parser.parse_args(argv))
+    args = vars(parser.parse_args())
     preset, json_path = scenario(args.pop("scenario")), args.pop("json")
     try:
         return preset.with_overrides(**args), json_path

@@ -179,19 +179,25 @@ def test_what_a_spawned_server_still_holds_is_late_not_lost(tmp_path, capsys):
     assert "- result: FAILED: late=2000" in capsys.readouterr().out
 
 
-def test_producers_still_behind_after_the_overrun_are_stopped_and_the_run_fails(tmp_path):
-    # 100,000 unary sends one at a time cannot be done in the 0.1 s the rate plans for,
-    # nor in the 2 s overrun allowed after it.
+def run_behind_schedule(tmp_path: Path, count: int, overrun_ms: int) -> tuple[int, dict, dict]:
+    """`count` unary sends, one in flight, offered at 1,000,000/s: behind schedule on any
+    machine; (exit code, send figures, accounting)."""
     server = start_server(tmp_path)
     try:
         code, fig, _ = run_loadtest(
             tmp_path, "--scenario", "smoke", "--target", server.target, "--batch", "1",
-            "--rate", "1000000", "--count", "100000", "--producers", "1",
-            "--max-outstanding", "1", "--send-overrun-ms", "2000",
+            "--rate", "1000000", "--count", str(count), "--producers", "1",
+            "--max-outstanding", "1", "--send-overrun-ms", str(overrun_ms),
         )  # fmt: skip
     finally:
         server.stop(grace_s=1.0)
-    send, acc = fig["send"], fig["accounting"]
+    return code, fig["send"], fig["accounting"]
+
+
+def test_producers_still_behind_after_the_overrun_are_stopped_and_the_run_fails(tmp_path):
+    # 100,000 unary sends one at a time cannot be done in the 0.1 s the rate plans for,
+    # nor in the 2 s overrun allowed after it.
+    code, send, acc = run_behind_schedule(tmp_path, count=100_000, overrun_ms=2_000)
     assert code == 1 and send["producers_stopped_behind"] == 1 and not send["rate_reached"]
     assert 0 < send["sent"] < 100_000 and acc["lost"] == 0 and acc["balanced"]
     assert any("stopped at the end of the send phase" in p for p in acc["problems"])
@@ -200,16 +206,7 @@ def test_producers_still_behind_after_the_overrun_are_stopped_and_the_run_fails(
 def test_a_fill_behind_schedule_sends_everything_within_its_overrun(tmp_path):
     # backlog's case: the count is what the run measures, so a rate not reached is
     # reported, and the run passes once every message is stored
-    server = start_server(tmp_path)
-    try:
-        code, fig, _ = run_loadtest(
-            tmp_path, "--scenario", "smoke", "--target", server.target, "--batch", "1",
-            "--rate", "1000000", "--count", "2000", "--producers", "1",
-            "--max-outstanding", "1", "--send-overrun-ms", "60000",
-        )  # fmt: skip
-    finally:
-        server.stop(grace_s=1.0)
-    send, acc = fig["send"], fig["accounting"]
+    code, send, acc = run_behind_schedule(tmp_path, count=2_000, overrun_ms=60_000)
     assert code == 0, acc["problems"]
     assert send["sent"] == acc["acked"] == 2_000 and send["producers_stopped_behind"] == 0
     assert not send["rate_reached"] and send["rate_achieved"] < 1_000_000
