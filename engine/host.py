@@ -2,9 +2,10 @@
 
 It owns RocksDB and the single writer (the loop that cascades and fires). Worker and
 delivery processes call it over `engine.ipc`, one thread per connection, with work that is
-already done elsewhere: `submit_sends` takes sends a worker validated and encoded (a
-`SendOp`), so here they are only unpickled and queued for the writer; cancels, acks,
-reads and fired-message fetches are single engine calls. No gRPC server, protobuf or
+already done elsewhere: `submit_sends_many` takes sends a worker validated and encoded
+(`SendOp`s: each its own request, carried together by the worker's `SendFunnel`), so here
+they are only unpickled and queued for the writer; cancels, acks, reads and
+fired-message fetches are single engine calls. No gRPC server, protobuf or
 delivery bookkeeping runs in this process, so the writer shares its GIL only with these
 short calls (docs/architecture.md has the measured costs).
 
@@ -16,6 +17,7 @@ delivery process); a restarted consumer starts with every topic dirty anyway.
 from __future__ import annotations
 
 import threading
+from concurrent.futures import Future
 from multiprocessing.connection import Connection
 
 import structlog
@@ -24,16 +26,18 @@ from engine import metrics
 from engine.engine import Engine
 from engine.gil import set_switch_interval
 from engine.heap import freeze_startup_heap
-from engine.ipc import CallContext, CallServer
+from engine.ipc import CallContext, CallServer, PackedError, pack_error
 from engine.ops import SendOp
 from engine.proc import become_child, wait_for_stop
+from engine.send_funnel import Answer
 from engine.system_clock import SystemClock
+from wheels.domain import TimerwheelError
 from wheels.settings import Settings
 
 log = structlog.get_logger("timerwheel.engine_host")
 
 # Engine methods a worker must not call: lifecycle and manual-mode stepping, and the
-# send entry points that would validate and encode here (workers send `submit_sends`).
+# send entry points that would validate and encode here (workers send `submit_sends_many`).
 NOT_REMOTE = frozenset(
     {"close", "step", "run_until_idle", "add_fired_listener", "send", "send_batch",
      "send_batch_async"}
@@ -56,11 +60,8 @@ class EngineHost:
             self._cond.notify_all()
 
     def handle(self, method: str, args: tuple, context: CallContext) -> object:
-        if method == "submit_sends":
-            (op,) = args
-            if not isinstance(op, SendOp):
-                raise TypeError(f"submit_sends takes a SendOp, not {type(op).__name__}")
-            return self._engine.submit_sends(op).result()
+        if method == "submit_sends_many":
+            return self._submit_sends_many(*args)
         if method == "wait_fired":
             return self._wait_fired(*args)
         if method.startswith("_") or method in NOT_REMOTE:
@@ -69,6 +70,20 @@ class EngineHost:
         if not callable(function):
             raise AttributeError(f"engine attribute {method!r} is not a method")
         return function(*args)
+
+    def _submit_sends_many(self, ops: list[SendOp]) -> list[Answer]:
+        """Every op queued for the writer before any is waited for, so they share its
+        next group commit; each answered alone: its results, or its own error."""
+        for op in ops:
+            if not isinstance(op, SendOp):
+                raise TypeError(f"submit_sends_many takes SendOps, not {type(op).__name__}")
+        queued: list[Future | PackedError] = []
+        for op in ops:
+            try:
+                queued.append(self._engine.submit_sends(op))
+            except TimerwheelError as exc:  # refused before queuing (Overloaded)
+                queued.append(pack_error(exc))
+        return [_answer(item) for item in queued]
 
     def _wait_fired(self, timeout_s: float) -> set[str]:
         with self._cond:
@@ -80,6 +95,15 @@ class EngineHost:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+
+
+def _answer(item: Future | PackedError) -> Answer:
+    if not isinstance(item, Future):
+        return (False, item)
+    try:
+        return (True, item.result())
+    except TimerwheelError as exc:
+        return (False, pack_error(exc))
 
 
 def run_engine_process(

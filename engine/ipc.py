@@ -13,7 +13,7 @@ and pickling in C. Measured per-call costs are in docs/architecture.md.
   need no multiplexing. A call is `(method, args)`; the answer is `(True, value)` or
   `(False, error)`.
 * Errors cross as values: a `TimerwheelError` raised by the callee is raised again, same
-  type, same message, in the caller (`_pack_error`); anything else becomes a `RemoteFailure`.
+  type, same message, in the caller (`pack_error`); anything else becomes a `RemoteFailure`.
   A peer that is gone (restarting, killed) raises `PeerUnavailable`, a `ShuttingDown`, so
   a client of the service sees UNAVAILABLE and retries.
 """
@@ -35,6 +35,7 @@ from wheels.domain import ShuttingDown, TimerwheelError
 log = structlog.get_logger("timerwheel.ipc")
 
 Handler = Callable[[str, tuple, "CallContext"], object]
+PackedError = tuple[type, tuple, dict]  # an exception as it crosses: see pack_error
 
 
 class PeerUnavailable(ShuttingDown):
@@ -106,10 +107,10 @@ class CallServer:
                 try:
                     answer = (True, self._handler(method, args, context))
                 except TimerwheelError as exc:
-                    answer = (False, _pack_error(exc))
+                    answer = (False, pack_error(exc))
                 except Exception as exc:
                     log.exception("ipc_call_failed", method=method)
-                    answer = (False, _pack_error(RemoteFailure(f"{method}: {exc!r}")))
+                    answer = (False, pack_error(RemoteFailure(f"{method}: {exc!r}")))
                 try:
                     connection.send(answer)
                 except (OSError, ValueError):
@@ -163,7 +164,7 @@ class CallClient:
                 self._idle.append(connection)
         if ok:
             return value
-        raise _unpack_error(value)
+        raise unpack_error(value)
 
     def _take(self) -> Connection:
         while True:
@@ -211,13 +212,13 @@ def _readable(connection: Connection) -> bool:
         return True
 
 
-def _pack_error(exc: Exception) -> tuple[type, tuple, dict]:
+def pack_error(exc: Exception) -> PackedError:
     """An exception as (type, args, attributes): domain errors have constructors of their
     own (InvalidArgument takes field, value, reason), so they are rebuilt without them."""
     return type(exc), exc.args, dict(getattr(exc, "__dict__", {}))
 
 
-def _unpack_error(packed: tuple[type, tuple, dict]) -> Exception:
+def unpack_error(packed: PackedError) -> Exception:
     error_type, args, attributes = packed
     error = error_type.__new__(error_type)
     Exception.__init__(error, *args)

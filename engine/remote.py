@@ -3,11 +3,13 @@ process): sends are prepared here, everything else is a call to the engine proce
 
 `send_batch_async` validates, chooses ids and encodes records in this process (the same
 `prepare_sends` the in-process engine runs in its callers' threads) and hands the engine
-a ready-to-write `SendOp`. Any other public engine method is forwarded by name
-(`engine.host.EngineHost.handle` decides what may be called), so an engine method added
-later is usable remotely without a change here. `add_fired_listener` becomes a thread
-that long-polls the engine's `wait_fired`; after the engine process restarts it reports
-every topic with fired messages, since the new engine's fire sequences are unknown here.
+a ready-to-write `SendOp`, together with the ops of other threads sending at the same
+time (`engine.send_funnel`: one call carries them all, each answered alone). Any other
+public engine method is forwarded by name (`engine.host.EngineHost.handle` decides what
+may be called), so an engine method added later is usable remotely without a change here.
+`add_fired_listener` becomes a thread that long-polls the engine's `wait_fired`; after the
+engine process restarts it reports every topic with fired messages, since the new
+engine's fire sequences are unknown here.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import structlog
 from engine.ids import MessageIds
 from engine.ipc import CallClient, PeerUnavailable
 from engine.prepare import prepare_sends
+from engine.send_funnel import SendFunnel
 from store import records
 from wheels.clock import Clock
 from wheels.domain import FiredTimer, SendSpec
@@ -39,6 +42,7 @@ class RemoteEngine:
         self._calls = calls
         self._clock = clock
         self._ids = MessageIds()
+        self._sends = SendFunnel(functools.partial(calls.call, "submit_sends_many"))
         self._closed = threading.Event()
         self._listeners: list[threading.Thread] = []
 
@@ -46,7 +50,7 @@ class RemoteEngine:
         """Prepared here, stored by the engine process; the future is already complete."""
         op = prepare_sends(list(specs), self._clock.now_ms(), self.settings, self._ids)
         future: Future = Future()
-        future.set_result(self._calls.call("submit_sends", op))
+        future.set_result(self._sends.submit(op))
         return future
 
     def fetch_deliveries(
