@@ -210,7 +210,7 @@ class Run:
             burst_window_ms=s.burst_window_ms, cancel_share=s.cancel_share,
             max_outstanding=s.max_outstanding, rpc_timeout_s=s.rpc_timeout_s,
             seed=int(self.run_id, 16) + index, connection=self.connection,
-            threads=s.producer_threads,
+            threads=s.producer_threads, connections=s.connections,
         )  # fmt: skip
 
     def _spawn(self, main, plan, name: str) -> None:

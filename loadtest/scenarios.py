@@ -40,6 +40,10 @@ class Scenario:
     batch: int = 100  # messages per request; 1 uses the unary Send
     producers: int = 2  # producer processes
     producer_threads: int = 0  # > 0: per process, threads sending single messages (TDMQ)
+    # gRPC connections per producer process, its requests round-robin over them. With
+    # `serve --workers N` each connection is one worker's (the kernel hashes it to one), so
+    # a few producers on one connection each can land on one worker by chance.
+    connections: int = 1
     consumers: int = 1  # consumer processes (0: nobody subscribes)
     topics: int = 1
     body_bytes: int = 64
@@ -62,7 +66,8 @@ class Scenario:
     rpc_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
-        for name in ("rate", "batch", "producers", "topics", "max_outstanding", "max_in_flight"):
+        positive = ("rate", "batch", "producers", "connections", "topics", "max_outstanding")
+        for name in (*positive, "max_in_flight"):
             if getattr(self, name) < 1:
                 raise ScenarioError(f"{name}={getattr(self, name)}: must be at least 1")
         if self.producer_threads < 0:
@@ -71,6 +76,11 @@ class Scenario:
             raise ScenarioError(
                 f"batch={self.batch}: must be 1 with producer_threads={self.producer_threads} "
                 "(each thread sends single messages; the batching producer batches them)"
+            )
+        if self.producer_threads and self.connections != 1:
+            raise ScenarioError(
+                f"connections={self.connections}: must be 1 with producer_threads="
+                f"{self.producer_threads} (the threads share one batching producer)"
             )
         if self.send_overrun_ms < 0:
             raise ScenarioError(f"send_overrun_ms={self.send_overrun_ms}: must not be negative")

@@ -9,10 +9,12 @@ import time
 from types import SimpleNamespace
 
 import grpc
+import psutil
 
 from loadtest.accounting import SENT, UNKNOWN, UNSENT
 from loadtest.pacing import decode_body
-from loadtest.producer import Producer, ProducerPlan, wants_cancel
+from loadtest.producer import Producer, ProducerPlan, own_connections, wants_cancel
+from timerwheel.client import TimerClient
 from timerwheel.v1 import timerwheel_pb2 as pb
 
 
@@ -181,3 +183,27 @@ def test_producer_waits_only_at_max_outstanding_and_counts_the_wait_as_latency()
     # that wait, at least 200 - 3 ms of it; the send-to-answer latency does not.
     assert producer.intended_us.get_max_value() >= 197_000
     assert producer.max_lag_ms >= 197
+
+
+# == over a real server ======================================================================
+def test_a_producer_with_three_connections_sends_over_three_tcp_connections(server):
+    """Requests take turns on the connections: each of the three is opened (a channel
+    connects at its first call) and every send is stored."""
+    plan = producer_plan(target=server.target, messages=9, batch=1, rate=1_000, connections=3)
+    port = int(server.target.rsplit(":", 1)[1])
+    client = TimerClient(server.target)
+    more = own_connections(plan, plan.connections - 1)
+    try:
+        producer = Producer(plan, client, more)
+        start_ms = time.time_ns() // 1_000_000
+        producer.run(time.monotonic_ns(), start_ms, threading.Event(), lambda sent: None)
+        to_server = [
+            c for c in psutil.Process().net_connections("tcp")
+            if c.raddr and c.raddr.port == port and c.status == psutil.CONN_ESTABLISHED
+        ]  # fmt: skip
+        assert len(to_server) == 3
+        assert producer.result()["sent"] == 9
+    finally:
+        for channel in more:
+            channel.close()
+        client.close()

@@ -220,6 +220,8 @@ def test_scenarios_presets_and_overrides():
         ({"rate": 0}, "rate=0"),
         ({"body_bytes": 4}, "body_bytes=4"),
         ({"producer_threads": 4, "batch": 100}, "batch=100: must be 1 with producer_threads"),
+        ({"connections": 0}, "connections=0: must be at least 1"),
+        ({"producer_threads": 4, "batch": 1, "connections": 2}, "connections=2: must be 1"),
         ({"delay_min_ms": 10, "delay_max_ms": 5}, "delay_min_ms=10"),
         ({"cancel_share": 1.5}, "cancel_share=1.5"),
         ({"consumers": 0}, "consumers=0"),

@@ -40,6 +40,12 @@ OVERRIDES = {
         "threads per producer, each send()ing single messages through the batching "
         "producer (TDMQ's shape; needs --batch 1)",
     ),
+    "--connections": (
+        "connections",
+        int,
+        "gRPC connections per producer process, requests round-robin over them (with "
+        "--serve-flag=--workers=N each connection is served by one worker)",
+    ),
     "--consumers": ("consumers", int, "consumer processes"),
     "--topics": ("topics", int, "topics the messages are spread over"),
     "--body-bytes": ("body_bytes", int, "bytes per message body (at least 10)"),
