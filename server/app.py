@@ -4,9 +4,10 @@ Why the synchronous gRPC server (a thread pool) rather than grpc.aio: every call
 the engine, whose API is blocking (group-commit futures, RocksDB reads); under asyncio
 each would have to hop to an executor anyway, and the measured throughput comes from
 batching (SendBatch, DeliveryBatch), not from cheaper per-call dispatch. The cost of the
-sync server is one thread per open Subscribe stream, so the pool is sized
-`grpc_workers + max_subscribers` and the delivery hub refuses streams beyond
-`max_subscribers`: subscribers can never take the threads unary calls need.
+sync server is one thread per open Subscribe stream, so streams run on a pool of their
+own of `max_subscribers` threads (server.stream_pool) and the delivery hub refuses
+streams beyond it, while unary calls run on `grpc_workers` threads: subscribers can
+never take the threads unary calls need, and unary calls never run 288 at once.
 
 Shutdown (`stop`, run on SIGTERM by `timerwheel serve`): health goes NOT_SERVING; the
 delivery hub ends the Subscribe streams (un-acked messages stay in the store and are
@@ -36,6 +37,7 @@ from server.guard import RequestGuard
 from server.metrics_http import MetricsEndpoint, ScrapeGauges
 from server.protection import UNPROTECTED, Protection, listen, load_protection, log_protection
 from server.service import TimerService
+from server.stream_pool import StreamPool
 from timerwheel.v1 import timerwheel_pb2 as pb
 from timerwheel.v1 import timerwheel_pb2_grpc as pb_grpc
 from wheels.clock import Clock
@@ -69,18 +71,18 @@ def build_grpc_server(
     port (SO_REUSEPORT; the kernel spreads connections over them). Off otherwise, so a
     second server on a busy port fails instead of sharing it.
     """
-    pool = ThreadPoolExecutor(
-        max_workers=settings.grpc_workers + settings.max_subscribers, thread_name_prefix="grpc"
-    )
+    unary_pool = ThreadPoolExecutor(settings.grpc_workers, thread_name_prefix="grpc-unary")
+    stream_pool = ThreadPoolExecutor(settings.max_subscribers, thread_name_prefix="grpc-stream")
     server = grpc.server(
-        pool,
+        unary_pool,
         maximum_concurrent_rpcs=settings.max_concurrent_rpcs,  # beyond: RESOURCE_EXHAUSTED
         options=[
             ("grpc.max_receive_message_length", settings.max_request_bytes),
             ("grpc.max_send_message_length", -1),
             ("grpc.so_reuseport", 1 if reuse_port else 0),
         ],
-        interceptors=[RequestGuard(protection.tokens, engine.topic_of)],
+        # StreamPool first: it wraps what the guard returns, so the pool it sets is seen.
+        interceptors=[StreamPool(stream_pool), RequestGuard(protection.tokens, engine.topic_of)],
     )
     pb_grpc.add_TimerServiceServicer_to_server(TimerService(engine, hub), server)
     admin = TimerAdmin(engine, hub, protection.security, stats_root_pid)

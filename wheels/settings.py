@@ -101,8 +101,9 @@ class Settings:
     # topic, when its send does not say (SendRequest.max_attempts); 0: unlimited.
     max_attempts: int = 0
 
-    # gRPC serving. Each Subscribe stream holds a thread of its own for its lifetime, so
-    # the pool is grpc_workers + max_subscribers: streams can never starve unary calls.
+    # gRPC serving: unary calls run on grpc_workers threads; each Subscribe stream holds a
+    # thread of a second pool, of max_subscribers, for its lifetime (server.stream_pool),
+    # so streams can never starve unary calls.
     grpc_workers: int = 32
     max_subscribers: int = 256
     max_request_bytes: int = 16 * 1024 * 1024  # largest request (a SendBatch) accepted

@@ -1,0 +1,52 @@
+"""Streams on threads of their own, so unary calls run on a pool no bigger than they need.
+
+The synchronous gRPC server runs every call on a thread of its pool, and a Subscribe
+stream holds its thread for as long as it is open. Sized for both (`grpc_workers +
+max_subscribers`, 288 threads by default) the one pool also let up to 288 unary calls
+run at once: under unary load every waiting Send held a thread, and 250 threads taking
+turns at the GIL cost more than the calls themselves. With unary Send at 8,000 offered
+and `--workers 2`, a pool of 40 took 2,183-2,213 calls a second against 1,804-1,949 for
+288 (docs/benchmarks.md, 2026-11-26 afternoon): calls beyond the pool wait in its queue,
+and a thread that finishes a call takes the next without sleeping.
+
+So the server's own pool has `grpc_workers` threads, for unary calls, and every streaming
+method (Subscribe, health's Watch, reflection) runs on a second pool of `max_subscribers`
+threads, through grpcio's per-method pool (a behaviour's `experimental_thread_pool`
+attribute, grpc/_server.py `_select_thread_pool_for_behavior`). Streams still never
+starve unary calls, and the delivery hub still refuses Subscribe streams beyond
+`max_subscribers`.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+
+_HANDLER_OF = {  # (request streaming, response streaming) -> factory, behaviour attribute
+    (False, True): (grpc.unary_stream_rpc_method_handler, "unary_stream"),
+    (True, False): (grpc.stream_unary_rpc_method_handler, "stream_unary"),
+    (True, True): (grpc.stream_stream_rpc_method_handler, "stream_stream"),
+}
+
+
+class StreamPool(grpc.ServerInterceptor):
+    """Puts every streaming method's calls on `pool`; unary calls keep the server's."""
+
+    def __init__(self, pool: ThreadPoolExecutor) -> None:
+        self._pool = pool
+
+    def intercept_service(self, continuation, details):
+        handler = continuation(details)
+        if handler is None or not (handler.request_streaming or handler.response_streaming):
+            return handler
+        factory, attribute = _HANDLER_OF[handler.request_streaming, handler.response_streaming]
+        behaviour = getattr(handler, attribute)
+
+        def on_the_stream_pool(request_or_iterator, context):
+            return behaviour(request_or_iterator, context)
+
+        on_the_stream_pool.experimental_thread_pool = self._pool
+        return factory(
+            on_the_stream_pool, handler.request_deserializer, handler.response_serializer
+        )
