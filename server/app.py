@@ -5,9 +5,10 @@ the engine, whose API is blocking (group-commit futures, RocksDB reads); under a
 each would have to hop to an executor anyway, and the measured throughput comes from
 batching (SendBatch, DeliveryBatch), not from cheaper per-call dispatch. The cost of the
 sync server is one thread per open Subscribe stream, so streams run on a pool of their
-own of `max_subscribers` threads (server.stream_pool) and the delivery hub refuses
-streams beyond it, while unary calls run on `grpc_workers` threads: subscribers can
-never take the threads unary calls need, and unary calls never run 288 at once.
+own (server.stream_pool: `max_subscribers` threads, and `grpc_workers` more on which the
+delivery hub refuses streams beyond `max_subscribers`), while unary calls run on
+`grpc_workers` threads: subscribers can never take the threads unary calls need, and
+unary calls never run 288 at once.
 
 Shutdown (`stop`, run on SIGTERM by `timerwheel serve`): health goes NOT_SERVING; the
 delivery hub ends the Subscribe streams (un-acked messages stay in the store and are
@@ -21,6 +22,7 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import grpc
 import structlog
@@ -58,10 +60,26 @@ def bind_address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
 
 
+@dataclass(frozen=True)
+class GrpcServer:
+    """A built gRPC server, its health servicer and the thread pools its calls run on."""
+
+    server: grpc.Server
+    health: health.HealthServicer
+    pools: tuple[ThreadPoolExecutor, ...]
+
+    def stop(self, grace_s: float) -> None:
+        """No new calls; those in progress finish within `grace_s`; then the pools'
+        threads end (grpcio does not own the pools it is given, so nothing else ends them)."""
+        self.server.stop(grace_s).wait()
+        for pool in self.pools:
+            pool.shutdown(wait=False)
+
+
 def build_grpc_server(
     settings: Settings, engine: object, hub: object, *, reuse_port: bool = False,
     stats_root_pid: int | None = None, protection: Protection = UNPROTECTED,
-) -> tuple[grpc.Server, health.HealthServicer]:  # fmt: skip
+) -> GrpcServer:  # fmt: skip
     """The gRPC server with every service on it, not yet bound: TimerService and TimerAdmin
     over `engine` and `hub` (in-process objects, or the remote ones of a worker process),
     health and reflection, behind the request guard (server.guard: tokens and roles from
@@ -72,7 +90,10 @@ def build_grpc_server(
     second server on a busy port fails instead of sharing it.
     """
     unary_pool = ThreadPoolExecutor(settings.grpc_workers, thread_name_prefix="grpc-unary")
-    stream_pool = ThreadPoolExecutor(settings.max_subscribers, thread_name_prefix="grpc-stream")
+    # A stream beyond max_subscribers needs a thread too, to be refused on (the hub's
+    # RESOURCE_EXHAUSTED): the streams' pool has grpc_workers threads more for those.
+    stream_threads = settings.max_subscribers + settings.grpc_workers
+    stream_pool = ThreadPoolExecutor(stream_threads, thread_name_prefix="grpc-stream")
     server = grpc.server(
         unary_pool,
         maximum_concurrent_rpcs=settings.max_concurrent_rpcs,  # beyond: RESOURCE_EXHAUSTED
@@ -92,7 +113,7 @@ def build_grpc_server(
     reflection.enable_server_reflection(
         (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
-    return server, health_servicer
+    return GrpcServer(server, health_servicer, (unary_pool, stream_pool))
 
 
 def set_serving(health_servicer: health.HealthServicer, serving: bool = True) -> None:
@@ -157,10 +178,11 @@ class TimerServer:
         return MetricsEndpoint(self.settings.metrics_host, self.settings.metrics_port, gauges)
 
     def _build_grpc(self) -> grpc.Server:
-        server, self.health = build_grpc_server(
+        self._built = build_grpc_server(
             self.settings, self.engine, self.hub, protection=self.protection
         )
-        return server
+        self.health = self._built.health
+        return self._built.server
 
     @property
     def target(self) -> str:
@@ -194,7 +216,7 @@ class TimerServer:
             if self.console is not None:
                 self.console.close()
             self.hub.close()
-            self._grpc.stop(grace_s).wait()
+            self._built.stop(grace_s)
             if self.metrics is not None:
                 self.metrics.close()
             self.engine.close()

@@ -10,11 +10,12 @@ and `--workers 2`, a pool of 40 took 2,183-2,213 calls a second against 1,804-1,
 and a thread that finishes a call takes the next without sleeping.
 
 So the server's own pool has `grpc_workers` threads, for unary calls, and every streaming
-method (Subscribe, health's Watch, reflection) runs on a second pool of `max_subscribers`
-threads, through grpcio's per-method pool (a behaviour's `experimental_thread_pool`
-attribute, grpc/_server.py `_select_thread_pool_for_behavior`). Streams still never
-starve unary calls, and the delivery hub still refuses Subscribe streams beyond
-`max_subscribers`.
+method (Subscribe, health's Watch, reflection) runs on a second pool, through grpcio's
+per-method pool (a behaviour's `experimental_thread_pool` attribute, grpc/_server.py
+`_select_thread_pool_for_behavior`). That pool has `max_subscribers` threads for the
+streams the delivery hub admits and `grpc_workers` more: a stream beyond the limit must
+still run, to be refused with RESOURCE_EXHAUSTED, and would otherwise wait in the pool's
+queue for a thread no open stream gives back. Streams still never starve unary calls.
 """
 
 from __future__ import annotations

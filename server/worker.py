@@ -48,9 +48,10 @@ def run_worker_process(
         settings, CallClient(engine_path, authkey, "engine"), SystemClock(settings.clock_offset_ms)
     )
     hub = RemoteHub(delivery_path, authkey)
-    server, health = build_grpc_server(
+    built = build_grpc_server(
         settings, engine, hub, reuse_port=True, stats_root_pid=parent_pid, protection=protection
     )
+    server, health = built.server, built.health
     address = bind_address(settings.host, settings.port)
     try:
         port = listen(server, address, protection.security)
@@ -68,7 +69,7 @@ def run_worker_process(
     finally:
         health.enter_graceful_shutdown()
         hub.close()
-        server.stop(settings.shutdown_grace_ms / 1000).wait()
+        built.stop(settings.shutdown_grace_ms / 1000)
         hub.disconnect()
         engine.close()
     if not stopped:

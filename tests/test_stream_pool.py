@@ -18,6 +18,7 @@ def threads_named(prefix: str) -> int:
 
 
 def test_forty_concurrent_sends_all_answer_on_no_more_than_grpc_workers_threads(make_server):
+    before = threads_named("grpc-unary")  # other tests' servers' threads, if still ending
     server = make_server(grpc_workers=2, max_subscribers=4)
     with TimerClient(server.target, timeout_s=WAIT_S) as client, ThreadPoolExecutor(40) as senders:
         futures = [
@@ -27,7 +28,18 @@ def test_forty_concurrent_sends_all_answer_on_no_more_than_grpc_workers_threads(
         ids = {future.result(WAIT_S).message_id for future in futures}
     assert len(ids) == 40
     assert server.engine.count("t", 0, 0)[0] == 40
-    assert 1 <= threads_named("grpc-unary") <= 2
+    assert 1 <= threads_named("grpc-unary") - before <= 2
+
+
+def test_a_stopped_server_ends_its_pools_threads(make_server):
+    server = make_server(grpc_workers=2, max_subscribers=4)
+    with TimerClient(server.target, timeout_s=WAIT_S) as client:
+        client.service.Send(pb.SendRequest(topic="t", delay_ms=60_000))
+    ours = [t for t in threading.enumerate() if t.name.startswith(("grpc-unary", "grpc-stream"))]
+    server.stop(grace_s=1.0)
+    for thread in ours:
+        thread.join(WAIT_S)
+    assert not any(thread.is_alive() for thread in ours)
 
 
 def test_open_subscribe_streams_hold_stream_threads_and_unary_calls_still_answer(make_server):

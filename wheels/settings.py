@@ -102,8 +102,8 @@ class Settings:
     max_attempts: int = 0
 
     # gRPC serving: unary calls run on grpc_workers threads; each Subscribe stream holds a
-    # thread of a second pool, of max_subscribers, for its lifetime (server.stream_pool),
-    # so streams can never starve unary calls.
+    # thread of a second pool for its lifetime (server.stream_pool), so streams can never
+    # starve unary calls.
     grpc_workers: int = 32
     max_subscribers: int = 256
     max_request_bytes: int = 16 * 1024 * 1024  # largest request (a SendBatch) accepted
