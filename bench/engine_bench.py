@@ -30,7 +30,7 @@ from engine.engine import Engine
 from engine.system_clock import SystemClock
 from wheels.clock import VirtualClock
 from wheels.domain import SendSpec, When, WhenKind
-from wheels.settings import DAY_MS, HOUR_MS, Settings
+from wheels.settings import DAY_MS, HOUR_MS, Settings, SettingsError
 
 
 def _settings(args, data_dir: str, **given: object) -> Settings:
@@ -351,6 +351,10 @@ def main() -> None:
     parser.add_argument("--data-dir", help="default: a temporary directory")
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args()
+    try:  # bad --set values: a usage error naming them, before anything is made
+        _settings(args, "unused")
+    except SettingsError as exc:
+        parser.error(str(exc))
     data_dir = args.data_dir or tempfile.mkdtemp(prefix="timerwheel-bench-")
     try:
         print(

@@ -61,3 +61,14 @@ def test_burst_fires_at_most_a_chunk_a_group_commit_with_the_settings_given():
     assert 1.2 <= figures["virtual_s_until_all_acked"] <= 2.4
     first = run_bench("burst", "--timers", "300", "--no-sync", "--fire-first")
     assert first["fire_first"] and first["virtual_s_until_all_acked"] >= 1.0
+
+
+@pytest.mark.parametrize(
+    ("assignment", "named"),
+    [("fire_chunk=0", "fire_chunk=0"), ("fire_chunk=x", "fire_chunk"), ("nope=1", "'nope'")],
+)
+def test_a_bad_set_is_a_usage_error_naming_it(assignment, named):
+    args = [sys.executable, "-m", "bench.engine_bench", "burst", "--set", assignment]
+    done = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=100)
+    assert done.returncode == 2
+    assert named in done.stderr and "Traceback" not in done.stderr
