@@ -150,9 +150,12 @@ class TimerServer:
             self.hub = DeliveryHub(self.engine, settings)
             if settings.metrics_port >= 0:
                 self.metrics = self._serve_metrics()
-            self._grpc = self._build_grpc()
+            self._grpc = build_grpc_server(
+                settings, self.engine, self.hub, protection=self.protection
+            )
+            self.health = self._grpc.health
             address = bind_address(settings.host, settings.port)
-            self.port = listen(self._grpc, address, self.protection.security)
+            self.port = listen(self._grpc.server, address, self.protection.security)
             if settings.console_port >= 0:
                 self.console = ConsoleEndpoint(
                     settings.console_host, settings.console_port,
@@ -177,20 +180,13 @@ class TimerServer:
         gauges = ScrapeGauges(lambda: self.engine.metrics_gauges(top), self.hub.subscriber_count)
         return MetricsEndpoint(self.settings.metrics_host, self.settings.metrics_port, gauges)
 
-    def _build_grpc(self) -> grpc.Server:
-        self._built = build_grpc_server(
-            self.settings, self.engine, self.hub, protection=self.protection
-        )
-        self.health = self._built.health
-        return self._built.server
-
     @property
     def target(self) -> str:
         """HOST:PORT a client on this machine dials."""
         return bind_address(self.settings.host, self.port)
 
     def start(self) -> TimerServer:
-        self._grpc.start()
+        self._grpc.server.start()
         set_serving(self.health)
         # A writer that stops for good (engine.store_health) leaves nothing to serve:
         # NOT_SERVING at once, so probes and load balancers see it; `failure` tells
@@ -216,7 +212,7 @@ class TimerServer:
             if self.console is not None:
                 self.console.close()
             self.hub.close()
-            self._built.stop(grace_s)
+            self._grpc.stop(grace_s)
             if self.metrics is not None:
                 self.metrics.close()
             self.engine.close()
