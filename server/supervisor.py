@@ -10,6 +10,10 @@ a clear message), starts the engine first (it takes RocksDB's lock: a second ser
 the same data dir fails here too), then the delivery process, then the workers, each
 reporting ready or failed on a pipe. It logs `server_started` when every worker listens.
 
+The children's unix sockets and metrics files are in a runtime dir (server.runtime_dir),
+removed when the supervisor stops; one left by a SIGKILLed supervisor is removed by the
+next supervisor that starts with the same temporary directory.
+
 A child that exits unexpectedly is started again (`child_restarted`); each kind has its
 own restart budget, and a child that keeps failing stops the server with exit code 1.
 Children die with the supervisor (engine.proc), so a SIGKILLed supervisor leaves no
@@ -25,9 +29,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import secrets
-import shutil
 import socket
-import tempfile
 import threading
 import time
 from collections import deque
@@ -44,6 +46,7 @@ from engine.system_clock import SystemClock
 from server.delivery_host import run_delivery_process
 from server.metrics_http import MetricsEndpoint, ScrapeGauges
 from server.protection import UNPROTECTED, Protection
+from server.runtime_dir import RuntimeDir
 from server.worker import run_worker_process
 from wheels.settings import Settings
 
@@ -91,23 +94,26 @@ class Supervisor:
         protection: Protection = UNPROTECTED,
     ) -> None:  # fmt: skip
         self._context = multiprocessing.get_context("spawn")
-        self._runtime_dir = tempfile.mkdtemp(prefix="timerwheel-")
-        engine_path = os.path.join(self._runtime_dir, "engine.sock")
-        delivery_path = os.path.join(self._runtime_dir, "delivery.sock")
-        authkey = secrets.token_bytes(32)
-        pid = os.getpid()
         self.port = check_port(settings.host, settings.port)
         if settings.metrics_port > 0:
             check_port(settings.metrics_host, settings.metrics_port)
         if settings.console_port > 0:
             check_port(settings.console_host, settings.console_port)
         settings = settings.replace(port=self.port)
+        # Made once the ports are known free, so a refused start leaves nothing behind.
+        self._runtime, swept = RuntimeDir.create()
+        if swept:
+            log.info("runtime_dirs_removed", reason="their supervisor is dead", paths=swept)
+        engine_path = self._runtime.join("engine.sock")
+        delivery_path = self._runtime.join("delivery.sock")
+        authkey = secrets.token_bytes(32)
+        pid = os.getpid()
         self.settings = settings
         # Metrics: every child writes its counters to prometheus_client's multiprocess
         # files here; this process serves /metrics from them (server.metrics_http).
         metrics_dir = None
         if settings.metrics_port >= 0:
-            metrics_dir = os.path.join(self._runtime_dir, "metrics")
+            metrics_dir = self._runtime.join("metrics")
             os.mkdir(metrics_dir)
         self._metrics_dir = metrics_dir
         self._calls = (CallClient(engine_path, authkey, "engine"),
@@ -270,4 +276,4 @@ class Supervisor:
                     log.error("child_killed", child=child.name, after_s=timeout_s)
                     child.process.kill()
                     child.process.join(timeout=5)
-        shutil.rmtree(self._runtime_dir, ignore_errors=True)
+        self._runtime.remove()

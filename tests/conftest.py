@@ -242,14 +242,15 @@ TIMERWHEEL = str(Path(sys.executable).parent / "timerwheel")
 class ServeProcess:
     """`timerwheel serve --port 0` as a subprocess; its JSON log lines are parsed as they come."""
 
-    def __init__(self, data_dir: Path, *extra: str) -> None:
+    def __init__(self, data_dir: Path, *extra: str, tmp_dir: str | None = None) -> None:
         self.args = [
             TIMERWHEEL, "serve", "--data-dir", str(data_dir), "--host", "127.0.0.1",
             "--port", "0", "--log-format", "json", *extra,
         ]  # fmt: skip
         # Where a `--workers` supervisor makes its runtime dir (unix sockets): a SIGKILLed
-        # supervisor cannot remove it, so `kill` removes this one around it.
-        self.tmp_dir = tempfile.mkdtemp(prefix="tw-serve-")
+        # supervisor cannot remove it, so `kill` removes this one around it. Given, it is
+        # shared with the server started before (the next start removes a dead one's).
+        self.tmp_dir = tmp_dir or tempfile.mkdtemp(prefix="tw-serve-")
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "TMPDIR": self.tmp_dir}
         self.proc = subprocess.Popen(
             self.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
@@ -329,11 +330,12 @@ class ServeProcess:
 
 @pytest.fixture
 def serve_process() -> Iterator[Callable[..., ServeProcess]]:
-    """`serve_process(data_dir, *flags)`: start a real server; killed at the end if alive."""
+    """`serve_process(data_dir, *flags, tmp_dir=None)`: start a real server; killed at the
+    end if alive."""
     started: list[ServeProcess] = []
 
-    def start(data_dir: Path, *extra: str) -> ServeProcess:
-        process = ServeProcess(data_dir, *extra)
+    def start(data_dir: Path, *extra: str, tmp_dir: str | None = None) -> ServeProcess:
+        process = ServeProcess(data_dir, *extra, tmp_dir=tmp_dir)
         started.append(process)
         return process
 

@@ -9,6 +9,7 @@ acknowledged is still there and is delivered.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -79,12 +80,23 @@ def test_the_gil_switch_interval_setting_reaches_the_serving_process(tmp_path, s
 
 
 def test_sigkill_of_the_supervisor_leaves_no_orphans(tmp_path, serve_process):
-    server = serve_process(tmp_path / "data", "--workers", "2")
+    server = serve_process(tmp_path / "data", "--workers", "2", "--metrics-port", "0")
     children = [psutil.Process(pid) for pid in server.children.values()]
+    [runtime_dir] = os.listdir(server.tmp_dir)  # sockets, the children's metrics files
     server.proc.kill()
     server.proc.wait(timeout=WAIT_S)
     _, alive = psutil.wait_procs(children, timeout=WAIT_S)
     assert alive == []  # each child died with its parent (PR_SET_PDEATHSIG)
+    assert os.listdir(server.tmp_dir) == [runtime_dir]  # a SIGKILL cannot clean up
+
+    again = serve_process(tmp_path / "data", "--workers", "1", tmp_dir=server.tmp_dir)
+    [removed] = again.wait_event("runtime_dirs_removed")["paths"]
+    assert removed == os.path.join(server.tmp_dir, runtime_dir)
+    [own] = os.listdir(server.tmp_dir)  # only the running supervisor's
+    assert own != runtime_dir
+    again.signal(signal.SIGTERM)
+    assert again.wait_exit(timeout_s=60) == 0
+    assert os.listdir(server.tmp_dir) == []
 
 
 @pytest.mark.parametrize("victim", ["worker-0", "engine", "delivery"])
