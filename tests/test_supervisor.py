@@ -145,3 +145,12 @@ def test_a_busy_port_is_a_one_line_error(tmp_path, serve_process):
     done = subprocess.run(args, capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
     assert f"cannot listen on 127.0.0.1:{first.port}" in done.stdout
+
+    tmp_dir = tmp_path / "tmp"  # a refused supervisor leaves no runtime dir behind
+    tmp_dir.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp_dir)}
+    done = subprocess.run([*args, "--workers", "2"], capture_output=True, text=True,
+                          timeout=60, env=env)  # fmt: skip
+    assert done.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{first.port}" in done.stdout
+    assert os.listdir(tmp_dir) == []
