@@ -91,6 +91,10 @@ class Tally:
     # receive - fired_at (first attempts): the delivery's share of the delay error
     lag_ms: Counter = field(default_factory=Counter)
     early_ms: Counter = field(default_factory=Counter)  # deliver - receive, when received early
+    # By the second of the deliver time (epoch s): the worst delay error and fire lateness
+    # of first attempts due in it, so a report can say when the tail happened.
+    worst_delay_ms: dict[int, int] = field(default_factory=dict)
+    worst_fire_ms: dict[int, int] = field(default_factory=dict)
     received: int = 0  # every receipt, duplicates included
     first_receipts: int = 0  # receipts of a message this tally had not seen
     redelivered: int = 0  # receipts with attempt > 1
@@ -101,6 +105,7 @@ class Tally:
     def add(self, deliveries: Iterable, received_ms: int) -> None:
         """Record a DeliveryBatch's deliveries, all received at `received_ms` (wall clock)."""
         seen, delay, fire, lag = self.seen, self.delay_ms, self.fire_ms, self.lag_ms
+        worst_delay, worst_fire = self.worst_delay_ms, self.worst_fire_ms
         self.last_received_ms = max(self.last_received_ms, received_ms)
         for delivery in deliveries:
             self.received += 1
@@ -125,13 +130,29 @@ class Tally:
             if delivery.attempt > 1:
                 self.redelivered += 1
             elif error_ms >= 0:
+                fire_ms = delivery.fired_at_ms - delivery.deliver_at_ms
                 delay[error_ms] += 1
-                fire[delivery.fired_at_ms - delivery.deliver_at_ms] += 1
+                fire[fire_ms] += 1
                 lag[max(0, received_ms - delivery.fired_at_ms)] += 1  # ms-rounded clocks
+                second = delivery.deliver_at_ms // 1000
+                if error_ms > worst_delay.get(second, -1):
+                    worst_delay[second] = error_ms
+                if fire_ms > worst_fire.get(second, -1):
+                    worst_fire[second] = fire_ms
 
     @property
     def early(self) -> int:
         return sum(self.early_ms.values())
+
+
+def merge_worst(parts: Iterable[Mapping[int, int]]) -> dict[int, int]:
+    """Per-second worst values of several tallies: the largest of each second."""
+    merged: dict[int, int] = {}
+    for part in parts:
+        for second, value in part.items():
+            if value > merged.get(second, -1):
+                merged[second] = value
+    return merged
 
 
 def merge_counts(parts: Iterable[bytes]) -> bytes:

@@ -21,7 +21,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
-from loadtest.accounting import Tally, histogram_of, merge_counts
+from loadtest.accounting import Tally, histogram_of, merge_counts, merge_worst
 from loadtest.pacing import use_measuring_switch_interval
 from timerwheel.acks import DEFAULT_ACK_LINGER_MS, AckSender
 from timerwheel.client import TimerClient
@@ -96,6 +96,8 @@ def merge_tallies(tallies: list[Tally]) -> dict:
         "fire_ms": histogram_of(fire).encode(),
         "lag_ms": histogram_of(lag).encode(),
         "early_ms": histogram_of(early).encode(),
+        "worst_delay_ms": merge_worst(t.worst_delay_ms for t in tallies),
+        "worst_fire_ms": merge_worst(t.worst_fire_ms for t in tallies),
         "early": sum(early.values()),
         "received": sum(t.received for t in tallies),
         "redelivered": sum(t.redelivered for t in tallies),

@@ -10,6 +10,9 @@ Units are in the names: `_ms` integer milliseconds, `_us` microseconds, `_bytes`
   `fired_at_ms`); `delivery_lag_ms`: consumer receive time - the server's fire time (what
   delivery adds: the hub, the stream, the consumer's process); `early_ms`: how early, for
   receipts before the deliver time.
+* `timeline`: per second of deliver time, counted from the first due second, the worst
+  delay error and fire lateness of the first receipts due in it (`delay_max_ms`,
+  `fire_max_ms`): where in the run the tail happened.
 * `server.cpu_percent_*`: from TimerAdmin.Stats cpu_seconds (100 = one core busy);
   `peak_rss_bytes` the larger of the sampled RSS and the kernel's VmHWM (spawned server).
 * `server.peak_unacked`: the most fired, not yet acked messages the server held at a
@@ -23,7 +26,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 
-from loadtest.accounting import HIGHEST_US, merge_histograms, summary
+from loadtest.accounting import HIGHEST_US, merge_histograms, merge_worst, summary
 from loadtest.scenarios import Scenario
 
 
@@ -44,6 +47,7 @@ def figures(
         "delivery_lag_ms": _merged(outcome["consumers"], "lag_ms"),
         "early_ms": _merged(outcome["consumers"], "early_ms"),
         "delivery": _delivery(outcome),
+        "timeline": _timeline(outcome["consumers"]),
         "server": _server(outcome, accounting),
         "harness_cpu_s": round(
             sum(r["cpu_s"] for r in outcome["producers"] + outcome["consumers"]), 1
@@ -135,6 +139,19 @@ def _delivery(outcome: dict) -> dict:
         # From the earliest deliver time to the last receipt: a burst's "all in N s".
         "span_ms": last_received_ms - first_due_ms if last_received_ms else 0,
     }
+
+
+def _timeline(consumers: list[dict]) -> list[dict]:
+    """Per second of deliver time (from the first due second): the worst delay error
+    and fire lateness of the first receipts due in it, so a tail can be placed in time."""
+    delay = merge_worst(r["worst_delay_ms"] for r in consumers)
+    fire = merge_worst(r["worst_fire_ms"] for r in consumers)
+    first = min(delay, default=0)
+    return [
+        {"second": second - first, "delay_max_ms": delay[second],
+         "fire_max_ms": fire.get(second, 0)}
+        for second in sorted(delay)
+    ]  # fmt: skip
 
 
 def _server(outcome: dict, accounting) -> dict:

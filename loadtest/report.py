@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+WORST_SECONDS = 5  # listed in the details, worst delay error first
 TDMQ_REFERENCE = {
     "who": "TDMQ RocketMQ (8-core broker)",
     "producers": "16 threads",
@@ -138,6 +139,8 @@ def details(fig: dict) -> str:
          f"{fire['p50']} / {fire['p99']} / {fire['p999']} / {fire['max']} ms"),
         ("delivery lag (server fire -> consumer receipt) P50 / P99 / P999 / max",
          f"{lag['p50']} / {lag['p99']} / {lag['p999']} / {lag['max']} ms"),
+        ("worst seconds of deliver time (from the first due: delay error max / fire "
+         "lateness max)", _worst_seconds(fig["timeline"])),
         ("first deliver time -> last receipt", f"{delivery['span_ms']:,} ms"),
         ("server's peak fired-but-unacked backlog", f"{server.get('peak_unacked', 0):,}"),
         ("server CPU, whole run (send, wait and drain phases; lower than the send phase's "
@@ -150,6 +153,16 @@ def details(fig: dict) -> str:
         ("result", "OK" if fig["ok"] else "FAILED: " + "; ".join(acc["problems"])),
     ]  # fmt: skip
     return "\n".join(f"- {name}: {value}" for name, value in items)
+
+
+def _worst_seconds(timeline: list[dict], count: int = WORST_SECONDS) -> str:
+    worst = sorted(timeline, key=lambda row: -row["delay_max_ms"])[:count]
+    return (
+        ", ".join(
+            f"+{row['second']} s: {row['delay_max_ms']} / {row['fire_max_ms']} ms" for row in worst
+        )
+        or "none received"
+    )
 
 
 def _rate_verdict(send: dict) -> str:

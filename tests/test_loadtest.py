@@ -91,6 +91,11 @@ def test_smoke_scenario_spawned_server_accounts_for_every_message(tmp_path, caps
     assert acc["lost"] == 0 and acc["early"] == 0 and acc["unexpected"] == 0
     assert fig["delay_error_ms"]["count"] == planned  # every message timed once
     assert fig["early_ms"]["count"] == 0
+    timeline = fig["timeline"]  # per second of deliver time: its worst
+    assert [row["second"] for row in timeline] == list(range(len(timeline)))
+    assert max(row["delay_max_ms"] for row in timeline) == fig["delay_error_ms"]["max"]
+    assert max(row["fire_max_ms"] for row in timeline) == fig["fire_lateness_ms"]["max"]
+    assert "- worst seconds of deliver time" in table
     assert fig["send"]["latency_us"]["count"] == planned // 50  # one per SendBatch of 50
     assert fig["send"]["rate_achieved"] > 1_000  # paced to 2,000/s over 3 s
     assert fig["server"]["peak_rss_bytes"] > 10 * 2**20 and fig["server"]["stats_samples"] >= 2

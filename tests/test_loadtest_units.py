@@ -25,6 +25,7 @@ from loadtest.accounting import (
     histogram_of,
     merge_counts,
     merge_histograms,
+    merge_worst,
     summary,
 )
 from loadtest.harness import Run
@@ -104,6 +105,17 @@ def test_tally_counts_receipts_delay_errors_early_and_redeliveries():
     assert tally.lag_ms == {9: 1, 8: 1}  # received at 1,010, fired at 1,001 and 1,002
     assert bytes(tally.seen[0][:6]) == bytes([1, 0, 0, 0, 0, 2])
     assert tally.last_received_ms == 40_000
+    # per second of deliver time, the worst of the first attempts received on time
+    assert tally.worst_delay_ms == {1: 10} and tally.worst_fire_ms == {1: 2}
+
+
+def test_tally_keeps_the_worst_of_each_second_and_merges_take_the_larger():
+    tally = Tally()
+    tally.add([delivery(0, 0, 1_000, 1_004), delivery(0, 1, 1_999, 2_001)], received_ms=2_005)
+    tally.add([delivery(0, 2, 3_500, 3_501)], received_ms=3_520)
+    assert tally.worst_delay_ms == {1: 1_005, 3: 20}
+    assert tally.worst_fire_ms == {1: 4, 3: 1}
+    assert merge_worst([{1: 5, 2: 7}, {2: 9, 4: 1}, {}]) == {1: 5, 2: 9, 4: 1}
 
 
 def test_harness_processes_switch_threads_every_millisecond():
@@ -261,6 +273,9 @@ def fake_figures(**accounting_changes) -> dict:
         "delay_error_ms": delay, "fire_lateness_ms": delay,
         "delivery_lag_ms": {**delay, "p999": 7, "max": 8},
         "delivery": {"span_ms": 61_000},
+        "timeline": [{"second": 0, "delay_max_ms": 4, "fire_max_ms": 1},
+                     {"second": 1, "delay_max_ms": 15, "fire_max_ms": 9},
+                     {"second": 2, "delay_max_ms": 6, "fire_max_ms": 2}],
         "server": {"cpu_percent_send": 88.5, "cpu_percent_run": 70.0,
                    "peak_rss_bytes": 200 * 2**20, "data_dir_bytes": 2**20,
                    "bytes_per_timer": None},
@@ -297,6 +312,8 @@ def test_report_puts_tdmq_next_to_ours_in_a_table_that_fits_a_terminal():
         "2 / 9 / 7 / 8 ms" in text
     )
     assert "- result: OK" in text and "0.50 0.40 0.30" in text
+    assert ("fire lateness max): +1 s: 15 / 9 ms, +2 s: 6 / 2 ms, +0 s: 4 / 1 ms"
+            in text)  # fmt: skip
 
 
 def test_report_names_the_thread_producer_shape():
