@@ -80,12 +80,13 @@ class SpawnedServer:
             self._reader = threading.Thread(target=self._read_log, daemon=True)
             self._reader.start()
             if not self._started.wait(START_TIMEOUT_S) or not self.port:
+                self.stop()  # then its log is complete
                 raise ServerStartError(
-                    f"timerwheel serve did not start (exit code {self.proc.poll()}); "
-                    f"its log: {self.log_path}"
+                    f"timerwheel serve did not start (exit code {self.proc.poll()}); the "
+                    f"end of its log:\n{self._log_tail()}"
                 )
         except BaseException:
-            self.stop()
+            self.__exit__()  # Python calls it only once __enter__ has returned
             raise
         log.info("server_spawned", pid=self.proc.pid, port=self.port, data_dir=str(self.data_dir))
         return self
@@ -102,6 +103,12 @@ class SpawnedServer:
                             self.port = int(event["port"])
                             self._started.set()
         self._started.set()  # the process ended: unblock a waiting start
+
+    def _log_tail(self, lines: int = 5) -> str:
+        """The last lines the stopped server wrote (its work dir goes after a failed start)."""
+        with contextlib.suppress(OSError), open(self.log_path) as log_file:
+            return "".join(log_file.readlines()[-lines:]).rstrip()
+        return "(no log)"
 
     def peak_rss_bytes(self) -> int:
         """VmHWM of the live server: the sum over its processes (the supervisor and its
@@ -199,6 +206,12 @@ class StatsSampler:
             return 0.0
         first, last = inside[0], inside[-1]
         return round(100 * (last.cpu_s - first.cpu_s) / (last.at_s - first.at_s), 1)
+
+    def _log_tail(self, lines: int = 5) -> str:
+        """The last lines the stopped server wrote (its work dir goes after a failed start)."""
+        with contextlib.suppress(OSError), open(self.log_path) as log_file:
+            return "".join(log_file.readlines()[-lines:]).rstrip()
+        return "(no log)"
 
     def peak_rss_bytes(self) -> int:
         return max((s.rss_bytes for s in self.samples), default=0)

@@ -23,6 +23,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -225,6 +226,21 @@ def test_no_server_at_the_target_fails_within_a_bound(tmp_path, capsys):
     code = main(["loadtest", "--scenario", "smoke", "--target", f"127.0.0.1:{port}", *QUIET])
     assert code == 1 and time.monotonic() - started < 40
     assert f"no timerwheel server answers at 127.0.0.1:{port}" in capsys.readouterr().err
+
+
+def test_a_spawned_server_that_fails_to_start_leaves_no_work_dir(tmp_path, monkeypatch, capsys):
+    temp = tmp_path / "tmp"  # where the run makes its work dir (the spawned data dir)
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    before = child_pids()
+    code = main(["loadtest", "--scenario", "smoke", "--serve-flag=--set=max_subscribers=0",
+                 *QUIET])  # fmt: skip
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "timerwheel serve did not start" in err
+    assert "max_subscribers=0" in err  # the end of its log says why; the log itself is gone
+    assert list(temp.iterdir()) == []
+    assert leftover_processes(before) == []
 
 
 def test_usage_errors_exit_2_before_anything_runs(capsys):
