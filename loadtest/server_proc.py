@@ -207,12 +207,6 @@ class StatsSampler:
         first, last = inside[0], inside[-1]
         return round(100 * (last.cpu_s - first.cpu_s) / (last.at_s - first.at_s), 1)
 
-    def _log_tail(self, lines: int = 5) -> str:
-        """The last lines the stopped server wrote (its work dir goes after a failed start)."""
-        with contextlib.suppress(OSError), open(self.log_path) as log_file:
-            return "".join(log_file.readlines()[-lines:]).rstrip()
-        return "(no log)"
-
     def peak_rss_bytes(self) -> int:
         return max((s.rss_bytes for s in self.samples), default=0)
 
