@@ -12,7 +12,9 @@ Units are in the names: `_ms` integer milliseconds, `_us` microseconds, `_bytes`
   receipts before the deliver time.
 * `timeline`: per second of deliver time, counted from the first due second, the worst
   delay error and fire lateness of the first receipts due in it (`delay_max_ms`,
-  `fire_max_ms`): where in the run the tail happened.
+  `fire_max_ms`) and the server's CPU in that wall-clock second (`server_cpu_percent`,
+  from the Stats samples a second apart; None where none is centred in it): where in
+  the run the tail happened, and how busy the server was then.
 * `server.cpu_percent_*`: from TimerAdmin.Stats cpu_seconds (100 = one core busy);
   `peak_rss_bytes` the larger of the sampled RSS and the kernel's VmHWM (spawned server).
 * `server.peak_unacked`: the most fired, not yet acked messages the server held at a
@@ -47,7 +49,7 @@ def figures(
         "delivery_lag_ms": _merged(outcome["consumers"], "lag_ms"),
         "early_ms": _merged(outcome["consumers"], "early_ms"),
         "delivery": _delivery(outcome),
-        "timeline": _timeline(outcome["consumers"]),
+        "timeline": _timeline(outcome["consumers"], outcome["sampler"]),
         "server": _server(outcome, accounting),
         "harness_cpu_s": round(
             sum(r["cpu_s"] for r in outcome["producers"] + outcome["consumers"]), 1
@@ -141,15 +143,18 @@ def _delivery(outcome: dict) -> dict:
     }
 
 
-def _timeline(consumers: list[dict]) -> list[dict]:
+def _timeline(consumers: list[dict], sampler) -> list[dict]:
     """Per second of deliver time (from the first due second): the worst delay error
-    and fire lateness of the first receipts due in it, so a tail can be placed in time."""
+    and fire lateness of the first receipts due in it, and the server's CPU in that
+    second (None where no Stats interval is centred in it), so a tail can be placed in
+    time and set beside the load."""
     delay = merge_worst(r["worst_delay_ms"] for r in consumers)
     fire = merge_worst(r["worst_fire_ms"] for r in consumers)
+    cpu = sampler.cpu_percent_by_second()
     first = min(delay, default=0)
     return [
         {"second": second - first, "delay_max_ms": delay[second],
-         "fire_max_ms": fire.get(second, 0)}
+         "fire_max_ms": fire.get(second, 0), "server_cpu_percent": cpu.get(second)}
         for second in sorted(delay)
     ]  # fmt: skip
 

@@ -140,7 +140,7 @@ def details(fig: dict) -> str:
         ("delivery lag (server fire -> consumer receipt) P50 / P99 / P999 / max",
          f"{lag['p50']} / {lag['p99']} / {lag['p999']} / {lag['max']} ms"),
         ("worst seconds of deliver time (from the first due: delay error max / fire "
-         "lateness max)", _worst_seconds(fig["timeline"])),
+         "lateness max, server CPU then)", _worst_seconds(fig["timeline"])),
         ("first deliver time -> last receipt", f"{delivery['span_ms']:,} ms"),
         ("server's peak fired-but-unacked backlog", f"{server.get('peak_unacked', 0):,}"),
         ("server CPU, whole run (send, wait and drain phases; lower than the send phase's "
@@ -157,12 +157,13 @@ def details(fig: dict) -> str:
 
 def _worst_seconds(timeline: list[dict], count: int = WORST_SECONDS) -> str:
     worst = sorted(timeline, key=lambda row: -row["delay_max_ms"])[:count]
-    return (
-        ", ".join(
-            f"+{row['second']} s: {row['delay_max_ms']} / {row['fire_max_ms']} ms" for row in worst
-        )
-        or "none received"
-    )
+    return ", ".join(_second(row) for row in worst) or "none received"
+
+
+def _second(row: dict) -> str:
+    text = f"+{row['second']} s: {row['delay_max_ms']} / {row['fire_max_ms']} ms"
+    cpu = row["server_cpu_percent"]
+    return text if cpu is None else f"{text} (server {cpu:g}%)"
 
 
 def _rate_verdict(send: dict) -> str:

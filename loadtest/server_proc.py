@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import json
 import os
 import shutil
@@ -155,6 +156,7 @@ def vm_hwm_bytes(pid: int) -> int:
 @dataclass(frozen=True)
 class Sample:
     at_s: float  # monotonic
+    wall_s: float  # time.time() of the same moment: places the sample in the timeline
     cpu_s: float
     rss_bytes: int
     data_dir_bytes: int
@@ -189,7 +191,7 @@ class StatsSampler:
             self.errors += 1
             return None
         sample = Sample(
-            time.monotonic(), stats.cpu_seconds, stats.rss_bytes, stats.data_dir_bytes,
+            time.monotonic(), time.time(), stats.cpu_seconds, stats.rss_bytes, stats.data_dir_bytes,
             dict(stats.column_family_keys), stats.unacked,
         )  # fmt: skip
         self.samples.append(sample)
@@ -206,6 +208,17 @@ class StatsSampler:
             return 0.0
         first, last = inside[0], inside[-1]
         return round(100 * (last.cpu_s - first.cpu_s) / (last.at_s - first.at_s), 1)
+
+    def cpu_percent_by_second(self) -> dict[int, float]:
+        """Server CPU between consecutive samples (100 = one core), by the wall-clock
+        second (epoch) the middle of each interval falls in."""
+        by_second = {}
+        for before, after in itertools.pairwise(self.samples):
+            if after.at_s > before.at_s:
+                second = int((before.wall_s + after.wall_s) / 2)
+                cpu_s = after.cpu_s - before.cpu_s
+                by_second[second] = round(100 * cpu_s / (after.at_s - before.at_s), 1)
+        return by_second
 
     def peak_rss_bytes(self) -> int:
         return max((s.rss_bytes for s in self.samples), default=0)

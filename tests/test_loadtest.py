@@ -96,6 +96,7 @@ def test_smoke_scenario_spawned_server_accounts_for_every_message(tmp_path, caps
     assert [row["second"] for row in timeline] == list(range(len(timeline)))
     assert max(row["delay_max_ms"] for row in timeline) == fig["delay_error_ms"]["max"]
     assert max(row["fire_max_ms"] for row in timeline) == fig["fire_lateness_ms"]["max"]
+    assert any(row["server_cpu_percent"] for row in timeline)  # the server was busy then
     assert "- worst seconds of deliver time" in table
     assert fig["send"]["latency_us"]["count"] == planned // 50  # one per SendBatch of 50
     assert fig["send"]["rate_achieved"] > 1_000  # paced to 2,000/s over 3 s

@@ -41,6 +41,7 @@ from loadtest.pacing import (
     use_measuring_switch_interval,
 )
 from loadtest.scenarios import SCENARIOS, ScenarioError, scenario
+from loadtest.server_proc import Sample, StatsSampler
 from timerwheel.credentials import PLAIN
 from timerwheel.types import RemoteError
 
@@ -126,6 +127,17 @@ def test_harness_processes_switch_threads_every_millisecond():
         assert sys.getswitchinterval() == pytest.approx(SWITCH_INTERVAL_S) == 0.001
     finally:
         sys.setswitchinterval(before)
+
+
+def test_server_cpu_by_wall_second_from_consecutive_stats_samples():
+    def sample(at_s: float, wall_s: float, cpu_s: float) -> Sample:
+        return Sample(at_s, wall_s, cpu_s, rss_bytes=0, data_dir_bytes=0, keys={}, unacked=0)
+
+    sampler = StatsSampler(client=None)
+    sampler.samples = [sample(10.0, 1_000.2, 5.0), sample(11.0, 1_001.2, 5.9),
+                       sample(12.0, 1_002.2, 7.2), sample(12.0, 1_002.2, 7.2)]  # fmt: skip
+    # intervals centred at 1,000.7 and 1,001.7 s; the empty last interval says nothing
+    assert sampler.cpu_percent_by_second() == {1_000: 90.0, 1_001: 130.0}
 
 
 def test_merge_counts_sums_per_sequence_and_caps():
@@ -273,9 +285,11 @@ def fake_figures(**accounting_changes) -> dict:
         "delay_error_ms": delay, "fire_lateness_ms": delay,
         "delivery_lag_ms": {**delay, "p999": 7, "max": 8},
         "delivery": {"span_ms": 61_000},
-        "timeline": [{"second": 0, "delay_max_ms": 4, "fire_max_ms": 1},
-                     {"second": 1, "delay_max_ms": 15, "fire_max_ms": 9},
-                     {"second": 2, "delay_max_ms": 6, "fire_max_ms": 2}],
+        "timeline": [
+            {"second": 0, "delay_max_ms": 4, "fire_max_ms": 1, "server_cpu_percent": None},
+            {"second": 1, "delay_max_ms": 15, "fire_max_ms": 9, "server_cpu_percent": 97.5},
+            {"second": 2, "delay_max_ms": 6, "fire_max_ms": 2, "server_cpu_percent": 40.0},
+        ],
         "server": {"cpu_percent_send": 88.5, "cpu_percent_run": 70.0,
                    "peak_rss_bytes": 200 * 2**20, "data_dir_bytes": 2**20,
                    "bytes_per_timer": None},
@@ -312,8 +326,8 @@ def test_report_puts_tdmq_next_to_ours_in_a_table_that_fits_a_terminal():
         "2 / 9 / 7 / 8 ms" in text
     )
     assert "- result: OK" in text and "0.50 0.40 0.30" in text
-    assert ("fire lateness max): +1 s: 15 / 9 ms, +2 s: 6 / 2 ms, +0 s: 4 / 1 ms"
-            in text)  # fmt: skip
+    assert ("server CPU then): +1 s: 15 / 9 ms (server 97.5%), +2 s: 6 / 2 ms (server 40%), "
+            "+0 s: 4 / 1 ms\n" in text)  # fmt: skip
 
 
 def test_report_names_the_thread_producer_shape():
