@@ -60,15 +60,12 @@ def when_from_proto(request, prefix: str = "", optional: bool = False) -> When:
 
 
 def spec_from_proto(request: pb.SendRequest, prefix: str = "") -> SendSpec:
-    """A SendRequest as the engine's SendSpec; InvalidArgument when no time is given."""
-    if request.HasField("repeat"):
-        when = when_from_proto(request, prefix, optional=True)
-        return SendSpec(
-            request.topic, request.body, when, dict(request.properties),
-            request.message_id, _if_exists(request.if_exists, prefix), _options(request),
-        )  # fmt: skip
-    when = when_from_proto(request, prefix)
-    if request.if_exists or request.HasField("max_attempts") or request.dead_letter_topic:
+    """A SendRequest as the engine's SendSpec; InvalidArgument when no time is given (a
+    repeating send may leave it out: its schedule says when)."""
+    repeating = request.HasField("repeat")
+    when = when_from_proto(request, prefix, optional=repeating)
+    if (repeating or request.if_exists or request.HasField("max_attempts")
+            or request.dead_letter_topic):  # fmt: skip
         return SendSpec(
             request.topic, request.body, when, dict(request.properties),
             request.message_id, _if_exists(request.if_exists, prefix), _options(request),
