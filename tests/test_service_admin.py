@@ -170,8 +170,10 @@ def test_export_is_off_without_an_export_root(client, tmp_path):
 
 
 def test_export_is_refused_when_it_would_eat_the_reserve(make_server, tmp_path):
-    free = shutil.disk_usage(tmp_path).free
-    _, client, root = _exporting_server(make_server, tmp_path, reserve_bytes=free + 1)
+    # More than the whole disk: free space that grows meanwhile (other processes delete
+    # files) cannot make room, as it could for a reserve of the free space measured now.
+    reserve = shutil.disk_usage(tmp_path).total + 1
+    _, client, root = _exporting_server(make_server, tmp_path, reserve_bytes=reserve)
     with client:
         error = status_of(lambda: client.export("big"))
     assert error.code == grpc.StatusCode.RESOURCE_EXHAUSTED
