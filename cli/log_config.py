@@ -9,7 +9,9 @@ never one per message: per-message facts belong in Stats, not in logs.
 
 from __future__ import annotations
 
+import contextlib
 import logging as stdlib_logging
+import os
 import sys
 from typing import TextIO
 
@@ -75,13 +77,45 @@ class _StdStream:
         self._name = name
 
     def write(self, text: str) -> int:
-        return getattr(sys, self._name).write(text)
+        stream = getattr(sys, self._name)
+        try:
+            return stream.write(text)
+        except OSError:  # the reader is gone (EPIPE); the server must go on without it
+            _to_devnull(stream)
+            return len(text)
 
     def flush(self) -> None:
-        getattr(sys, self._name).flush()
+        stream = getattr(sys, self._name)
+        try:
+            stream.flush()
+        except OSError:
+            _to_devnull(stream)
 
     def isatty(self) -> bool:
         return _is_terminal(getattr(sys, self._name))
+
+
+def _to_devnull(stream: TextIO) -> None:
+    """Point a standard stream whose reader is gone at /dev/null, for good.
+
+    A server's stdout is often a pipe to whatever started it; when that process dies
+    (a SIGKILLed `timerwheel loadtest`, a log shipper), every write fails with EPIPE.
+    Raised out of a log call, that broke `TimerServer.stop` at its first line, and an
+    open Subscribe stream then kept the process alive for ever after SIGTERM. What the
+    server logs from then on is lost; it runs, and stops, as without the pipe. (Python's
+    own advice for SIGPIPE: dup /dev/null over the descriptor.)
+    """
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError, AttributeError):  # not a file (a test's StringIO)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+    with contextlib.suppress(OSError):
+        stream.flush()  # what the failed write left buffered goes to /dev/null now
 
 
 def _standard_stream(stream: TextIO | None) -> TextIO | _StdStream:
