@@ -47,11 +47,19 @@ class RuntimeDir:
         parent = parent if parent is not None else tempfile.gettempdir()
         swept = sweep_dead(parent)
         path = tempfile.mkdtemp(prefix=PREFIX, dir=parent)
-        staging = os.path.join(path, LOCK_NAME + ".new")
-        lock_fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        fcntl.flock(lock_fd, fcntl.LOCK_EX)
-        os.rename(staging, os.path.join(path, LOCK_NAME))
-        return cls(path, lock_fd), swept
+        made = cls(path, -1)
+        try:
+            staging = os.path.join(path, LOCK_NAME + ".new")
+            made._lock_fd = os.open(
+                staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600
+            )
+            fcntl.flock(made._lock_fd, fcntl.LOCK_EX)
+            os.rename(staging, os.path.join(path, LOCK_NAME))
+        except BaseException:
+            # Not locked yet, so no sweep would ever remove it (it has no lock file).
+            made.remove()
+            raise
+        return made, swept
 
     def join(self, name: str) -> str:
         return os.path.join(self.path, name)

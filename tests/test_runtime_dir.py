@@ -87,3 +87,16 @@ def test_a_dead_dir_of_another_user_is_left_alone(tmp_path):
     os.chown(dead, 65534, 65534)
     assert sweep_dead(str(tmp_path)) == []
     assert os.path.isdir(dead)
+
+
+def test_a_create_that_fails_after_making_its_dir_leaves_nothing(tmp_path, monkeypatch):
+    def refuse_rename(source, target):
+        raise PermissionError(13, "refused for the test", source)
+
+    # Failing at the last step: the dir and its staged lock file exist but are unlocked
+    # under the final name, so no later sweep would ever remove them.
+    monkeypatch.setattr(os, "rename", refuse_rename)
+    with pytest.raises(PermissionError, match="refused for the test"):
+        RuntimeDir.create(str(tmp_path))
+    monkeypatch.undo()
+    assert os.listdir(tmp_path) == []
