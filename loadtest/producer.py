@@ -19,7 +19,6 @@ import resource
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -41,10 +40,8 @@ from loadtest.pacing import (
     use_measuring_switch_interval,
 )
 from timerwheel.client import TimerClient
-from timerwheel.credentials import PLAIN, Connection, open_channel
-from timerwheel.types import CHANNEL_OPTIONS
+from timerwheel.credentials import PLAIN, Connection
 from timerwheel.v1 import timerwheel_pb2 as pb
-from timerwheel.v1 import timerwheel_pb2_grpc as pb_grpc
 
 # Codes after which the server certainly stored nothing (a batch is all or none).
 REFUSED = frozenset(
@@ -86,24 +83,11 @@ class ProducerPlan:
     connections: int = 1  # the send loop's requests go round-robin over this many
 
 
-def own_connections(plan: ProducerPlan, count: int) -> list[grpc.Channel]:
-    """`count` channels, each on a TCP connection of its own: channels to one target in
-    one process share one connection unless their subchannel pool is their own."""
-    options = [*CHANNEL_OPTIONS, ("grpc.use_local_subchannel_pool", 1)]
-    tls, token = plan.connection.tls, plan.connection.token
-    return [open_channel(plan.target, tls, token, options) for _ in range(count)]
-
-
 class Producer:
-    def __init__(
-        self, plan: ProducerPlan, client: TimerClient, more: Sequence[grpc.Channel] = ()
-    ) -> None:
-        """`more`: channels beyond the client's that the send loop's requests take turns
-        on (ProducerPlan.connections)."""
+    def __init__(self, plan: ProducerPlan, client: TimerClient) -> None:
+        """`client` was opened with `plan.connections`: its requests take turns on them."""
         self.plan = plan
         self.client = client
-        self.services = [client.service, *map(pb_grpc.TimerServiceStub, more)]
-        self.requests_sent = 0
         self.states = bytearray(plan.messages)
         self.lock = threading.Lock()
         self.slots = threading.Semaphore(plan.max_outstanding)
@@ -243,8 +227,7 @@ class Producer:
 
     def _send(self, requests: list[pb.SendRequest]) -> grpc.Future:
         timeout = self.plan.rpc_timeout_s
-        service = self.services[self.requests_sent % len(self.services)]
-        self.requests_sent += 1
+        service = self.client.service  # the next connection's (timerwheel.connections)
         if len(requests) == 1:
             return service.Send.future(requests[0], timeout=timeout)
         return service.SendBatch.future(pb.SendBatchRequest(messages=requests), timeout=timeout)
@@ -344,12 +327,11 @@ def producer_main(plan: ProducerPlan, channels) -> None:
     use_measuring_switch_interval()
     client = TimerClient(
         plan.target, timeout_s=plan.rpc_timeout_s,
-        tls=plan.connection.tls, token=plan.connection.token,
+        tls=plan.connection.tls, token=plan.connection.token, connections=plan.connections,
     )  # fmt: skip
-    more = own_connections(plan, plan.connections - 1)
     try:
         client.wait_ready(timeout_s=30)
-        producer = Producer(plan, client, more)
+        producer = Producer(plan, client)
         channels.results.put(("ready", "producer", plan.index))
         if channels.go.wait(timeout=120) and not channels.abort.is_set():
             start_ns, start_wall_ms = channels.start[0], channels.start[1]
@@ -362,6 +344,4 @@ def producer_main(plan: ProducerPlan, channels) -> None:
     except Exception as exc:  # reported to the harness, which fails the run
         channels.results.put(("error", "producer", f"producer {plan.index}: {exc!r}"))
     finally:
-        for channel in more:
-            channel.close()
         client.close()

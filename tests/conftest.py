@@ -108,8 +108,9 @@ def own_connection(target: str) -> TimerClient:
     """A client on a connection of its own: channels of one process to one target share a
     connection unless told to use a local subchannel pool."""
     client = TimerClient(target, timeout_s=WAIT_S)
-    client.channel.close()
+    client.close()
     client.channel = grpc.insecure_channel(target, [("grpc.use_local_subchannel_pool", 1)])
+    client.channels = [client.channel]  # what close() closes
     client.service = pb_grpc.TimerServiceStub(client.channel)
     return client
 

@@ -13,7 +13,7 @@ import psutil
 
 from loadtest.accounting import SENT, UNKNOWN, UNSENT
 from loadtest.pacing import decode_body
-from loadtest.producer import Producer, ProducerPlan, own_connections, wants_cancel
+from loadtest.producer import Producer, ProducerPlan, wants_cancel
 from timerwheel.client import TimerClient
 from timerwheel.v1 import timerwheel_pb2 as pb
 
@@ -191,10 +191,9 @@ def test_a_producer_with_three_connections_sends_over_three_tcp_connections(serv
     connects at its first call) and every send is stored."""
     plan = producer_plan(target=server.target, messages=9, batch=1, rate=1_000, connections=3)
     port = int(server.target.rsplit(":", 1)[1])
-    client = TimerClient(server.target)
-    more = own_connections(plan, plan.connections - 1)
+    client = TimerClient(server.target, connections=plan.connections)
     try:
-        producer = Producer(plan, client, more)
+        producer = Producer(plan, client)
         start_ms = time.time_ns() // 1_000_000
         producer.run(time.monotonic_ns(), start_ms, threading.Event(), lambda sent: None)
         to_server = [
@@ -204,6 +203,4 @@ def test_a_producer_with_three_connections_sends_over_three_tcp_connections(serv
         assert len(to_server) == 3
         assert producer.result()["sent"] == 9
     finally:
-        for channel in more:
-            channel.close()
         client.close()

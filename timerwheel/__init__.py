@@ -13,6 +13,8 @@
   what the calls return; `timerwheel.RemoteError`: what they raise.
 - `timerwheel.Tls`, `timerwheel.Connection`: how to reach a secured server, e.g.
   `timerwheel.Client(target, tls=timerwheel.Tls(ca_file="ca.pem"), token=...)`.
+- `connections=N` (both clients): the calls take turns on N TCP connections, so one
+  client is served by several workers of a `serve --workers` server (timerwheel/connections.py).
 - `timerwheel.v1`: the generated protos (regenerate with `python -m server.protogen`).
 """
 

@@ -23,8 +23,9 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from timerwheel.acks import DEFAULT_ACK_LINGER_MS
+from timerwheel.connections import one_stub, open_aio_channels
 from timerwheel.consumer import Message, consume_async
-from timerwheel.credentials import Tls, open_aio_channel
+from timerwheel.credentials import Tls
 from timerwheel.producer import AsyncProducer
 from timerwheel.types import (
     CHANNEL_OPTIONS,
@@ -83,12 +84,16 @@ class AsyncClient:
         timeout_s: float | None = 30.0,
         tls: Tls | bool | None = None,
         token: str | None = None,
+        connections: int = 1,
     ) -> None:
-        """Arguments as `timerwheel.Client` (tls=, token= for a secured server)."""
+        """Arguments as `timerwheel.Client` (tls=, token= for a secured server;
+        connections= for one spread over a server's workers)."""
         self.target = with_default_port(target)
         self.timeout_s = timeout_s
-        self.channel = open_aio_channel(self.target, tls, token, CHANNEL_OPTIONS)
-        self.service = pb_grpc.TimerServiceStub(self.channel)
+        self.channels = open_aio_channels(self.target, tls, token, CHANNEL_OPTIONS, connections)
+        self.channel = self.channels[0]  # admin and health calls go here
+        self.services = tuple(map(pb_grpc.TimerServiceStub, self.channels))
+        self.service = one_stub(self.services)
         self.admin = pb_grpc.TimerAdminStub(self.channel)
         self.health = health_pb2_grpc.HealthStub(self.channel)
 
@@ -219,11 +224,13 @@ class AsyncClient:
         return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
 
     async def wait_ready(self, timeout_s: float = 10.0) -> None:
-        """Wait until the channel connects (raises TimeoutError otherwise)."""
-        await asyncio.wait_for(self.channel.channel_ready(), timeout_s)
+        """Wait until every connection is up (raises TimeoutError otherwise)."""
+        ready = [channel.channel_ready() for channel in self.channels]
+        await asyncio.wait_for(asyncio.gather(*ready), timeout_s)
 
     async def close(self) -> None:
-        await self.channel.close()
+        for channel in self.channels:
+            await channel.close()
 
     async def __aenter__(self) -> AsyncClient:
         return self

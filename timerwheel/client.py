@@ -16,20 +16,24 @@ with `ack`); `consume` is the loop most consumers want. The raw stubs are
 twin is `timerwheel.AsyncClient` (timerwheel/aio.py).
 
 A secured server (docs/security.md): `Client(target, tls=Tls(ca_file=...), token=...)`;
-see `timerwheel.credentials`.
+see `timerwheel.credentials`. A server with `--workers N` serves each TCP connection in
+one worker: `Client(target, connections=N)` spreads one client's calls over N
+connections (timerwheel/connections.py).
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from timerwheel.acks import DEFAULT_ACK_LINGER_MS
+from timerwheel.connections import one_stub, open_channels
 from timerwheel.consumer import Message, consume
-from timerwheel.credentials import Tls, open_channel
+from timerwheel.credentials import Tls
 from timerwheel.producer import Producer
 from timerwheel.types import (
     CHANNEL_OPTIONS,
@@ -81,8 +85,9 @@ class Client:
     `timeout_s` bounds each unary call (None: no deadline); `tls`: a `Tls` (or True: the
     system's trusted roots); `token`: the bearer token. Times are integer epoch or
     relative milliseconds, and wherever a call takes a delay it also takes a duration
-    string ("250ms", "2s", "5m", "3d") or a `timedelta`. Use it as a context manager, or
-    call `close()`.
+    string ("250ms", "2s", "5m", "3d") or a `timedelta`. `connections`: how many TCP
+    connections the calls take turns on (for a server with `--workers`; each connection
+    is served by one worker). Use it as a context manager, or call `close()`.
     """
 
     def __init__(
@@ -92,11 +97,15 @@ class Client:
         timeout_s: float | None = 30.0,
         tls: Tls | bool | None = None,
         token: str | None = None,
+        connections: int = 1,
     ) -> None:
         self.target = with_default_port(target)
         self.timeout_s = timeout_s
-        self.channel = open_channel(self.target, tls, token, CHANNEL_OPTIONS)
-        self.service = pb_grpc.TimerServiceStub(self.channel)
+        self.channels = open_channels(self.target, tls, token, CHANNEL_OPTIONS, connections)
+        self.channel = self.channels[0]  # admin and health calls go here
+        # One TimerService stub per connection; `service` takes turns on them.
+        self.services = tuple(map(pb_grpc.TimerServiceStub, self.channels))
+        self.service = one_stub(self.services)
         self.admin = pb_grpc.TimerAdminStub(self.channel)
         self.health = health_pb2_grpc.HealthStub(self.channel)
 
@@ -252,11 +261,15 @@ class Client:
         return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
 
     def wait_ready(self, timeout_s: float = 10.0) -> None:
-        """Block until the channel connects (raises grpc.FutureTimeoutError otherwise)."""
-        grpc.channel_ready_future(self.channel).result(timeout=timeout_s)
+        """Block until every connection is up (raises grpc.FutureTimeoutError otherwise)."""
+        futures = [grpc.channel_ready_future(channel) for channel in self.channels]
+        deadline = time.monotonic() + timeout_s
+        for future in futures:
+            future.result(timeout=max(0.0, deadline - time.monotonic()))
 
     def close(self) -> None:
-        self.channel.close()
+        for channel in self.channels:
+            channel.close()
 
     def __enter__(self) -> Client:
         return self
