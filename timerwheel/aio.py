@@ -92,8 +92,7 @@ class AsyncClient:
         self.timeout_s = timeout_s
         self.channels = open_aio_channels(self.target, tls, token, CHANNEL_OPTIONS, connections)
         self.channel = self.channels[0]  # admin and health calls go here
-        self.services = tuple(map(pb_grpc.TimerServiceStub, self.channels))
-        self.service = one_stub(self.services)
+        self.service = one_stub(tuple(map(pb_grpc.TimerServiceStub, self.channels)))
         self.admin = pb_grpc.TimerAdminStub(self.channel)
         self.health = health_pb2_grpc.HealthStub(self.channel)
 

@@ -104,8 +104,7 @@ class Client:
         self.channels = open_channels(self.target, tls, token, CHANNEL_OPTIONS, connections)
         self.channel = self.channels[0]  # admin and health calls go here
         # One TimerService stub per connection; `service` takes turns on them.
-        self.services = tuple(map(pb_grpc.TimerServiceStub, self.channels))
-        self.service = one_stub(self.services)
+        self.service = one_stub(tuple(map(pb_grpc.TimerServiceStub, self.channels)))
         self.admin = pb_grpc.TimerAdminStub(self.channel)
         self.health = health_pb2_grpc.HealthStub(self.channel)
 
