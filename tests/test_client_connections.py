@@ -59,6 +59,8 @@ def test_wait_ready_connects_every_connection(server):
 def test_a_connection_count_that_is_not_a_whole_number_of_at_least_one_is_refused(bad):
     with pytest.raises(ValueError, match=rf"connections={bad!r}: must be a whole number"):
         timerwheel.Client("127.0.0.1:1", connections=bad)
+    with pytest.raises(ValueError, match=rf"connections={bad!r}: must be a whole number"):
+        timerwheel.AsyncClient("127.0.0.1:1", connections=bad)
 
 
 def test_each_method_looked_up_is_the_next_stubs_even_from_many_threads():

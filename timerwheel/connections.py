@@ -34,9 +34,7 @@ def open_channels(
     target: str, tls: Tls | bool | None, token: str | None, options: list, count: int
 ) -> list[grpc.Channel]:
     """`count` channels to `target`, each on a TCP connection of its own."""
-    check_connections(count)
-    if count > 1:
-        options = [*options, _OWN_CONNECTION]
+    options = _options_for(options, count)
     return [open_channel(target, tls, token, options) for _ in range(count)]
 
 
@@ -44,10 +42,13 @@ def open_aio_channels(
     target: str, tls: Tls | bool | None, token: str | None, options: list, count: int
 ) -> list[grpc.aio.Channel]:
     """`open_channels` for grpc.aio."""
-    check_connections(count)
-    if count > 1:
-        options = [*options, _OWN_CONNECTION]
+    options = _options_for(options, count)
     return [open_aio_channel(target, tls, token, options) for _ in range(count)]
+
+
+def _options_for(options: list, count: int) -> list:
+    """The channel options for `count` connections (checked): each with its own pool."""
+    return [*options, _OWN_CONNECTION] if check_connections(count) > 1 else options
 
 
 class TakingTurns:
