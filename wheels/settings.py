@@ -82,7 +82,10 @@ class Settings:
     fire_tick_ms: int = 4
 
     # Work per writer iteration, so one huge slot never blocks sends or firing.
-    cascade_chunk: int = 2_000  # small: a cascade chunk delays the fires sharing its batch
+    # Small: a cascade's chunks run back to back, and each holds the fires and deliveries
+    # behind it. 250 halved the P999 of 2,000 at 5,000 and 14,000/s for the same CPU;
+    # 100 was worse at 14,000/s (docs/benchmarks.md, 2026-11-26 late).
+    cascade_chunk: int = 250
     fire_chunk: int = 10_000
     sweep_chunk: int = 10_000
     max_group_ops: int = 20_000  # operations in one group commit
