@@ -59,6 +59,7 @@ from engine.proc import die_with_parent, run_as_child_of
 from loadtest.pacing import DeliverTimes, Pacer, split_messages, use_measuring_switch_interval
 from loadtest.scenarios import Scenario, ScenarioError, scenario
 from loadtest.server_proc import vm_hwm_bytes
+from loadtest.stopping import unwind_on_sigterm
 
 KEY = "delayq"
 POP_DUE = """
@@ -141,11 +142,6 @@ class RedisServer:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
         shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def _exit_on_sigterm(signum: int, _frame: object) -> None:
-    """Unwind, so redis-server is stopped, its dir removed and the workers killed."""
-    raise SystemExit(128 + signum)
 
 
 def produce(index: int, shape: Scenario, port: int, start_ns: int, start_wall_ms: int, results):
@@ -254,9 +250,12 @@ def main() -> None:
     shape, json_path = parse_shape()
     load_before = os.getloadavg()
     ctx = mp.get_context("spawn")
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     workers: list = []
-    with RedisServer() as server, _killed_at_exit(workers):
+    with (
+        unwind_on_sigterm("peer_redis"),
+        RedisServer() as server,
+        _killed_at_exit(workers),
+    ):
         results, stop, expected = ctx.Queue(), ctx.Event(), ctx.Value("q", -1)
         consumer = None
         if shape.expect_delivery:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
-import signal
 import sys
 
 from cli.connection import add_connection_flags, connection_from_args
@@ -121,34 +120,24 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from cli.log_config import configure_logging
     from loadtest import harness, report  # heavy imports after the cheap checks
+    from loadtest.stopping import unwind_on_sigterm
 
     configure_logging("warning", "console", sys.stderr)  # stdout carries the report only
 
-    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
-        fig = harness.run(
-            chosen, target=args.target, serve_flags=args.serve_flag, keep_data=args.keep_data,
-            progress=not args.no_progress, connection=connection,
-        )  # fmt: skip
+        with unwind_on_sigterm("timerwheel loadtest"):
+            fig = harness.run(
+                chosen, target=args.target, serve_flags=args.serve_flag,
+                keep_data=args.keep_data, progress=not args.no_progress, connection=connection,
+            )  # fmt: skip
     except (RuntimeError, TimeoutError, OSError) as exc:  # the harness itself could not run
         print(f"timerwheel loadtest: {exc}", file=sys.stderr)
         return 1
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     print(report.markdown(fig))
     if args.json:
         with open(args.json, "w") as out:
             out.write(report.to_json(fig) + "\n")
     return 0 if fig["ok"] else 1
-
-
-def _exit_on_sigterm(signum: int, _frame: object) -> None:
-    """End the run by unwinding, as Ctrl-C does, so every `with` block of the harness
-    stops what it started and the spawned server's data dir is removed. SIGTERM's default
-    action ends the process at once: its children die with it, but the data dir (up to
-    gigabytes after a long run) stayed behind."""
-    print("timerwheel loadtest: stopped by SIGTERM", file=sys.stderr)
-    raise SystemExit(128 + signum)
 
 
 def is_loopback(target: str) -> bool:
