@@ -30,7 +30,9 @@ temporary directory, AOF on with `appendfsync everysec` (what the issue's Redis 
 and stops it at the end, always: on SIGTERM too, and a SIGKILLed script's redis-server
 gets SIGTERM from the kernel and its producers and consumer die with it. It prints one
 JSON line (and writes it to --json): the achieved send rate, delay error
-P50/P90/P99/P999/max, lost count, Redis's CPU and memory.
+P50/P90/P99/P999/max, lost count, Redis's CPU and memory, and the loadtest's `timeline`
+(per second of deliver time, the worst delay error and Redis's CPU then), so the two
+tails can be set side by side in time.
 """
 
 from __future__ import annotations
@@ -56,9 +58,10 @@ from hdrh.histogram import HdrHistogram
 
 from cli.commands.loadtest import OVERRIDES
 from engine.proc import die_with_parent, run_as_child_of
+from loadtest.figures import timeline
 from loadtest.pacing import DeliverTimes, Pacer, split_messages, use_measuring_switch_interval
 from loadtest.scenarios import Scenario, ScenarioError, scenario
-from loadtest.server_proc import vm_hwm_bytes
+from loadtest.server_proc import Sample, StatsSampler, vm_hwm_bytes
 from loadtest.stopping import unwind_on_sigterm
 
 KEY = "delayq"
@@ -111,6 +114,11 @@ class RedisServer:
     def cpu_s(self) -> float:
         times = psutil.Process(self.proc.pid).cpu_times()
         return times.user + times.system
+
+    def sample(self) -> Sample:
+        """Its CPU and RSS now, as the loadtest samples a timerwheel server's."""
+        rss = psutil.Process(self.proc.pid).memory_info().rss
+        return Sample(time.monotonic(), time.time(), self.cpu_s(), rss, 0, {}, 0)
 
     def memory(self) -> dict:
         """What Redis holds now: its RSS and its allocator's `used_memory`, in bytes."""
@@ -187,6 +195,7 @@ def consume(port: int, expected, stop, results) -> None:
     client = redis.Redis(port=port)
     pop = client.register_script(POP_DUE)
     errors = HdrHistogram(1, 3_600_000, 3)
+    worst: dict[int, int] = {}  # second of the deliver time (epoch) -> its worst error
     seen: set[bytes] = set()
     early, last_received_ms = 0, 0
     while not stop.is_set() and not 0 <= expected.value <= len(seen):
@@ -202,13 +211,16 @@ def consume(port: int, expected, stop, results) -> None:
             error = received_ms - deliver_ms
             early += error < 0
             errors.record_value(max(error, 1))
+            second = deliver_ms // 1000
+            if error > worst.get(second, -1):
+                worst[second] = error
             last_received_ms = received_ms
         if not due:
             head = client.zrange(KEY, 0, 0, withscores=True)
             wait_ms = POLL_MS if not head else min(head[0][1] - now_ms, POLL_MS)
             if wait_ms > 0:
                 stop.wait(wait_ms / 1000)
-    results.put(("consumer", len(seen), early, last_received_ms, errors.encode()))
+    results.put(("consumer", len(seen), early, last_received_ms, errors.encode(), worst))
 
 
 @contextlib.contextmanager
@@ -268,6 +280,7 @@ def main() -> None:
         start_ns = time.monotonic_ns() + 500_000_000
         start_wall_ms = time.time_ns() // 1_000_000 + 500
         cpu_before = server.cpu_s()
+        sampler = StatsSampler(server.sample).start()
         started = time.monotonic()
         producers = [
             ctx.Process(
@@ -298,7 +311,8 @@ def main() -> None:
             last_due_in_s = (latest_ms - time.time_ns() // 1_000_000) / 1000
             consumer.join(max(last_due_in_s, 0) + shape.drain_timeout_ms / 1000)
             stop.set()  # a consumer that has not got everything by now never will
-            _, received, early, last_received_ms, blob = results.get(timeout=60)
+            _, received, early, last_received_ms, blob, worst = results.get(timeout=60)
+        sampler.stop()
         cpu_s = server.cpu_s() - cpu_before
         run_s = time.monotonic() - started
         figures |= {
@@ -323,6 +337,7 @@ def main() -> None:
     }
     if consumer is not None:
         figures |= delivery_figures(sent, received, early, HdrHistogram.decode(blob))
+        figures["timeline"] = timeline(worst, sampler.cpu_percent_by_second())
         if shape.burst_window_ms:
             opens_ms = start_wall_ms + shape.burst_offset_ms
             figures["last_received_after_window_opened_ms"] = last_received_ms - opens_ms

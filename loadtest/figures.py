@@ -144,19 +144,30 @@ def _delivery(outcome: dict) -> dict:
 
 
 def _timeline(consumers: list[dict], sampler) -> list[dict]:
-    """Per second of deliver time (from the first due second): the worst delay error
-    and fire lateness of the first receipts due in it, and the server's CPU in that
-    second (None where no Stats interval is centred in it), so a tail can be placed in
-    time and set beside the load."""
-    delay = merge_worst(r["worst_delay_ms"] for r in consumers)
-    fire = merge_worst(r["worst_fire_ms"] for r in consumers)
-    cpu = sampler.cpu_percent_by_second()
-    first = min(delay, default=0)
-    return [
-        {"second": second - first, "delay_max_ms": delay[second],
-         "fire_max_ms": fire.get(second, 0), "server_cpu_percent": cpu.get(second)}
-        for second in sorted(delay)
-    ]  # fmt: skip
+    return timeline(
+        merge_worst(r["worst_delay_ms"] for r in consumers),
+        sampler.cpu_percent_by_second(),
+        fire_worst=merge_worst(r["worst_fire_ms"] for r in consumers),
+    )
+
+
+def timeline(
+    delay_worst: dict[int, int], cpu_by_second: dict[int, float],
+    fire_worst: dict[int, int] | None = None,
+) -> list[dict]:  # fmt: skip
+    """Per second of deliver time (epoch seconds in, counted from the first due second
+    out): the worst delay error (and fire lateness, where the server reports one) of the
+    first receipts due in it, and the server's CPU in that second (None where no sample
+    interval is centred in it), so a tail can be placed in time and set beside the load.
+    The Redis peer (bench/peer_redis.py) makes the same rows, without fire lateness."""
+    first = min(delay_worst, default=0)
+    rows = []
+    for second in sorted(delay_worst):
+        row = {"second": second - first, "delay_max_ms": delay_worst[second]}
+        if fire_worst is not None:
+            row["fire_max_ms"] = fire_worst.get(second, 0)
+        rows.append(row | {"server_cpu_percent": cpu_by_second.get(second)})
+    return rows
 
 
 def _server(outcome: dict, accounting) -> dict:

@@ -39,7 +39,7 @@ from loadtest.figures import figures
 from loadtest.pacing import split_messages
 from loadtest.producer import ProducerPlan, producer_main
 from loadtest.scenarios import Scenario
-from loadtest.server_proc import SpawnedServer, StatsSampler
+from loadtest.server_proc import SpawnedServer, StatsSampler, stats_reader
 from timerwheel.client import TimerClient
 from timerwheel.credentials import PLAIN, Connection
 from timerwheel.types import RemoteError
@@ -140,7 +140,7 @@ class Run:
 
     # -- the phases -------------------------------------------------------------------------
     def execute(self, client: TimerClient, spawned: SpawnedServer | None) -> dict:
-        sampler = StatsSampler(client).start()
+        sampler = StatsSampler(stats_reader(client), join_timeout_s=client.timeout_s or 30).start()
         try:
             self._start_workers()
             self._release()

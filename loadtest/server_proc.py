@@ -7,10 +7,12 @@ which then keeps copying the log to `server.log` so the pipe never fills). Leavi
 removed unless `keep` is set. If the harness dies without leaving it (SIGKILL), the
 kernel sends the server SIGTERM (`PR_SET_PDEATHSIG`): it stops as it would on Ctrl-C.
 
-`StatsSampler` calls TimerAdmin.Stats once a second on a thread: RSS, CPU seconds, the
-data dir's bytes and the key counts. CPU% over an interval is d(cpu seconds) / d(wall
-seconds) x 100, so 100% is one core busy. For a spawned server the kernel's own peak RSS
-(VmHWM in /proc/PID/status) is read as well: it cannot miss a peak between samples.
+`StatsSampler` takes a sample once a second on a thread: for the server under test
+`stats_reader` calls TimerAdmin.Stats (RSS, CPU seconds, the data dir's bytes and the key
+counts); the Redis peer (bench/peer_redis.py) samples its redis-server the same way.
+CPU% over an interval is d(cpu seconds) / d(wall seconds) x 100, so 100% is one core
+busy. For a spawned server the kernel's own peak RSS (VmHWM in /proc/PID/status) is read
+as well: it cannot miss a peak between samples.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -164,12 +166,30 @@ class Sample:
     unacked: int
 
 
-class StatsSampler:
-    """Samples TimerAdmin.Stats every `interval_s` on a thread, until `stop()`."""
+def stats_reader(client: TimerClient) -> Callable[[], Sample]:
+    """Reads one `Sample` from the server's TimerAdmin.Stats."""
 
-    def __init__(self, client: TimerClient, interval_s: float = 1.0) -> None:
-        self.client = client
+    def read() -> Sample:
+        stats = client.stats()
+        return Sample(
+            time.monotonic(), time.time(), stats.cpu_seconds, stats.rss_bytes,
+            stats.data_dir_bytes, dict(stats.column_family_keys), stats.unacked,
+        )  # fmt: skip
+
+    return read
+
+
+class StatsSampler:
+    """Takes a `Sample` every `interval_s` on a thread, until `stop()`: `read` is
+    `stats_reader(client)` for a timerwheel server, or anything that makes one (the
+    Redis peer reads its server's CPU)."""
+
+    def __init__(
+        self, read: Callable[[], Sample], interval_s: float = 1.0, join_timeout_s: float = 30
+    ) -> None:
+        self.read = read
         self.interval_s = interval_s
+        self.join_timeout_s = join_timeout_s
         self.samples: list[Sample] = []
         self.errors = 0
         self._stop = threading.Event()
@@ -186,20 +206,16 @@ class StatsSampler:
 
     def sample(self) -> Sample | None:
         try:
-            stats = self.client.stats()
+            sample = self.read()
         except Exception:  # a busy server may miss a sample; counted, not fatal
             self.errors += 1
             return None
-        sample = Sample(
-            time.monotonic(), time.time(), stats.cpu_seconds, stats.rss_bytes, stats.data_dir_bytes,
-            dict(stats.column_family_keys), stats.unacked,
-        )  # fmt: skip
         self.samples.append(sample)
         return sample
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=self.client.timeout_s or 30)
+        self._thread.join(timeout=self.join_timeout_s)
 
     def cpu_percent(self, since_s: float, until_s: float) -> float:
         """Server CPU over the samples inside [since_s, until_s] (100 = one core)."""

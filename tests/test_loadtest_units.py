@@ -28,6 +28,7 @@ from loadtest.accounting import (
     merge_worst,
     summary,
 )
+from loadtest.figures import timeline
 from loadtest.harness import Run
 from loadtest.pacing import (
     MIN_BODY_BYTES,
@@ -133,11 +134,23 @@ def test_server_cpu_by_wall_second_from_consecutive_stats_samples():
     def sample(at_s: float, wall_s: float, cpu_s: float) -> Sample:
         return Sample(at_s, wall_s, cpu_s, rss_bytes=0, data_dir_bytes=0, keys={}, unacked=0)
 
-    sampler = StatsSampler(client=None)
+    sampler = StatsSampler(read=lambda: sample(0.0, 0.0, 0.0))
     sampler.samples = [sample(10.0, 1_000.2, 5.0), sample(11.0, 1_001.2, 5.9),
                        sample(12.0, 1_002.2, 7.2), sample(12.0, 1_002.2, 7.2)]  # fmt: skip
     # intervals centred at 1,000.7 and 1,001.7 s; the empty last interval says nothing
     assert sampler.cpu_percent_by_second() == {1_000: 90.0, 1_001: 130.0}
+
+
+def test_timeline_counts_from_the_first_due_second_and_places_the_cpu():
+    delay, cpu = {1_002: 9, 1_000: 4, 1_001: 30}, {1_001: 97.5, 1_002: 40.0, 999: 5.0}
+    assert timeline(delay, cpu, fire_worst={1_001: 12}) == [
+        {"second": 0, "delay_max_ms": 4, "fire_max_ms": 0, "server_cpu_percent": None},
+        {"second": 1, "delay_max_ms": 30, "fire_max_ms": 12, "server_cpu_percent": 97.5},
+        {"second": 2, "delay_max_ms": 9, "fire_max_ms": 0, "server_cpu_percent": 40.0},
+    ]  # fmt: skip
+    # without fire lateness (the Redis peer's rows), and nothing received: no rows
+    assert timeline(delay, cpu)[1] == {"second": 1, "delay_max_ms": 30, "server_cpu_percent": 97.5}
+    assert timeline({}, cpu) == []
 
 
 def test_merge_counts_sums_per_sequence_and_caps():

@@ -41,6 +41,12 @@ def test_peer_redis_small_run(tmp_path):
     assert figures["early"] == 0
     errors = figures["delay_error_ms"]
     assert 0 < errors["p50"] <= errors["p99"] <= errors["p999"] <= errors["max"]
+    timeline = figures["timeline"]  # per second of deliver time, as the loadtest's
+    assert [row["second"] for row in timeline] == list(range(len(timeline)))
+    worst = max(row["delay_max_ms"] for row in timeline)
+    assert max(worst, 1) == errors["max"]  # the histogram records at least 1 ms
+    assert any(row["server_cpu_percent"] for row in timeline)  # Redis's CPU then
+    assert all("fire_max_ms" not in row for row in timeline)  # Redis has no fire time
     assert redis_servers() - before == set()  # its redis-server was stopped
 
 
