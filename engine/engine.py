@@ -27,6 +27,7 @@ from engine.move_ops import DeadLetterOp, RescheduleOp
 from engine.ops import AckOp, CancelOp, SendOp
 from engine.prepare import prepare_sends
 from engine.store_health import StoreHealth
+from engine.thread_cpu import thread_cpu_seconds
 from engine.trace_ops import DeliveryEvent, TraceBarrier, TraceOp
 from engine.writer import FiredListener, Writer
 from store import keys, records
@@ -330,13 +331,15 @@ class Engine:
         unacked = self._unacked_by_topic.counts()
         return [(t, pending.get(t, 0), unacked.get(t, 0)) for t in sorted({*pending, *unacked})]
 
-    def stats(self) -> dict[str, int]:
+    def stats(self) -> dict:
+        """Counters of the engine, and its process's CPU by kind of thread (`thread_cpu_s`,
+        engine.thread_cpu: read in the process the writer runs in)."""
         state = self._scheduler.state
         counts = {f"keys_{n}": self._store.estimate_keys(n) for n in keys.ALL_COLUMN_FAMILIES}
         queued = self._writer.queued_weight
         return {
             "now_ms": state.now_ms, "fire_seq": state.fire_seq, "queued_ops": queued, **counts,
-            **self._clock_watch.stats(),
+            **self._clock_watch.stats(), "thread_cpu_s": thread_cpu_seconds(),
         }  # fmt: skip
 
     @property

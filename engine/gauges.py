@@ -13,6 +13,7 @@ from __future__ import annotations
 import shutil
 import threading
 
+from engine.thread_cpu import thread_cpu_seconds
 from store import keys
 
 DUE_HORIZONS_MS = (60_000, 600_000, 3_600_000)  # timers due in the next 1 / 10 / 60 minutes
@@ -74,5 +75,6 @@ def engine_gauges(engine, store, counts, unacked: UnackedByTopic, top_topics: in
         "unacked_by_topic": unacked.top(top_topics),
         "due_within_ms": counts.due_within(engine.now_ms(), DUE_HORIZONS_MS),
         "data_dir_free_bytes": shutil.disk_usage(engine.settings.data_dir).free,
+        "thread_cpu_s": thread_cpu_seconds(),  # the engine process's threads, by kind
         **rocks,
     }

@@ -13,9 +13,12 @@ Units are in the names: `_ms` integer milliseconds, `_us` microseconds, `_bytes`
 * `timeline`: per second of deliver time, counted from the first due second, the worst
   delay error and fire lateness of the first receipts due in it (`delay_max_ms`,
   `fire_max_ms`) and the server's CPU in that wall-clock second (`server_cpu_percent`,
-  from the Stats samples a second apart; None where none is centred in it): where in
-  the run the tail happened, and how busy the server was then.
+  from the Stats samples a second apart; None where none is centred in it) and its
+  writer thread's (`writer_cpu_percent`: near 100, the server was at its ceiling): where
+  in the run the tail happened, and how busy the server was then.
 * `server.cpu_percent_*`: from TimerAdmin.Stats cpu_seconds (100 = one core busy);
+  `server.thread_cpu_percent_send`: the engine process's CPU in the send phase by kind of
+  thread (Stats thread_cpu_seconds: writer, grpc_calls, rocksdb_compaction, ...);
   `peak_rss_bytes` the larger of the sampled RSS and the kernel's VmHWM (spawned server).
 * `server.peak_unacked`: the most fired, not yet acked messages the server held at a
   sample: far above the consumers' in-flight window means delivery is behind firing.
@@ -148,25 +151,31 @@ def _timeline(consumers: list[dict], sampler) -> list[dict]:
         merge_worst(r["worst_delay_ms"] for r in consumers),
         sampler.cpu_percent_by_second(),
         fire_worst=merge_worst(r["worst_fire_ms"] for r in consumers),
+        writer_by_second=sampler.cpu_percent_by_second("writer"),
     )
 
 
 def timeline(
     delay_worst: dict[int, int], cpu_by_second: dict[int, float],
-    fire_worst: dict[int, int] | None = None,
+    fire_worst: dict[int, int] | None = None, writer_by_second: dict[int, float] | None = None,
 ) -> list[dict]:  # fmt: skip
     """Per second of deliver time (epoch seconds in, counted from the first due second
     out): the worst delay error (and fire lateness, where the server reports one) of the
     first receipts due in it, and the server's CPU in that second (None where no sample
-    interval is centred in it), so a tail can be placed in time and set beside the load.
-    The Redis peer (bench/peer_redis.py) makes the same rows, without fire lateness."""
+    interval is centred in it), so a tail can be placed in time and set beside the load;
+    with `writer_by_second` also the writer thread's CPU then (near 100: the server was
+    at its ceiling). The Redis peer (bench/peer_redis.py) makes the same rows, without
+    fire lateness or a writer."""
     first = min(delay_worst, default=0)
     rows = []
     for second in sorted(delay_worst):
         row = {"second": second - first, "delay_max_ms": delay_worst[second]}
         if fire_worst is not None:
             row["fire_max_ms"] = fire_worst.get(second, 0)
-        rows.append(row | {"server_cpu_percent": cpu_by_second.get(second)})
+        row["server_cpu_percent"] = cpu_by_second.get(second)
+        if writer_by_second is not None:
+            row["writer_cpu_percent"] = writer_by_second.get(second)
+        rows.append(row)
     return rows
 
 
@@ -179,6 +188,7 @@ def _server(outcome: dict, accounting) -> dict:
     return {
         "cpu_percent_send": sampler.cpu_percent(start_s, sent_s),
         "cpu_percent_run": sampler.cpu_percent(start_s, marks.get("end", sent_s)),
+        "thread_cpu_percent_send": sampler.thread_cpu_percent(start_s, sent_s),
         "peak_rss_bytes": max(sampler.peak_rss_bytes(), outcome["vmhwm_bytes"]),
         "sampled_peak_rss_bytes": sampler.peak_rss_bytes(),
         "final_rss_bytes": last.rss_bytes if last else 0,

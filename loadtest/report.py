@@ -140,7 +140,9 @@ def details(fig: dict) -> str:
         ("delivery lag (server fire -> consumer receipt) P50 / P99 / P999 / max",
          f"{lag['p50']} / {lag['p99']} / {lag['p999']} / {lag['max']} ms"),
         ("worst seconds of deliver time (from the first due: delay error max / fire "
-         "lateness max, server CPU then)", _worst_seconds(fig["timeline"])),
+         "lateness max, server and writer CPU then)", _worst_seconds(fig["timeline"])),
+        ("server CPU by thread, send phase (the engine's process; 100% = one core)",
+         _by_thread(server.get("thread_cpu_percent_send", {}))),
         ("first deliver time -> last receipt", f"{delivery['span_ms']:,} ms"),
         ("server's peak fired-but-unacked backlog", f"{server.get('peak_unacked', 0):,}"),
         ("server CPU, whole run (send, wait and drain phases; lower than the send phase's "
@@ -162,8 +164,16 @@ def _worst_seconds(timeline: list[dict], count: int = WORST_SECONDS) -> str:
 
 def _second(row: dict) -> str:
     text = f"+{row['second']} s: {row['delay_max_ms']} / {row['fire_max_ms']} ms"
-    cpu = row["server_cpu_percent"]
-    return text if cpu is None else f"{text} (server {cpu:g}%)"
+    cpu, writer = row["server_cpu_percent"], row.get("writer_cpu_percent")
+    if cpu is None:
+        return text
+    return f"{text} (server {cpu:g}%" + ("" if writer is None else f", writer {writer:g}%") + ")"
+
+
+def _by_thread(shares: dict[str, float]) -> str:
+    """The busy kinds of thread, largest first."""
+    ranked = sorted(shares.items(), key=lambda item: -item[1])
+    return ", ".join(f"{kind} {pct:g}%" for kind, pct in ranked if pct >= 0.5) or "not reported"
 
 
 def _rate_verdict(send: dict) -> str:

@@ -30,7 +30,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
@@ -164,6 +164,8 @@ class Sample:
     data_dir_bytes: int
     keys: dict[str, int]
     unacked: int
+    # The engine process's CPU seconds by kind of thread (engine.thread_cpu), if reported.
+    thread_cpu_s: dict[str, float] = field(default_factory=dict)
 
 
 def stats_reader(client: TimerClient) -> Callable[[], Sample]:
@@ -174,6 +176,7 @@ def stats_reader(client: TimerClient) -> Callable[[], Sample]:
         return Sample(
             time.monotonic(), time.time(), stats.cpu_seconds, stats.rss_bytes,
             stats.data_dir_bytes, dict(stats.column_family_keys), stats.unacked,
+            dict(stats.thread_cpu_seconds),
         )  # fmt: skip
 
     return read
@@ -225,15 +228,35 @@ class StatsSampler:
         first, last = inside[0], inside[-1]
         return round(100 * (last.cpu_s - first.cpu_s) / (last.at_s - first.at_s), 1)
 
-    def cpu_percent_by_second(self) -> dict[int, float]:
+    def thread_cpu_percent(self, since_s: float, until_s: float) -> dict[str, float]:
+        """The engine process's CPU by kind of thread over the samples inside [since_s,
+        until_s] (100 = one core); {} when the server reports none."""
+        inside = [s for s in self.samples if since_s <= s.at_s <= until_s]
+        if len(inside) < 2 or inside[-1].at_s <= inside[0].at_s:
+            return {}
+        first, last = inside[0], inside[-1]
+        span_s = last.at_s - first.at_s
+        return {
+            kind: round(100 * (seconds - first.thread_cpu_s.get(kind, 0.0)) / span_s, 1)
+            for kind, seconds in last.thread_cpu_s.items()
+        }
+
+    def cpu_percent_by_second(self, thread: str | None = None) -> dict[int, float]:
         """Server CPU between consecutive samples (100 = one core), by the wall-clock
-        second (epoch) the middle of each interval falls in."""
+        second (epoch) the middle of each interval falls in: the whole server's, or with
+        `thread` one kind of the engine process's threads (where both samples have it)."""
         by_second = {}
         for before, after in itertools.pairwise(self.samples):
-            if after.at_s > before.at_s:
-                second = int((before.wall_s + after.wall_s) / 2)
+            if after.at_s <= before.at_s:
+                continue
+            if thread is None:
                 cpu_s = after.cpu_s - before.cpu_s
-                by_second[second] = round(100 * cpu_s / (after.at_s - before.at_s), 1)
+            elif thread in before.thread_cpu_s and thread in after.thread_cpu_s:
+                cpu_s = after.thread_cpu_s[thread] - before.thread_cpu_s[thread]
+            else:
+                continue
+            second = int((before.wall_s + after.wall_s) / 2)
+            by_second[second] = round(100 * cpu_s / (after.at_s - before.at_s), 1)
         return by_second
 
     def peak_rss_bytes(self) -> int:

@@ -82,6 +82,7 @@ class TimerAdmin(pb_grpc.TimerAdminServicer):
                 clock_steps_backward=stats["clock_steps_backward"],
                 last_clock_step_ms=stats["last_clock_step_ms"],
                 last_clock_step_at_ms=stats["last_clock_step_at_ms"],
+                thread_cpu_seconds=stats["thread_cpu_s"],
             )
 
     def Topics(self, request: pb.TopicsRequest, context: grpc.ServicerContext) -> pb.TopicsResponse:

@@ -12,6 +12,9 @@ below, read when Prometheus asks and never kept up to date on the firing path:
     timerwheel_subscribers                   open Subscribe streams
     timerwheel_rocksdb_live_data_bytes, timerwheel_rocksdb_pending_compaction_bytes,
     timerwheel_rocksdb_sst_files_bytes, timerwheel_data_dir_free_bytes
+    timerwheel_thread_cpu_seconds_total{thread}   the engine process's CPU by kind of
+                                             thread (engine.thread_cpu): the writer's
+                                             share is the server's headroom
 
 The engine's values come from `Engine.metrics_gauges` (one call; under `--workers N` an
 IPC call from the supervisor to the engine process) and the subscriber count from the
@@ -25,7 +28,7 @@ from collections.abc import Callable
 
 import structlog
 from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from engine import metrics
@@ -80,6 +83,14 @@ def _engine_families(values: dict):
     ):  # fmt: skip
         key = name.removeprefix("rocksdb_")
         yield _gauge(f"timerwheel_{name}", text, values[key])
+    threads = CounterMetricFamily(
+        "timerwheel_thread_cpu_seconds",
+        "CPU seconds of the engine process by kind of thread (writer, delivery, grpc_calls, ...)",
+        labels=["thread"],
+    )
+    for kind, seconds in sorted(values["thread_cpu_s"].items()):
+        threads.add_metric([kind], seconds)
+    yield threads
 
 
 def _gauge(name: str, text: str, value) -> GaugeMetricFamily:

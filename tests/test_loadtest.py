@@ -32,6 +32,7 @@ import pytest
 from helpers.processes import command_line, descendants
 
 from cli.main import main
+from engine import thread_cpu
 from engine.system_clock import SystemClock
 from server.app import TimerServer
 from wheels.settings import Settings
@@ -97,7 +98,11 @@ def test_smoke_scenario_spawned_server_accounts_for_every_message(tmp_path, caps
     assert max(row["delay_max_ms"] for row in timeline) == fig["delay_error_ms"]["max"]
     assert max(row["fire_max_ms"] for row in timeline) == fig["fire_lateness_ms"]["max"]
     assert any(row["server_cpu_percent"] for row in timeline)  # the server was busy then
-    assert "- worst seconds of deliver time" in table
+    assert any(row["writer_cpu_percent"] for row in timeline)  # and its writer
+    by_thread = fig["server"]["thread_cpu_percent_send"]  # the one process's threads
+    assert by_thread["writer"] > 0 and set(by_thread) == set(thread_cpu.KINDS)
+    assert "- worst seconds of deliver time" in table and ", writer " in table
+    assert "- server CPU by thread, send phase (the engine's process; 100% = one core): " in table
     assert fig["send"]["latency_us"]["count"] == planned // 50  # one per SendBatch of 50
     assert fig["send"]["rate_achieved"] > 1_000  # paced to 2,000/s over 3 s
     assert fig["server"]["peak_rss_bytes"] > 10 * 2**20 and fig["server"]["stats_samples"] >= 2

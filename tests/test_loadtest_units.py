@@ -141,6 +141,20 @@ def test_server_cpu_by_wall_second_from_consecutive_stats_samples():
     assert sampler.cpu_percent_by_second() == {1_000: 90.0, 1_001: 130.0}
 
 
+def test_the_engine_threads_cpu_by_kind_over_a_phase_and_by_second():
+    def sample(at_s: float, cpu_s: float, writer_s: float | None) -> Sample:
+        threads = {} if writer_s is None else {"writer": writer_s, "grpc_calls": at_s / 10}
+        return Sample(at_s, 1_000.2 + at_s, cpu_s, 0, 0, {}, 0, thread_cpu_s=threads)
+
+    sampler = StatsSampler(read=lambda: sample(0.0, 0.0, None))
+    sampler.samples = [sample(0.0, 1.0, 0.5), sample(1.0, 2.0, 1.1), sample(2.0, 3.0, 1.9),
+                       sample(3.0, 3.5, None)]  # fmt: skip  # a server that stopped reporting
+    assert sampler.thread_cpu_percent(0.0, 2.0) == {"writer": 70.0, "grpc_calls": 10.0}
+    assert sampler.cpu_percent_by_second("writer") == {1_000: 60.0, 1_001: 80.0}
+    assert sampler.cpu_percent_by_second("delivery") == {}  # not reported: no figure, not 0
+    assert sampler.thread_cpu_percent(2.5, 3.0) == {}  # one sample: no interval
+
+
 def test_timeline_counts_from_the_first_due_second_and_places_the_cpu():
     delay, cpu = {1_002: 9, 1_000: 4, 1_001: 30}, {1_001: 97.5, 1_002: 40.0, 999: 5.0}
     assert timeline(delay, cpu, fire_worst={1_001: 12}) == [
@@ -300,10 +314,13 @@ def fake_figures(**accounting_changes) -> dict:
         "delivery": {"span_ms": 61_000},
         "timeline": [
             {"second": 0, "delay_max_ms": 4, "fire_max_ms": 1, "server_cpu_percent": None},
-            {"second": 1, "delay_max_ms": 15, "fire_max_ms": 9, "server_cpu_percent": 97.5},
+            {"second": 1, "delay_max_ms": 15, "fire_max_ms": 9, "server_cpu_percent": 97.5,
+             "writer_cpu_percent": 61.0},
             {"second": 2, "delay_max_ms": 6, "fire_max_ms": 2, "server_cpu_percent": 40.0},
         ],
         "server": {"cpu_percent_send": 88.5, "cpu_percent_run": 70.0,
+                   "thread_cpu_percent_send": {"grpc_calls": 20.0, "main": 0.4,
+                                               "rocksdb_compaction": 3.2, "writer": 61.5},
                    "peak_rss_bytes": 200 * 2**20, "data_dir_bytes": 2**20,
                    "bytes_per_timer": None},
         "harness_cpu_s": 12.0,
@@ -339,8 +356,10 @@ def test_report_puts_tdmq_next_to_ours_in_a_table_that_fits_a_terminal():
         "2 / 9 / 7 / 8 ms" in text
     )
     assert "- result: OK" in text and "0.50 0.40 0.30" in text
-    assert ("server CPU then): +1 s: 15 / 9 ms (server 97.5%), +2 s: 6 / 2 ms (server 40%), "
-            "+0 s: 4 / 1 ms\n" in text)  # fmt: skip
+    assert ("writer CPU then): +1 s: 15 / 9 ms (server 97.5%, writer 61%), +2 s: 6 / 2 ms "
+            "(server 40%), +0 s: 4 / 1 ms\n" in text)  # fmt: skip
+    # largest first, shares under half a percent left out
+    assert "one core): writer 61.5%, grpc_calls 20%, rocksdb_compaction 3.2%\n" in text
 
 
 def test_report_names_the_thread_producer_shape():

@@ -13,6 +13,7 @@ from conftest import WAIT_S, Collector
 from prometheus_client import Histogram
 from prometheus_client.parser import text_string_to_metric_families
 
+from engine import thread_cpu
 from engine.metrics import _observe_many
 from timerwheel.client import RemoteError, TimerClient
 from wheels.settings import Settings, SettingsError
@@ -121,6 +122,12 @@ def run_scenario(target: str, port: int, clock_offset_ms: int) -> None:
     assert value(after, cascades, wheel="minute") > value(before, cascades, wheel="minute")
     for name in ("rocksdb_live_data_bytes", "rocksdb_pending_compaction_bytes"):
         assert (f"timerwheel_{name}", frozenset()) in after
+    threads = "timerwheel_thread_cpu_seconds_total"  # the engine process's, by kind
+    assert {labels for name, labels in after if name == threads} == {
+        frozenset({("thread", kind)}) for kind in thread_cpu.KINDS
+    }
+    assert value(after, threads, thread="writer") >= value(before, threads, thread="writer")
+    assert sum(v for (name, _), v in after.items() if name == threads) > 0
 
 
 def clock_offset_to_second(second: int) -> int:

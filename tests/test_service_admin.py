@@ -15,6 +15,7 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
     ProtoReflectionDescriptorDatabase,
 )
 
+from engine import thread_cpu
 from server.app import TimerServer
 from timerwheel.client import TimerClient
 from wheels.clock import VirtualClock
@@ -59,6 +60,10 @@ def test_stats_reports_process_store_and_backlog(client, collectors):
     assert stats.column_family_keys["messages"] >= 1
     assert set(stats.column_family_keys) >= {"messages", "wheel_second", "ready", "meta"}
     assert stats.rss_bytes > 10 * 1024 * 1024 and stats.cpu_seconds > 0
+    threads = stats.thread_cpu_seconds  # one process: every thread of the server's
+    assert set(threads) == set(thread_cpu.KINDS)
+    assert all(seconds >= 0 for seconds in threads.values())
+    assert sum(threads.values()) <= stats.cpu_seconds + 0.1
     assert stats.data_dir_bytes > 50 * 1000  # the WAL holds the 50 KB of bodies at least
 
     collector = Collector(client, "s")

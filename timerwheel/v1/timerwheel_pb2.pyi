@@ -343,7 +343,7 @@ class StatsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatsResponse(_message.Message):
-    __slots__ = ("now_ms", "queued_ops", "unacked", "column_family_keys", "rss_bytes", "cpu_seconds", "data_dir_bytes", "fire_lateness", "clock_steps_forward", "clock_steps_backward", "last_clock_step_ms", "last_clock_step_at_ms")
+    __slots__ = ("now_ms", "queued_ops", "unacked", "column_family_keys", "rss_bytes", "cpu_seconds", "data_dir_bytes", "fire_lateness", "clock_steps_forward", "clock_steps_backward", "last_clock_step_ms", "last_clock_step_at_ms", "thread_cpu_seconds")
     class ColumnFamilyKeysEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -351,6 +351,13 @@ class StatsResponse(_message.Message):
         key: str
         value: int
         def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class ThreadCpuSecondsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
     NOW_MS_FIELD_NUMBER: _ClassVar[int]
     QUEUED_OPS_FIELD_NUMBER: _ClassVar[int]
     UNACKED_FIELD_NUMBER: _ClassVar[int]
@@ -363,6 +370,7 @@ class StatsResponse(_message.Message):
     CLOCK_STEPS_BACKWARD_FIELD_NUMBER: _ClassVar[int]
     LAST_CLOCK_STEP_MS_FIELD_NUMBER: _ClassVar[int]
     LAST_CLOCK_STEP_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    THREAD_CPU_SECONDS_FIELD_NUMBER: _ClassVar[int]
     now_ms: int
     queued_ops: int
     unacked: int
@@ -375,7 +383,8 @@ class StatsResponse(_message.Message):
     clock_steps_backward: int
     last_clock_step_ms: int
     last_clock_step_at_ms: int
-    def __init__(self, now_ms: _Optional[int] = ..., queued_ops: _Optional[int] = ..., unacked: _Optional[int] = ..., column_family_keys: _Optional[_Mapping[str, int]] = ..., rss_bytes: _Optional[int] = ..., cpu_seconds: _Optional[float] = ..., data_dir_bytes: _Optional[int] = ..., fire_lateness: _Optional[_Iterable[_Union[LatenessMinute, _Mapping]]] = ..., clock_steps_forward: _Optional[int] = ..., clock_steps_backward: _Optional[int] = ..., last_clock_step_ms: _Optional[int] = ..., last_clock_step_at_ms: _Optional[int] = ...) -> None: ...
+    thread_cpu_seconds: _containers.ScalarMap[str, float]
+    def __init__(self, now_ms: _Optional[int] = ..., queued_ops: _Optional[int] = ..., unacked: _Optional[int] = ..., column_family_keys: _Optional[_Mapping[str, int]] = ..., rss_bytes: _Optional[int] = ..., cpu_seconds: _Optional[float] = ..., data_dir_bytes: _Optional[int] = ..., fire_lateness: _Optional[_Iterable[_Union[LatenessMinute, _Mapping]]] = ..., clock_steps_forward: _Optional[int] = ..., clock_steps_backward: _Optional[int] = ..., last_clock_step_ms: _Optional[int] = ..., last_clock_step_at_ms: _Optional[int] = ..., thread_cpu_seconds: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class LatenessMinute(_message.Message):
     __slots__ = ("minute_ms", "fires", "p50_ms", "p99_ms", "max_ms")
