@@ -74,6 +74,7 @@ def test_stats_human_and_json(cli, client):
     lines = dict(line.split(None, 1) for line in out.splitlines() if line.startswith("keys"))
     assert code == 0 and "messages=1" in lines["keys"]
     assert "clock steps       0 forward, 0 backward\n" in out
+    assert "CPU by thread     writer " in out  # the writer first: the server's headroom
     code, out, _ = cli("stats", "--json")
     assert code == 0 and '"messages": "1"' in out
 

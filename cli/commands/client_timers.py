@@ -97,12 +97,22 @@ def _stats(client, args: argparse.Namespace) -> int:
         "keys": ", ".join(f"{k}={v:,}" for k, v in sorted(stats.column_family_keys.items())),
         "server memory": f"{stats.rss_bytes / 2**20:,.0f} MiB RSS",
         "server CPU": f"{stats.cpu_seconds:,.1f} s",
+        "CPU by thread": _by_thread(stats.thread_cpu_seconds),
         "data dir": f"{stats.data_dir_bytes / 2**20:,.1f} MiB",
         "clock steps": _clock_steps(stats),
     }
     for label, value in figures.items():
         print(f"{label:<18}{value}")
     return 0
+
+
+def _by_thread(seconds: dict[str, float]) -> str:
+    """The engine process's CPU by kind of thread: the writer first (its share is the
+    server's headroom), then every other kind that used any, largest first."""
+    others = sorted(((s, k) for k, s in seconds.items() if k != "writer" and s > 0), reverse=True)
+    return ", ".join(
+        f"{kind} {s:,.1f} s" for s, kind in [(seconds.get("writer", 0.0), "writer"), *others]
+    )
 
 
 def _clock_steps(stats) -> str:
