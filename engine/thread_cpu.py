@@ -48,6 +48,9 @@ KINDS = (
     "grpc_poller",  # grpcio's own Python thread that polls its completion queue
     "other",
 )
+# The kinds that run Python and so share the process's one GIL: together near one core,
+# the process is at its ceiling (the writer alone was at 52-67% of a core then).
+GIL_KINDS = (*dict.fromkeys(kind for _, kind in PYTHON_KINDS), "grpc_poller")
 
 
 def kind_of_python_thread(name: str) -> str:

@@ -13,9 +13,12 @@ Units are in the names: `_ms` integer milliseconds, `_us` microseconds, `_bytes`
 * `timeline`: per second of deliver time, counted from the first due second, the worst
   delay error and fire lateness of the first receipts due in it (`delay_max_ms`,
   `fire_max_ms`) and the server's CPU in that wall-clock second (`server_cpu_percent`,
-  from the Stats samples a second apart; None where none is centred in it) and its
-  writer thread's (`writer_cpu_percent`: near 100, the server was at its ceiling): where
-  in the run the tail happened, and how busy the server was then.
+  from the Stats samples a second apart; None where none is centred in it), its writer
+  thread's (`writer_cpu_percent`) and that of the engine process's threads that run
+  Python (`gil_cpu_percent`: they share one GIL, so near 100 the process is at its
+  ceiling): where in the run the tail happened, and how busy the server was then.
+* `seconds_at_ceiling`: timeline seconds with `gil_cpu_percent` at or above
+  `CEILING_PERCENT` (95).
 * `server.cpu_percent_*`: from TimerAdmin.Stats cpu_seconds (100 = one core busy);
   `server.thread_cpu_percent_send`: the engine process's CPU in the send phase by kind of
   thread (Stats thread_cpu_seconds: writer, grpc_calls, rocksdb_compaction, ...);
@@ -31,14 +34,18 @@ from __future__ import annotations
 import datetime as dt
 import os
 
+from engine.thread_cpu import GIL_KINDS
 from loadtest.accounting import HIGHEST_US, merge_histograms, merge_worst, summary
 from loadtest.scenarios import Scenario
+
+CEILING_PERCENT = 95  # of a core, for the threads that share the engine process's GIL
 
 
 def figures(
     scenario: Scenario, outcome: dict, load_before: tuple, load_after: tuple, target: str
 ) -> dict:
     accounting = outcome["accounting"]
+    timeline_rows = _timeline(outcome["consumers"], outcome["sampler"])
     return {
         "scenario": scenario.name,
         "description": scenario.description,
@@ -52,7 +59,8 @@ def figures(
         "delivery_lag_ms": _merged(outcome["consumers"], "lag_ms"),
         "early_ms": _merged(outcome["consumers"], "early_ms"),
         "delivery": _delivery(outcome),
-        "timeline": _timeline(outcome["consumers"], outcome["sampler"]),
+        "timeline": timeline_rows,
+        "seconds_at_ceiling": at_ceiling(timeline_rows),
         "server": _server(outcome, accounting),
         "harness_cpu_s": round(
             sum(r["cpu_s"] for r in outcome["producers"] + outcome["consumers"]), 1
@@ -146,26 +154,34 @@ def _delivery(outcome: dict) -> dict:
     }
 
 
+def at_ceiling(rows: list[dict]) -> list[int]:
+    """The timeline's seconds in which the engine process's Python threads used at
+    least `CEILING_PERCENT` of a core: at its ceiling, where queues (and tails) grow."""
+    return [r["second"] for r in rows if (r.get("gil_cpu_percent") or 0) >= CEILING_PERCENT]
+
+
 def _timeline(consumers: list[dict], sampler) -> list[dict]:
     return timeline(
         merge_worst(r["worst_delay_ms"] for r in consumers),
         sampler.cpu_percent_by_second(),
         fire_worst=merge_worst(r["worst_fire_ms"] for r in consumers),
-        writer_by_second=sampler.cpu_percent_by_second("writer"),
+        threads={
+            "writer_cpu_percent": sampler.cpu_percent_by_second(("writer",)),
+            "gil_cpu_percent": sampler.cpu_percent_by_second(GIL_KINDS),
+        },
     )
 
 
 def timeline(
     delay_worst: dict[int, int], cpu_by_second: dict[int, float],
-    fire_worst: dict[int, int] | None = None, writer_by_second: dict[int, float] | None = None,
+    fire_worst: dict[int, int] | None = None, threads: dict[str, dict[int, float]] | None = None,
 ) -> list[dict]:  # fmt: skip
     """Per second of deliver time (epoch seconds in, counted from the first due second
     out): the worst delay error (and fire lateness, where the server reports one) of the
     first receipts due in it, and the server's CPU in that second (None where no sample
     interval is centred in it), so a tail can be placed in time and set beside the load;
-    with `writer_by_second` also the writer thread's CPU then (near 100: the server was
-    at its ceiling). The Redis peer (bench/peer_redis.py) makes the same rows, without
-    fire lateness or a writer."""
+    `threads` adds columns of CPU by kind of thread, each by second. The Redis peer
+    (bench/peer_redis.py) makes the same rows, without fire lateness or threads."""
     first = min(delay_worst, default=0)
     rows = []
     for second in sorted(delay_worst):
@@ -173,8 +189,8 @@ def timeline(
         if fire_worst is not None:
             row["fire_max_ms"] = fire_worst.get(second, 0)
         row["server_cpu_percent"] = cpu_by_second.get(second)
-        if writer_by_second is not None:
-            row["writer_cpu_percent"] = writer_by_second.get(second)
+        for column, by_second in (threads or {}).items():
+            row[column] = by_second.get(second)
         rows.append(row)
     return rows
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 
+from loadtest.figures import CEILING_PERCENT
+
 WORST_SECONDS = 5  # listed in the details, worst delay error first
 TDMQ_REFERENCE = {
     "who": "TDMQ RocketMQ (8-core broker)",
@@ -143,6 +145,9 @@ def details(fig: dict) -> str:
          "lateness max, server and writer CPU then)", _worst_seconds(fig["timeline"])),
         ("server CPU by thread, send phase (the engine's process; 100% = one core)",
          _by_thread(server.get("thread_cpu_percent_send", {}))),
+        (f"seconds with the engine process's Python threads at {CEILING_PERCENT}% of a core "
+         "or more (they share one GIL: the server at its ceiling, where a little more load "
+         "grows the tail tenfold)", _at_ceiling(fig.get("seconds_at_ceiling"), fig["timeline"])),
         ("first deliver time -> last receipt", f"{delivery['span_ms']:,} ms"),
         ("server's peak fired-but-unacked backlog", f"{server.get('peak_unacked', 0):,}"),
         ("server CPU, whole run (send, wait and drain phases; lower than the send phase's "
@@ -168,6 +173,14 @@ def _second(row: dict) -> str:
     if cpu is None:
         return text
     return f"{text} (server {cpu:g}%" + ("" if writer is None else f", writer {writer:g}%") + ")"
+
+
+def _at_ceiling(seconds: list[int] | None, timeline: list[dict]) -> str:
+    if seconds is None or not any(row.get("gil_cpu_percent") for row in timeline):
+        return "not reported"
+    if not seconds:
+        return f"none of {len(timeline)}"
+    return f"{len(seconds)} of {len(timeline)} (+{seconds[0]} s to +{seconds[-1]} s)"
 
 
 def _by_thread(shares: dict[str, float]) -> str:

@@ -29,7 +29,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -241,18 +241,19 @@ class StatsSampler:
             for kind, seconds in last.thread_cpu_s.items()
         }
 
-    def cpu_percent_by_second(self, thread: str | None = None) -> dict[int, float]:
+    def cpu_percent_by_second(self, threads: Collection[str] = ()) -> dict[int, float]:
         """Server CPU between consecutive samples (100 = one core), by the wall-clock
         second (epoch) the middle of each interval falls in: the whole server's, or with
-        `thread` one kind of the engine process's threads (where both samples have it)."""
+        `threads` those kinds of the engine process's threads together (where both
+        samples report them)."""
         by_second = {}
         for before, after in itertools.pairwise(self.samples):
             if after.at_s <= before.at_s:
                 continue
-            if thread is None:
+            if not threads:
                 cpu_s = after.cpu_s - before.cpu_s
-            elif thread in before.thread_cpu_s and thread in after.thread_cpu_s:
-                cpu_s = after.thread_cpu_s[thread] - before.thread_cpu_s[thread]
+            elif all(t in before.thread_cpu_s and t in after.thread_cpu_s for t in threads):
+                cpu_s = sum(after.thread_cpu_s[t] - before.thread_cpu_s[t] for t in threads)
             else:
                 continue
             second = int((before.wall_s + after.wall_s) / 2)

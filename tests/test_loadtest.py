@@ -34,6 +34,7 @@ from helpers.processes import command_line, descendants
 from cli.main import main
 from engine import thread_cpu
 from engine.system_clock import SystemClock
+from loadtest.figures import at_ceiling
 from server.app import TimerServer
 from wheels.settings import Settings
 
@@ -99,6 +100,9 @@ def test_smoke_scenario_spawned_server_accounts_for_every_message(tmp_path, caps
     assert max(row["fire_max_ms"] for row in timeline) == fig["fire_lateness_ms"]["max"]
     assert any(row["server_cpu_percent"] for row in timeline)  # the server was busy then
     assert any(row["writer_cpu_percent"] for row in timeline)  # and its writer
+    assert any(row["gil_cpu_percent"] for row in timeline)  # and its GIL's threads together
+    assert fig["seconds_at_ceiling"] == at_ceiling(timeline)
+    assert "- seconds with the engine process's Python threads at 95% of a core or more" in table
     by_thread = fig["server"]["thread_cpu_percent_send"]  # the one process's threads
     assert set(by_thread) == set(thread_cpu.KINDS)  # the threads' names are the table's:
     assert by_thread["writer"] > 0 and by_thread["grpc_calls"] > 0 and by_thread["grpc_streams"] > 0

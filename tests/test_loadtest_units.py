@@ -28,7 +28,7 @@ from loadtest.accounting import (
     merge_worst,
     summary,
 )
-from loadtest.figures import timeline
+from loadtest.figures import at_ceiling, timeline
 from loadtest.harness import Run
 from loadtest.pacing import (
     MIN_BODY_BYTES,
@@ -150,8 +150,10 @@ def test_the_engine_threads_cpu_by_kind_over_a_phase_and_by_second():
     sampler.samples = [sample(0.0, 1.0, 0.5), sample(1.0, 2.0, 1.1), sample(2.0, 3.0, 1.9),
                        sample(3.0, 3.5, None)]  # fmt: skip  # a server that stopped reporting
     assert sampler.thread_cpu_percent(0.0, 2.0) == {"writer": 70.0, "grpc_calls": 10.0}
-    assert sampler.cpu_percent_by_second("writer") == {1_000: 60.0, 1_001: 80.0}
-    assert sampler.cpu_percent_by_second("delivery") == {}  # not reported: no figure, not 0
+    assert sampler.cpu_percent_by_second(("writer",)) == {1_000: 60.0, 1_001: 80.0}
+    both = sampler.cpu_percent_by_second(("writer", "grpc_calls"))  # kinds summed
+    assert both == {1_000: 70.0, 1_001: 90.0}
+    assert sampler.cpu_percent_by_second(("delivery",)) == {}  # not reported: no figure, not 0
     assert sampler.thread_cpu_percent(2.5, 3.0) == {}  # one sample: no interval
 
 
@@ -165,6 +167,16 @@ def test_timeline_counts_from_the_first_due_second_and_places_the_cpu():
     # without fire lateness (the Redis peer's rows), and nothing received: no rows
     assert timeline(delay, cpu)[1] == {"second": 1, "delay_max_ms": 30, "server_cpu_percent": 97.5}
     assert timeline({}, cpu) == []
+    # columns of threads' CPU by second, None where no interval is centred in the second
+    rows = timeline(delay, cpu, threads={"writer_cpu_percent": {1_000: 40.0, 1_002: 61.5}})
+    assert [row["writer_cpu_percent"] for row in rows] == [40.0, None, 61.5]
+
+
+def test_seconds_at_the_ceiling_are_those_of_the_gil_threads_at_95_percent_or_more():
+    rows = [{"second": 0, "gil_cpu_percent": 94.9}, {"second": 1, "gil_cpu_percent": 95.0},
+            {"second": 2, "gil_cpu_percent": None}, {"second": 3, "gil_cpu_percent": 112.0},
+            {"second": 4}]  # fmt: skip
+    assert at_ceiling(rows) == [1, 3]
 
 
 def test_merge_counts_sums_per_sequence_and_caps():
@@ -315,9 +327,10 @@ def fake_figures(**accounting_changes) -> dict:
         "timeline": [
             {"second": 0, "delay_max_ms": 4, "fire_max_ms": 1, "server_cpu_percent": None},
             {"second": 1, "delay_max_ms": 15, "fire_max_ms": 9, "server_cpu_percent": 97.5,
-             "writer_cpu_percent": 61.0},
+             "writer_cpu_percent": 61.0, "gil_cpu_percent": 98.0},
             {"second": 2, "delay_max_ms": 6, "fire_max_ms": 2, "server_cpu_percent": 40.0},
         ],
+        "seconds_at_ceiling": [1],
         "server": {"cpu_percent_send": 88.5, "cpu_percent_run": 70.0,
                    "thread_cpu_percent_send": {"grpc_calls": 20.0, "main": 0.4,
                                                "rocksdb_compaction": 3.2, "writer": 61.5},
@@ -358,6 +371,10 @@ def test_report_puts_tdmq_next_to_ours_in_a_table_that_fits_a_terminal():
     assert "- result: OK" in text and "0.50 0.40 0.30" in text
     assert ("writer CPU then): +1 s: 15 / 9 ms (server 97.5%, writer 61%), +2 s: 6 / 2 ms "
             "(server 40%), +0 s: 4 / 1 ms\n" in text)  # fmt: skip
+    assert (
+        "(they share one GIL: the server at its ceiling, where a little more load grows the "
+        "tail tenfold): 1 of 3 (+1 s to +1 s)\n" in text
+    )
     # largest first, shares under half a percent left out
     assert "one core): writer 61.5%, grpc_calls 20%, rocksdb_compaction 3.2%\n" in text
 

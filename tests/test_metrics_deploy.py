@@ -15,6 +15,8 @@ import yaml
 from conftest import WAIT_S
 from prometheus_client.parser import text_string_to_metric_families
 
+from engine.thread_cpu import GIL_KINDS
+
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARD = ROOT / "deploy" / "grafana-dashboard.json"
 ALERTS = ROOT / "deploy" / "prometheus-alerts.yml"
@@ -76,6 +78,8 @@ def test_the_cpu_ceiling_alert_counts_the_python_threads_only(tmp_path):
     minutes fires; 0.5 in Python plus 0.5 in RocksDB's compactions (no GIL) does not."""
     [rule] = [r for g in yaml.safe_load(ALERTS.read_text())["groups"] for r in g["rules"]
               if r["alert"] == "TimerwheelNearCpuCeiling"]  # fmt: skip
+    [kinds] = re.findall(r'thread=~"([^"]+)"', rule["expr"])
+    assert set(kinds.split("|")) == set(GIL_KINDS)  # the loadtest's ceiling counts the same
 
     def cpu(instance: str, thread: str, seconds_a_minute: int) -> dict:
         name = f'timerwheel_thread_cpu_seconds_total{{instance="{instance}", thread="{thread}"}}'
