@@ -13,8 +13,8 @@ below, read when Prometheus asks and never kept up to date on the firing path:
     timerwheel_rocksdb_live_data_bytes, timerwheel_rocksdb_pending_compaction_bytes,
     timerwheel_rocksdb_sst_files_bytes, timerwheel_data_dir_free_bytes
     timerwheel_thread_cpu_seconds_total{thread}   the engine process's CPU by kind of
-                                             thread (engine.thread_cpu): the writer's
-                                             share is the server's headroom
+                                             thread (engine.thread_cpu): its Python
+                                             threads summed near 1, the GIL is full
 
 The engine's values come from `Engine.metrics_gauges` (one call; under `--workers N` an
 IPC call from the supervisor to the engine process) and the subscriber count from the

@@ -107,8 +107,8 @@ def _stats(client, args: argparse.Namespace) -> int:
 
 
 def _by_thread(seconds: dict[str, float]) -> str:
-    """The engine process's CPU by kind of thread: the writer first (its share is the
-    server's headroom), then every other kind that used any, largest first."""
+    """The engine process's CPU by kind of thread: the writer first (the thread that
+    does every write), then every other kind that used any, largest first."""
     others = sorted(((s, k) for k, s in seconds.items() if k != "writer" and s > 0), reverse=True)
     return ", ".join(
         f"{kind} {s:,.1f} s" for s, kind in [(seconds.get("writer", 0.0), "writer"), *others]
