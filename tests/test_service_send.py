@@ -9,7 +9,7 @@ from conftest import Collector, status_of, wall_ms
 
 from timerwheel.client import TimerClient
 from wheels.domain import State
-from wheels.settings import HOUR_MS
+from wheels.settings import HOUR_MS, Settings
 
 pytestmark = pytest.mark.wallclock
 
@@ -86,10 +86,10 @@ def test_cancel_after_firing_is_failed_precondition(client):
 
 
 def test_get_reports_every_state(client, collectors):
-    # 8 s is inside the second wheel at any point of a minute (its cascade lead is 10 s);
-    # 90 s is always past it and 3 h always past the minute wheel.
+    # 8 s is inside the second wheel at any point of a minute (its cascade lead is 50 s);
+    # the lead and a minute more is always past it, and 3 h always past the minute wheel.
     second = client.send("orders", b"s", delay_ms=8_000)
-    minute = client.send("orders", b"m", delay_ms=90_000)
+    minute = client.send("orders", b"m", delay_ms=Settings().minute_cascade_lead_ms + 70_000)
     hour = client.send("orders", b"h", delay_ms=3 * HOUR_MS)
     for result, wheel in ((second, "second"), (minute, "minute"), (hour, "hour")):
         timer = client.get(result.message_id)

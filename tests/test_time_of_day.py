@@ -9,8 +9,8 @@ TIMERWHEEL_TEST_TIME_OF_DAY; servers get Settings.clock_offset_ms) to the worst 
 * 54:59.000 and 55:00.000: either side of the start of the hour -> minute cascade of the
   next hour (`hour_cascade_lead_ms`, 5 min): from hh:55 a timer one hour out sits in the
   minute wheel (CI once failed for five minutes of every hour on exactly that);
-* 59:50.000: the start of the minute -> second cascade of the next hour's first minute
-  (`minute_cascade_lead_ms`, 10 s), with the hour cascade still running;
+* 59:10.000: the start of the minute -> second cascade of the next hour's first minute
+  (`minute_cascade_lead_ms`, 50 s), with the hour cascade still running;
 * 59:59.900 and 00:00.000: either side of the hour boundary itself.
 
 The rest of the suite uses a virtual clock (its time is fixed by the test, whatever the
@@ -27,10 +27,22 @@ from pathlib import Path
 import pytest
 from conftest import TIME_OF_DAY_ENV, offset_to
 
+from wheels.settings import HOUR_MS, Settings
+
 pytestmark = pytest.mark.timeout(900)
 
-WORST_MOMENTS = ("54:59.000", "55:00.000", "59:50.000", "59:59.900", "00:00.000")
+WORST_MOMENTS = ("54:59.000", "55:00.000", "59:10.000", "59:59.900", "00:00.000")
 TESTS = Path(__file__).parent
+
+
+def test_the_worst_moments_are_the_default_cascades_starts():
+    """If a default lead changes, the moments above must move with it."""
+    defaults = Settings()
+    hour_cascade_starts = HOUR_MS - defaults.hour_cascade_lead_ms
+    minute_cascade_starts = HOUR_MS - defaults.minute_cascade_lead_ms
+    moments_ms = {offset_to(moment, 0) for moment in WORST_MOMENTS}
+    assert {hour_cascade_starts - 1_000, hour_cascade_starts} <= moments_ms
+    assert minute_cascade_starts in moments_ms
 
 
 def test_offset_to_reaches_the_moment_within_the_hour():
