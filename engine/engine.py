@@ -79,7 +79,9 @@ class Engine:
             settings.data_dir, tuning, lambda: Scheduler.fresh(clock.now_ms(), leads).state
         )
         self._database = self._store.database
-        self._scheduler = Scheduler(state, leads, settings.fire_tick_ms)
+        self._scheduler = Scheduler(
+            state, leads, settings.fire_tick_ms, settings.cascade_finish_ahead_ms()
+        )
         self._lookups = TimerLookups(settings, self._store, self._scheduler)
         self._ids = MessageIds()
         self.export_slot = ExportSlot()

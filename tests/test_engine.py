@@ -25,6 +25,7 @@ from wheels.domain import (
     When,
     WhenKind,
 )
+from wheels.scheduler import TimerKey
 from wheels.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
 
 T0 = 1_700_002_800_000 - 30 * MINUTE_MS  # half an hour before an hour boundary
@@ -219,8 +220,8 @@ def test_list_refuses_bad_arguments(make_engine, args, field):
     assert caught.value.field == field
 
 
-def test_a_200k_timer_minute_slot_cascades_in_bounded_chunks(make_engine, clock):
-    chunk = 10_000
+def test_a_200k_timer_minute_slot_cascades_paced_in_bounded_chunks(make_engine, clock):
+    chunk, defaults = 10_000, Settings()
     engine = make_engine(cascade_chunk=chunk, fire_chunk=chunk)
     slot_start = T0 - T0 % MINUTE_MS + 5 * MINUTE_MS
     for start in range(0, 200_000, 10_000):
@@ -239,12 +240,20 @@ def test_a_200k_timer_minute_slot_cascades_in_bounded_chunks(make_engine, clock)
         return stage_move(batch, upper, lower, entries, now_ms)
 
     engine.store.stage_move = recording_move
-    clock.advance(slot_start - Settings().minute_cascade_lead_ms - clock.now_ms())
-    iterations = 0
-    while engine.step():
-        iterations += 1
-    assert max(moved_per_batch) <= chunk
-    assert sum(moved_per_batch) == 200_000 and iterations >= 200_000 // chunk - 1
+    clock.advance(slot_start - defaults.minute_cascade_lead_ms - clock.now_ms())
+    moved_per_second = []
+    minute_finish_ahead_ms, _ = defaults.cascade_finish_ahead_ms()
+    while clock.now_ms() <= slot_start - minute_finish_ahead_ms:
+        before = len(moved_per_batch)
+        engine.run_until_idle()
+        moved_per_second.append(sum(moved_per_batch[before:]))
+        clock.advance(1_000)
+    assert max(moved_per_batch) <= chunk and sum(moved_per_second) == 200_000
+    # Paced over the window (wheels.scheduler, "Pacing"): 60 s of timers in 40 steps of
+    # 1.5 s each; at most 4 timers a ms, so at most 6,000 a second instead of all at once.
+    window_s = (defaults.minute_cascade_lead_ms - minute_finish_ahead_ms) // 1000
+    assert len([n for n in moved_per_second if n]) == window_s
+    assert max(moved_per_second) == 4 * 1_500
     assert wheel_count(engine, "minute") == 0 and wheel_count(engine, "second") == 200_000
     clock.advance(slot_start + MINUTE_MS - clock.now_ms())  # the whole slot is due
     engine.run_until_idle()
@@ -259,13 +268,20 @@ def test_reopen_finishes_a_cascade_that_was_cut_off(tmp_path, clock):
     sent = engine.send_batch(
         [SendSpec("t", b"", When(WhenKind.DELIVER_AT, hour_start + i * 1000)) for i in range(1_000)]
     )
-    clock.advance(hour_start - Settings().hour_cascade_lead_ms - T0)
+    # A minute into the hour cascade's paced window (4 min for the hour's 60): timers due
+    # in its first 15 minutes may move, 900 of the 1,000.
+    clock.advance(hour_start - settings.hour_cascade_lead_ms + MINUTE_MS - T0)
     assert engine.step()  # one chunk of the hour cascade, then "crash"
     assert engine.scheduler.state.cascades[1].pending_from is not None
     engine.close()
     reopened = Engine(settings, clock, background=False)
     try:
-        assert reopened.scheduler.state.cascades[1].pending_from is not None
+        reopened.run_until_idle()  # resumes at the same pace
+        paced_to = reopened.scheduler.state.cascades[1].pending_from
+        assert paced_to == TimerKey.start_of(hour_start + 900_000)
+        assert wheel_count(reopened, "hour") == 100 and wheel_count(reopened, "minute") == 900
+        _, hour_finish_ahead_ms = settings.cascade_finish_ahead_ms()
+        clock.advance(hour_start - hour_finish_ahead_ms - clock.now_ms())
         reopened.run_until_idle()
         assert reopened.scheduler.state.cascades[1].pending_from is None
         assert wheel_count(reopened, "hour") == 0 and wheel_count(reopened, "minute") == 1_000

@@ -191,3 +191,115 @@ def test_state_must_match_the_levels():
         assert "one cascade state" in str(exc)
     else:
         raise AssertionError("a state with too few cascades was accepted")
+
+
+# -- pacing ------------------------------------------------------------------------------
+PACED_LEADS = (50_000, 300_000)
+FINISH_AHEAD = (10_000, 60_000)  # the minute cascade's window is 40 s, the hour's 4 min
+
+
+def paced(finish_ahead=FINISH_AHEAD) -> Scheduler:
+    state = Scheduler.fresh(T0, PACED_LEADS).state
+    return Scheduler(state, PACED_LEADS, finish_ahead_ms=finish_ahead)
+
+
+def drive_minute_cascade(scheduler: Scheduler, due_ms: list[int], until_ms: int) -> dict:
+    """A writer that runs only when `next_wakeup_ms` says, moving every timer its tasks
+    cover (no chunk limit), through `until_ms`; when each minute-wheel timer moved down."""
+    moved_at: dict[int, int] = {}
+    for _ in range(10_000):
+        now = scheduler.next_wakeup_ms(None)
+        if now > until_ms:
+            return moved_at
+        scheduler.observe(now)
+        assert scheduler.busy(), "woken for nothing"
+        for task in scheduler.cascade_tasks():
+            if task.upper is MINUTE_WHEEL:
+                lo = task.from_key.deliver_at_ms
+                for t in due_ms:
+                    if lo <= t < task.to_ms:
+                        assert t not in moved_at, "moved twice"
+                        moved_at[t] = now
+            scheduler.cascade_progress(task, None)
+        assert not scheduler.busy()
+    raise AssertionError("the wake-ups never reached the end")
+
+
+def test_a_paced_cascade_moves_its_slot_evenly_and_finishes_ahead_of_it():
+    scheduler = paced()
+    slot_ms = scheduler.state.cascades[0].horizon_ms  # the next slot to move down
+    due_ms = [slot_ms + i * 10 for i in range(6_000)]  # a timer every 10 ms of the slot
+    moved_at = drive_minute_cascade(scheduler, due_ms, slot_ms)
+    assert sorted(moved_at) == due_ms
+    start_ms = slot_ms - PACED_LEADS[0]
+    per_second: dict[int, int] = {}
+    for t, at in moved_at.items():
+        assert start_ms <= at <= slot_ms - FINISH_AHEAD[0] <= t - FINISH_AHEAD[0]
+        per_second[at] = per_second.get(at, 0) + 1
+    # 60 s of timers over a 40 s window: 1.5 s worth a step, one step a second.
+    assert len(per_second) == 40 and max(per_second.values()) == 150
+
+
+def test_a_paced_cascade_rests_at_its_bound_and_wakes_at_the_next_step():
+    scheduler = paced()
+    slot_ms = scheduler.state.cascades[0].horizon_ms
+    start_ms = slot_ms - PACED_LEADS[0]
+    scheduler.observe(start_ms + 2_500)
+    (task,) = scheduler.cascade_tasks()
+    assert task.from_key == TimerKey.start_of(slot_ms) and task.to_ms == slot_ms + 3_000
+    assert scheduler.placement(slot_ms + 30_000) is SECOND_WHEEL  # the horizon moved at once
+    scheduler.cascade_progress(task, None)
+    assert scheduler.state.cascades[0].pending_from == TimerKey.start_of(slot_ms + 3_000)
+    assert not scheduler.busy() and scheduler.next_wakeup_ms(None) == start_ms + 3_000
+    # A timer not yet moved is looked for in both wheels, one moved in the lower one.
+    assert scheduler.wheel_candidates(slot_ms + 3_000) == (SECOND_WHEEL, MINUTE_WHEEL)
+    assert scheduler.wheel_candidates(slot_ms + 2_999) == (SECOND_WHEEL,)
+
+
+def test_a_full_chunk_continues_at_once_within_the_bound():
+    scheduler = paced()
+    slot_ms = scheduler.state.cascades[0].horizon_ms
+    scheduler.observe(slot_ms - PACED_LEADS[0] + 10_000)
+    (task,) = scheduler.cascade_tasks()
+    scheduler.cascade_progress(task, TimerKey(slot_ms + 700, "x\x00"))  # a chunk was full
+    assert scheduler.busy()
+    (task,) = scheduler.cascade_tasks()
+    assert task.from_key == TimerKey(slot_ms + 700, "x\x00")
+
+
+def test_after_a_long_stop_a_paced_cascade_moves_the_overdue_slots_at_once():
+    scheduler = paced()
+    old_horizon = scheduler.state.cascades[0].horizon_ms
+    scheduler.observe(old_horizon + 10 * MINUTE_MS)
+    (task,) = [t for t in scheduler.cascade_tasks() if t.upper is MINUTE_WHEEL]
+    # The range ends a lead and up to a minute ahead: its last slot is paced, the
+    # missed ones (due already) are not.
+    assert task.from_key == TimerKey.start_of(old_horizon)
+    assert task.to_ms >= old_horizon + 10 * MINUTE_MS
+
+
+@given(st.integers(0, 50_000), st.lists(st.integers(0, MINUTE_MS - 1), min_size=1, max_size=50))
+def test_every_paced_timer_moves_in_the_window_whatever_the_finish(finish_ms, offsets_ms):
+    scheduler = paced((finish_ms, FINISH_AHEAD[1]))
+    slot_ms = scheduler.state.cascades[0].horizon_ms
+    due_ms = sorted({slot_ms + offset for offset in offsets_ms})
+    moved_at = drive_minute_cascade(scheduler, due_ms, slot_ms)
+    assert sorted(moved_at) == due_ms
+    assert all(slot_ms - PACED_LEADS[0] <= at <= slot_ms - finish_ms for at in moved_at.values())
+
+
+def test_a_paced_hour_cascade_is_done_before_the_hours_first_minute_cascade():
+    scheduler = paced()
+    hour_ms = scheduler.state.cascades[1].horizon_ms
+    scheduler.observe(hour_ms - PACED_LEADS[1])
+    run_cascades(scheduler)
+    assert scheduler.state.cascades[1].pending_from is not None  # paced: still moving
+    scheduler.observe(hour_ms - FINISH_AHEAD[1])
+    run_cascades(scheduler)
+    assert scheduler.state.cascades[1].pending_from is None
+    assert scheduler.state.cascades[1].complete_below_ms == hour_ms + HOUR_MS
+
+
+def test_a_finish_beyond_the_lead_is_refused():
+    with pytest.raises(ValueError, match="finish_ahead_ms"):
+        paced((60_000, 60_000))

@@ -35,6 +35,8 @@ def test_defaults_are_the_documented_ones():
         ({"delay_levels_ms": (1000, 0)}, "level 2]=0"),
         ({"minute_cascade_lead_ms": 60_000}, "minute_cascade_lead_ms=60000"),
         ({"hour_cascade_lead_ms": 5_000}, "hour_cascade_lead_ms=5000"),
+        ({"cascade_pace_percent": 91}, "cascade_pace_percent=91"),
+        ({"cascade_pace_percent": -1}, "cascade_pace_percent=-1"),
         ({"workers": -1}, "workers=-1"),
         ({"workers": 1000}, "workers=1000"),
     ],
@@ -48,3 +50,17 @@ def test_replace_validates_again():
     with pytest.raises(SettingsError, match="sweep_chunk=0"):
         Settings().replace(sweep_chunk=0)
     assert Settings().replace(port=0).port == 0
+
+
+@pytest.mark.parametrize(
+    ("changes", "finish_ahead_ms"),
+    [
+        ({}, (10_000, 60_000)),  # the defaults: leads 50 s and 5 min, paced over 80%
+        ({"cascade_pace_percent": 0}, (50_000, 300_000)),  # no pacing: the whole lead
+        ({"cascade_pace_percent": 90, "minute_cascade_lead_ms": 1_000}, (100, 30_000)),
+        # The hour's pace would end 6 s ahead: after the hour's first minute cascade starts.
+        ({"hour_cascade_lead_ms": 60_000, "cascade_pace_percent": 90}, (5_000, 50_000)),
+    ],
+)
+def test_a_cascades_pace_ends_where_the_next_level_needs_it(changes, finish_ahead_ms):
+    assert Settings(**changes).cascade_finish_ahead_ms() == finish_ahead_ms

@@ -33,6 +33,26 @@ boundary that passed at once: the range scan covers many slots in one cascade.
 Moves are chunked: `pending_from` remembers the first upper-wheel key still to move, so a
 huge slot never blocks the writer, and a crash mid-cascade resumes from there.
 
+Pacing
+------
+A started cascade need not move its slot at once: its first timer is a lead away. Paced
+(`finish_ahead_ms` given), it spreads the moves evenly over its lead instead of running
+its chunks back to back in one block: the slot's deliver times are mapped linearly onto
+the window from the cascade's start to `finish_ahead_ms` before the slot begins::
+
+    start = slot - lead                 slot - finish_ahead       slot
+    |------------ window -------------------|------------------------|
+    moved: timers due before slot + slot_ms * elapsed / window
+
+so a slot whose timers are spread evenly over its deliver times moves at an even rate,
+and every timer is moved at least `finish_ahead_ms` (and up to a lead and a slot) before
+it is due. The bound advances in steps of `PACE_STEP_MS`, one writer wake-up a step, and
+`pending_from` rests at the bound between steps (persisted like any progress, so a
+restart resumes the pace). Timers of earlier slots (a cascade over several slots after a
+long stop) are overdue or nearly so and move at once. The hour cascade's pace must end
+before the next hour's first minute cascade starts, or that one would wait for it
+(`Settings` checks it).
+
 Firing
 ------
 The second wheel is drained continuously: every key up to `now` fires. `fire_from` is the
@@ -118,17 +138,30 @@ class CascadeTask:
     to_ms: int
 
 
+PACE_STEP_MS = 1_000  # a paced cascade's bound moves this often (see "Pacing")
+
+
 class Scheduler:
     """Holds the horizons and cursors; decides, never performs I/O."""
 
     def __init__(
-        self, state: SchedulerState, leads_ms: tuple[int, ...], fire_tick_ms: int = 1
+        self,
+        state: SchedulerState,
+        leads_ms: tuple[int, ...],
+        fire_tick_ms: int = 1,
+        finish_ahead_ms: tuple[int, ...] | None = None,
     ) -> None:
         if len(state.cascades) != len(LEVELS) - 1 or len(leads_ms) != len(LEVELS) - 1:
             raise ValueError("one cascade state and one lead per adjacent pair of levels")
         if fire_tick_ms < 1:
             raise ValueError(f"fire_tick_ms={fire_tick_ms}: must be at least 1")
+        if finish_ahead_ms is not None and not all(
+            0 <= finish <= lead for finish, lead in zip(finish_ahead_ms, leads_ms, strict=True)
+        ):
+            raise ValueError(f"finish_ahead_ms={finish_ahead_ms}: each must be 0..its lead")
         self._leads_ms = leads_ms
+        # None: unpaced, every cascade's chunks back to back (finishing at its lead).
+        self._finish_ahead_ms = finish_ahead_ms or leads_ms
         self._fire_tick_ms = fire_tick_ms
         self._last_fire_ms: int | None = None  # see "The fire tick": a hint, not state
         self._set_state(state)
@@ -206,15 +239,27 @@ class Scheduler:
         tasks = []
         for index in reversed(range(len(self._state.cascades))):
             self._maybe_start(index)
-            cascade = self._state.cascades[index]
-            if cascade.pending_from is not None:
-                tasks.append(
-                    CascadeTask(
-                        index, LEVELS[index + 1], LEVELS[index],
-                        cascade.pending_from, cascade.horizon_ms,
-                    )
-                )  # fmt: skip
+            pending = self._state.cascades[index].pending_from
+            if pending is not None and self._may_move_now(index):
+                to_ms = self._paced_to_ms(index)
+                tasks.append(CascadeTask(index, LEVELS[index + 1], LEVELS[index], pending, to_ms))
         return tasks
+
+    def _pace(self, index: int) -> tuple[int, int, int]:
+        """(the window's start, its length, the last slot's start) of a started cascade."""
+        horizon_ms = self._state.cascades[index].horizon_ms
+        last_slot_ms = horizon_ms - LEVELS[index + 1].slot_ms
+        lead_ms = self._leads_ms[index]
+        return last_slot_ms - lead_ms, lead_ms - self._finish_ahead_ms[index], last_slot_ms
+
+    def _paced_to_ms(self, index: int) -> int:
+        """The cascade may have moved every timer due before this by now (see "Pacing")."""
+        window_start_ms, window_ms, last_slot_ms = self._pace(index)
+        elapsed_ms = self._state.now_ms - window_start_ms
+        if elapsed_ms >= window_ms:
+            return self._state.cascades[index].horizon_ms
+        stepped_ms = max(elapsed_ms, 0) // PACE_STEP_MS * PACE_STEP_MS
+        return last_slot_ms + stepped_ms * LEVELS[index + 1].slot_ms // window_ms
 
     def _target_horizon_ms(self, index: int) -> int:
         upper = LEVELS[index + 1]
@@ -235,8 +280,11 @@ class Scheduler:
             self._set_cascade(index, started)
 
     def cascade_progress(self, task: CascadeTask, next_from: TimerKey | None) -> None:
-        """Record that the chunk ended before `next_from` (None: the range is fully moved)."""
+        """Record that the chunk ended before `next_from` (None: the task's range is fully
+        moved; a paced cascade then rests at the task's end until its next step)."""
         cascade = self._state.cascades[task.index]
+        if next_from is None and task.to_ms < cascade.horizon_ms:
+            next_from = TimerKey.start_of(task.to_ms)
         self._set_cascade(task.index, replace(cascade, pending_from=next_from))
 
     def _set_cascade(self, index: int, cascade: CascadeState) -> None:
@@ -263,26 +311,44 @@ class Scheduler:
 
     # -- waking ------------------------------------------------------------------------
     def busy(self) -> bool:
-        """True while a cascade has a range left to move or could start now.
+        """True while a cascade has a range it may move now or could start now.
 
         Finishing an upper cascade can unblock a lower one in the same instant, so
-        "nothing pending" alone does not mean idle.
+        "nothing pending" alone does not mean idle. A paced cascade resting at its bound
+        is not busy: it has a wake-up at its next step (`next_wakeup_ms`).
         """
         return any(
-            cascade.pending_from is not None or self._target_horizon_ms(index) > cascade.horizon_ms
+            self._may_move_now(index) or self._target_horizon_ms(index) > cascade.horizon_ms
             for index, cascade in enumerate(self._state.cascades)
         )
 
+    def _may_move_now(self, index: int) -> bool:
+        pending = self._state.cascades[index].pending_from
+        return pending is not None and pending.deliver_at_ms < self._paced_to_ms(index)
+
     def next_wakeup_ms(self, next_due_ms: int | None) -> int:
         """When the writer must run next with no requests: the next due timer's time, but
-        not within a tick of the last fire (see "The fire tick"), or a cascade's start."""
+        not within a tick of the last fire (see "The fire tick"), a cascade's start, or a
+        paced cascade's next step."""
         wake = [
             c.horizon_ms - lead
             for c, lead in zip(self._state.cascades, self._leads_ms, strict=True)
         ]
+        for index, cascade in enumerate(self._state.cascades):
+            if cascade.pending_from is not None:
+                wake.append(self._next_step_ms(index))
         if next_due_ms is not None:
             wake.append(self._fire_wakeup_ms(next_due_ms))
         return min(wake)
+
+    def _next_step_ms(self, index: int) -> int:
+        """When a started cascade's paced bound next moves (now, if it already may move)."""
+        if self._may_move_now(index):
+            return self._state.now_ms
+        window_start_ms, window_ms, _ = self._pace(index)
+        elapsed_ms = max(self._state.now_ms - window_start_ms, 0)
+        next_step_ms = (elapsed_ms // PACE_STEP_MS + 1) * PACE_STEP_MS
+        return window_start_ms + min(next_step_ms, window_ms)  # the window's end is a step
 
     def _fire_wakeup_ms(self, next_due_ms: int) -> int:
         """`next_due_ms`, or a tick after the last fire if that is later (the pacing)."""

@@ -15,6 +15,7 @@ HOUR_MS = 60 * MINUTE_MS
 DAY_MS = 24 * HOUR_MS
 MIN_CLOCK_STEP_MS = 10  # clock readings are whole ms: a smaller threshold would be noise
 MAX_GIL_SWITCH_INTERVAL_MS = 100  # beyond, a waiting thread could stall for a tenth of a second
+MAX_CASCADE_PACE_PERCENT = 90  # the last tenth of a lead is left to finish the slot in
 MAX_FIRE_TICK_MS = 1_000  # RocketMQ 5's default timer precision; coarser would not be "on time"
 
 # RocketMQ 4 default messageDelayLevel:
@@ -80,6 +81,9 @@ class Settings:
     # core (docs/benchmarks.md, 2026-11-27 morning).
     minute_cascade_lead_ms: int = 50 * SECOND_MS
     hour_cascade_lead_ms: int = 5 * MINUTE_MS
+    # A started cascade spreads its moves evenly over this share of its lead, in percent
+    # (wheels.scheduler, "Pacing"; `cascade_finish_ahead_ms`); 0: chunks back to back.
+    cascade_pace_percent: int = 80
 
     # Fire commits at least a tick apart (wheels.scheduler, "The fire tick"): the timers
     # due within it fire together; a timer due after a quiet spell fires on time.
@@ -218,6 +222,21 @@ class Settings:
                 f"hour_cascade_lead_ms={self.hour_cascade_lead_ms}: must be above "
                 f"minute_cascade_lead_ms ({self.minute_cascade_lead_ms}) and under one hour"
             )
+        pace = self.cascade_pace_percent
+        if type(pace) is not int or not 0 <= pace <= MAX_CASCADE_PACE_PERCENT:
+            raise SettingsError(
+                f"cascade_pace_percent={pace!r}: must be 0..{MAX_CASCADE_PACE_PERCENT} "
+                "(0: no pacing)"
+            )
+
+    def cascade_finish_ahead_ms(self) -> tuple[int, int]:
+        """How long before its slot each cascade's pace ends, minute and hour: the rest of
+        its lead. The hour's ends before the next hour's first minute cascade starts, so
+        that one never waits for it."""
+        rest = 100 - self.cascade_pace_percent
+        minute = self.minute_cascade_lead_ms * rest // 100
+        hour = max(self.hour_cascade_lead_ms * rest // 100, self.minute_cascade_lead_ms)
+        return minute, hour
 
     def replace(self, **changes: object) -> Settings:
         """A copy with `changes`, validated again."""
