@@ -51,7 +51,7 @@ it is due. The bound advances in steps of `PACE_STEP_MS`, one writer wake-up a s
 restart resumes the pace). Timers of earlier slots (a cascade over several slots after a
 long stop) are overdue or nearly so and move at once. The hour cascade's pace must end
 before the next hour's first minute cascade starts, or that one would wait for it
-(`Settings` checks it).
+(`Settings.cascade_finish_ahead_ms` sees to that).
 
 Firing
 ------
