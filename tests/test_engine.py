@@ -1,4 +1,6 @@
-"""The in-process engine over real RocksDB: API semantics, chunking, restart, timing."""
+"""The in-process engine over real RocksDB: API semantics, chunking, bounds, timing.
+
+Restart and a failed WAL sync: test_engine_recovery.py."""
 
 from __future__ import annotations
 
@@ -6,12 +8,11 @@ import itertools
 import threading
 
 import pytest
+from helpers.engines import T0, delay, engine_factory, wheel_count
 
 from engine.engine import Engine
 from engine.ids import MessageIds
 from engine.system_clock import SystemClock
-from store import keys
-from store.rocks import WalSyncFailed
 from wheels.clock import VirtualClock
 from wheels.domain import (
     AlreadyExists,
@@ -25,14 +26,7 @@ from wheels.domain import (
     When,
     WhenKind,
 )
-from wheels.scheduler import TimerKey
 from wheels.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
-
-T0 = 1_700_002_800_000 - 30 * MINUTE_MS  # half an hour before an hour boundary
-
-
-def delay(ms: int, topic: str = "orders", **extra) -> SendSpec:
-    return SendSpec(topic, b"body", When(WhenKind.DELAY, ms), **extra)
 
 
 @pytest.fixture
@@ -42,21 +36,8 @@ def clock():
 
 @pytest.fixture
 def make_engine(tmp_path, clock):
-    engines = []
-
-    def _make(**overrides) -> Engine:
-        settings = Settings(data_dir=str(tmp_path / "data"), sync_writes=False, **overrides)
-        engine = Engine(settings, clock, background=False)
-        engines.append(engine)
-        return engine
-
-    yield _make
-    for engine in engines:
-        engine.close()
-
-
-def wheel_count(engine: Engine, wheel: str) -> int:
-    return len(engine.store.scan(wheel, b"", keys.time_bound(2**63 - 1), 10**7))
+    with engine_factory(tmp_path / "data", clock) as make:
+        yield make
 
 
 def test_server_made_ids_are_unique_across_threads():
@@ -259,100 +240,6 @@ def test_a_200k_timer_minute_slot_cascades_paced_in_bounded_chunks(make_engine, 
     engine.run_until_idle()
     assert wheel_count(engine, "second") == 0
     assert engine.store.count_ready("hot") == 200_000
-
-
-def test_reopen_finishes_a_cascade_that_was_cut_off(tmp_path, clock):
-    settings = Settings(data_dir=str(tmp_path / "d"), sync_writes=False, cascade_chunk=100)
-    engine = Engine(settings, clock, background=False)
-    hour_start = T0 - T0 % HOUR_MS + 2 * HOUR_MS
-    sent = engine.send_batch(
-        [SendSpec("t", b"", When(WhenKind.DELIVER_AT, hour_start + i * 1000)) for i in range(1_000)]
-    )
-    # A minute into the hour cascade's paced window (4 min for the hour's 60): timers due
-    # in its first 15 minutes may move, 900 of the 1,000.
-    clock.advance(hour_start - settings.hour_cascade_lead_ms + MINUTE_MS - T0)
-    assert engine.step()  # one chunk of the hour cascade, then "crash"
-    assert engine.scheduler.state.cascades[1].pending_from is not None
-    engine.close()
-    reopened = Engine(settings, clock, background=False)
-    try:
-        reopened.run_until_idle()  # resumes at the same pace
-        paced_to = reopened.scheduler.state.cascades[1].pending_from
-        assert paced_to == TimerKey.start_of(hour_start + 900_000)
-        assert wheel_count(reopened, "hour") == 100 and wheel_count(reopened, "minute") == 900
-        _, hour_finish_ahead_ms = settings.cascade_finish_ahead_ms()
-        clock.advance(hour_start - hour_finish_ahead_ms - clock.now_ms())
-        reopened.run_until_idle()
-        assert reopened.scheduler.state.cascades[1].pending_from is None
-        assert wheel_count(reopened, "hour") == 0 and wheel_count(reopened, "minute") == 1_000
-        assert {reopened.get(r.message_id).wheel for r in sent} == {"minute"}
-    finally:
-        reopened.close()
-
-
-def test_reopen_fires_what_became_overdue_while_down(tmp_path, clock):
-    settings = Settings(data_dir=str(tmp_path / "d"), sync_writes=False)
-    engine = Engine(settings, clock, background=False)
-    ids = [engine.send(delay(d)).message_id for d in (5_000, 10 * MINUTE_MS, 5 * HOUR_MS)]
-    engine.close()
-    clock.advance(DAY_MS)
-    reopened = Engine(settings, clock, background=False)
-    try:
-        reopened.run_until_idle()
-        fired = reopened.fetch_fired("orders", 0, 10)
-        assert sorted(f.timer.message_id for f in fired) == sorted(ids)
-        assert all(f.timer.fired_at_ms == T0 + DAY_MS for f in fired)
-    finally:
-        reopened.close()
-
-
-class _WalSyncFails:
-    """The real Rdict, except that syncing the WAL fails (a disk going away)."""
-
-    def __init__(self, inner) -> None:
-        self.inner = inner
-
-    def __getattr__(self, name: str):
-        return getattr(self.inner, name)
-
-    def flush_wal(self, sync: bool = True) -> None:
-        raise OSError("injected: the disk is gone")
-
-
-def test_a_failed_wal_sync_stops_the_writer_and_keeps_the_applied_state(tmp_path, clock):
-    """After `write`, a failed sync leaves the batch applied: the writer must neither roll
-    its state back (it would reuse fire sequence numbers) nor go on as if durable."""
-    settings = Settings(data_dir=str(tmp_path / "d"), sync_writes=True)
-    engine = Engine(settings, clock, background=False)
-    database = engine.store.database
-    try:
-        first = engine.send(delay(1_000))
-        queued = engine.send_batch_async([delay(5_000)])
-        database.db = _WalSyncFails(database.db)
-        clock.advance(1_000)
-        with pytest.raises(WalSyncFailed, match="the disk is gone"):
-            engine.step()  # fires `first` and applies the queued send, but cannot sync
-        with pytest.raises(ShuttingDown, match="syncing the WAL failed"):
-            queued.result()  # never acknowledged
-        assert engine.scheduler.state.fire_seq == 1  # kept, not rolled back to 0
-        assert engine.get(first.message_id).state is State.FIRED  # what readers see
-        with pytest.raises(ShuttingDown):
-            engine.send(delay(1_000))
-    finally:
-        database.db = getattr(database.db, "inner", database.db)
-        engine.close()
-    reopened = Engine(settings, clock, background=False)
-    try:
-        assert reopened.scheduler.state.fire_seq == 1
-        second = reopened.send(delay(0))
-        reopened.run_until_idle()
-        fired = reopened.fetch_fired("orders", 0, 10)
-        assert [(f.seq, f.timer.message_id) for f in fired] == [
-            (1, first.message_id),
-            (2, second.message_id),
-        ]
-    finally:
-        reopened.close()
 
 
 def test_backpressure_refuses_rather_than_queueing_without_bound(make_engine):

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from helpers.engines import T0, engine_factory
 
 from engine.engine import Engine
 from wheels.clock import VirtualClock
 from wheels.domain import InvalidArgument, SendSpec, When, WhenKind
-from wheels.settings import MINUTE_MS, Settings
+from wheels.settings import MINUTE_MS
 
-T0 = 1_700_002_800_000 - 30 * MINUTE_MS
 KIB = 1024
 
 
@@ -20,16 +20,8 @@ def clock():
 
 @pytest.fixture
 def make_engine(tmp_path, clock):
-    engines = []
-
-    def make(**overrides) -> Engine:
-        settings = Settings(data_dir=str(tmp_path / "data"), sync_writes=False, **overrides)
-        engines.append(Engine(settings, clock, background=False))
-        return engines[-1]
-
-    yield make
-    for engine in engines:
-        engine.close()
+    with engine_factory(tmp_path / "data", clock) as make:
+        yield make
 
 
 def send_bodies(engine: Engine, count: int, body_bytes: int) -> list[str]:

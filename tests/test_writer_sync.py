@@ -10,20 +10,16 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.engines import T0, delay
 from helpers.unsynced_fire_child import CountingSyncs
 
 from engine.engine import Engine
 from wheels.clock import VirtualClock
-from wheels.domain import SendSpec, State, When, WhenKind
+from wheels.domain import State
 from wheels.settings import HOUR_MS, MINUTE_MS, Settings
 from wheels.trace import TraceKind
 
 REPO = Path(__file__).resolve().parent.parent
-T0 = 1_700_002_800_000 - 30 * MINUTE_MS  # half an hour before an hour boundary
-
-
-def delay(ms: int) -> SendSpec:
-    return SendSpec("orders", b"body", When(WhenKind.DELAY, ms))
 
 
 @pytest.fixture
