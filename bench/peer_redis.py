@@ -61,7 +61,7 @@ from engine.proc import die_with_parent, run_as_child_of
 from loadtest.figures import timeline
 from loadtest.pacing import DeliverTimes, Pacer, split_messages, use_measuring_switch_interval
 from loadtest.scenarios import Scenario, ScenarioError, scenario
-from loadtest.server_proc import Sample, StatsSampler, vm_hwm_bytes
+from loadtest.server_proc import Sample, StatsSampler, machine_busy_s, vm_hwm_bytes
 from loadtest.stopping import unwind_on_sigterm
 
 KEY = "delayq"
@@ -118,7 +118,10 @@ class RedisServer:
     def sample(self) -> Sample:
         """Its CPU and RSS now, as the loadtest samples a timerwheel server's."""
         rss = psutil.Process(self.proc.pid).memory_info().rss
-        return Sample(time.monotonic(), time.time(), self.cpu_s(), rss, 0, {}, 0)
+        return Sample(
+            time.monotonic(), time.time(), self.cpu_s(), rss, 0, {}, 0,
+            machine_busy_s=machine_busy_s(),
+        )  # fmt: skip
 
     def memory(self) -> dict:
         """What Redis holds now: its RSS and its allocator's `used_memory`, in bytes."""
@@ -337,7 +340,10 @@ def main() -> None:
     }
     if consumer is not None:
         figures |= delivery_figures(sent, received, early, HdrHistogram.decode(blob))
-        figures["timeline"] = timeline(worst, sampler.cpu_percent_by_second())
+        figures["timeline"] = timeline(
+            worst, sampler.cpu_percent_by_second(),
+            columns={"machine_cpu_percent": sampler.machine_percent_by_second()},
+        )  # fmt: skip
         if shape.burst_window_ms:
             opens_ms = start_wall_ms + shape.burst_offset_ms
             figures["last_received_after_window_opened_ms"] = last_received_ms - opens_ms

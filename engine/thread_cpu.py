@@ -51,6 +51,8 @@ KINDS = (
 # The kinds that run Python and so share the process's one GIL: together near one core,
 # the process is at its ceiling (the writer alone was at 52-67% of a core then).
 GIL_KINDS = (*dict.fromkeys(kind for _, kind in PYTHON_KINDS), "grpc_poller")
+# RocksDB's own threads: its flushes and compactions, which run beside the GIL's threads.
+ROCKSDB_KINDS = tuple(kind for prefix, kind in NATIVE_KINDS if prefix.startswith("rocksdb"))
 
 
 def kind_of_python_thread(name: str) -> str:

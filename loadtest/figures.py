@@ -16,7 +16,10 @@ Units are in the names: `_ms` integer milliseconds, `_us` microseconds, `_bytes`
   from the Stats samples a second apart; None where none is centred in it), its writer
   thread's (`writer_cpu_percent`) and that of the engine process's threads that run
   Python (`gil_cpu_percent`: they share one GIL, so near 100 the process is at its
-  ceiling): where in the run the tail happened, and how busy the server was then.
+  ceiling), RocksDB's flush and compaction threads' (`rocksdb_cpu_percent`), and the whole
+  machine's (`machine_cpu_percent`, every process, the harness included; 200 = both cores
+  of a 2-core machine busy): where in the run the tail happened, how busy the server was
+  then, and whether it had a free core.
 * `seconds_at_ceiling`: timeline seconds with `gil_cpu_percent` at or above
   `CEILING_PERCENT` (95).
 * `server.cpu_percent_*`: from TimerAdmin.Stats cpu_seconds (100 = one core busy);
@@ -34,7 +37,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 
-from engine.thread_cpu import GIL_KINDS
+from engine.thread_cpu import GIL_KINDS, ROCKSDB_KINDS
 from loadtest.accounting import HIGHEST_US, merge_histograms, merge_worst, summary
 from loadtest.scenarios import Scenario
 
@@ -165,23 +168,26 @@ def _timeline(consumers: list[dict], sampler) -> list[dict]:
         merge_worst(r["worst_delay_ms"] for r in consumers),
         sampler.cpu_percent_by_second(),
         fire_worst=merge_worst(r["worst_fire_ms"] for r in consumers),
-        threads={
+        columns={
             "writer_cpu_percent": sampler.cpu_percent_by_second(("writer",)),
             "gil_cpu_percent": sampler.cpu_percent_by_second(GIL_KINDS),
+            "rocksdb_cpu_percent": sampler.cpu_percent_by_second(ROCKSDB_KINDS),
+            "machine_cpu_percent": sampler.machine_percent_by_second(),
         },
     )
 
 
 def timeline(
     delay_worst: dict[int, int], cpu_by_second: dict[int, float],
-    fire_worst: dict[int, int] | None = None, threads: dict[str, dict[int, float]] | None = None,
+    fire_worst: dict[int, int] | None = None, columns: dict[str, dict[int, float]] | None = None,
 ) -> list[dict]:  # fmt: skip
     """Per second of deliver time (epoch seconds in, counted from the first due second
     out): the worst delay error (and fire lateness, where the server reports one) of the
     first receipts due in it, and the server's CPU in that second (None where no sample
     interval is centred in it), so a tail can be placed in time and set beside the load;
-    `threads` adds columns of CPU by kind of thread, each by second. The Redis peer
-    (bench/peer_redis.py) makes the same rows, without fire lateness or threads."""
+    `columns` adds more CPU figures, each by second (kinds of the engine's threads, the
+    whole machine). The Redis peer (bench/peer_redis.py) makes the same rows, without
+    fire lateness or threads."""
     first = min(delay_worst, default=0)
     rows = []
     for second in sorted(delay_worst):
@@ -189,7 +195,7 @@ def timeline(
         if fire_worst is not None:
             row["fire_max_ms"] = fire_worst.get(second, 0)
         row["server_cpu_percent"] = cpu_by_second.get(second)
-        for column, by_second in (threads or {}).items():
+        for column, by_second in (columns or {}).items():
             row[column] = by_second.get(second)
         rows.append(row)
     return rows

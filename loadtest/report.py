@@ -142,7 +142,8 @@ def details(fig: dict) -> str:
         ("delivery lag (server fire -> consumer receipt) P50 / P99 / P999 / max",
          f"{lag['p50']} / {lag['p99']} / {lag['p999']} / {lag['max']} ms"),
         ("worst seconds of deliver time (from the first due: delay error max / fire "
-         "lateness max, server and writer CPU then)", _worst_seconds(fig["timeline"])),
+         "lateness max; CPU then: the server, its writer, RocksDB's threads, the whole "
+         "machine with the harness)", _worst_seconds(fig["timeline"])),
         ("server CPU by thread, send phase (the engine's process; 100% = one core)",
          _by_thread(server.get("thread_cpu_percent_send", {}))),
         (f"seconds with the engine process's Python threads at {CEILING_PERCENT}% of a core "
@@ -167,12 +168,25 @@ def _worst_seconds(timeline: list[dict], count: int = WORST_SECONDS) -> str:
     return ", ".join(_second(row) for row in worst) or "none received"
 
 
+# The CPU figures a worst second shows, where the timeline has them.
+SECOND_CPU_COLUMNS = (
+    ("writer_cpu_percent", "writer"),
+    ("rocksdb_cpu_percent", "RocksDB"),
+    ("machine_cpu_percent", "machine"),
+)
+
+
 def _second(row: dict) -> str:
     text = f"+{row['second']} s: {row['delay_max_ms']} / {row['fire_max_ms']} ms"
-    cpu, writer = row["server_cpu_percent"], row.get("writer_cpu_percent")
+    cpu = row["server_cpu_percent"]
     if cpu is None:
         return text
-    return f"{text} (server {cpu:g}%" + ("" if writer is None else f", writer {writer:g}%") + ")"
+    shown = [f"server {cpu:g}%"] + [
+        f"{name} {row[column]:g}%"
+        for column, name in SECOND_CPU_COLUMNS
+        if row.get(column) is not None
+    ]
+    return f"{text} ({', '.join(shown)})"
 
 
 def _at_ceiling(seconds: list[int] | None, timeline: list[dict]) -> str:

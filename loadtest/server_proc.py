@@ -166,6 +166,19 @@ class Sample:
     unacked: int
     # The engine process's CPU seconds by kind of thread (engine.thread_cpu), if reported.
     thread_cpu_s: dict[str, float] = field(default_factory=dict)
+    # The whole machine's busy CPU seconds at the same moment (`machine_busy_s`), read by
+    # the harness: the server shares the cores with it, so were they free then?
+    machine_busy_s: float | None = None
+
+
+def machine_busy_s() -> float:
+    """CPU seconds every core of this machine has spent busy since boot: every process
+    and the kernel's own work (interrupts, and time the hypervisor took); idle and I/O
+    wait left out. Only meaningful for a server on this machine, which the harness's
+    loopback-only targets are."""
+    times = psutil.cpu_times()
+    busy = times.user + times.nice + times.system
+    return busy + sum(getattr(times, name, 0.0) for name in ("irq", "softirq", "steal"))
 
 
 def stats_reader(client: TimerClient) -> Callable[[], Sample]:
@@ -176,7 +189,7 @@ def stats_reader(client: TimerClient) -> Callable[[], Sample]:
         return Sample(
             time.monotonic(), time.time(), stats.cpu_seconds, stats.rss_bytes,
             stats.data_dir_bytes, dict(stats.column_family_keys), stats.unacked,
-            dict(stats.thread_cpu_seconds),
+            dict(stats.thread_cpu_seconds), machine_busy_s(),
         )  # fmt: skip
 
     return read
@@ -246,18 +259,32 @@ class StatsSampler:
         second (epoch) the middle of each interval falls in: the whole server's, or with
         `threads` those kinds of the engine process's threads together (where both
         samples report them)."""
+        if not threads:
+            return self._by_second(lambda sample: sample.cpu_s)
+
+        def of_threads(sample: Sample) -> float | None:
+            if not all(t in sample.thread_cpu_s for t in threads):
+                return None
+            return sum(sample.thread_cpu_s[t] for t in threads)
+
+        return self._by_second(of_threads)
+
+    def machine_percent_by_second(self) -> dict[int, float]:
+        """The whole machine's busy CPU between consecutive samples (100 = one core: on
+        two cores, 200 is both busy), by wall-clock second as `cpu_percent_by_second`."""
+        return self._by_second(lambda sample: sample.machine_busy_s)
+
+    def _by_second(self, measure: Callable[[Sample], float | None]) -> dict[int, float]:
+        """How fast `measure` (CPU seconds) grew between consecutive samples (100 = one
+        core), by the wall-clock second the middle of each interval falls in; intervals
+        where either sample lacks it give no figure."""
         by_second = {}
         for before, after in itertools.pairwise(self.samples):
-            if after.at_s <= before.at_s:
-                continue
-            if not threads:
-                cpu_s = after.cpu_s - before.cpu_s
-            elif all(t in before.thread_cpu_s and t in after.thread_cpu_s for t in threads):
-                cpu_s = sum(after.thread_cpu_s[t] - before.thread_cpu_s[t] for t in threads)
-            else:
+            start, end = measure(before), measure(after)
+            if after.at_s <= before.at_s or start is None or end is None:
                 continue
             second = int((before.wall_s + after.wall_s) / 2)
-            by_second[second] = round(100 * cpu_s / (after.at_s - before.at_s), 1)
+            by_second[second] = round(100 * (end - start) / (after.at_s - before.at_s), 1)
         return by_second
 
     def peak_rss_bytes(self) -> int:

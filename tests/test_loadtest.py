@@ -101,6 +101,13 @@ def test_smoke_scenario_spawned_server_accounts_for_every_message(tmp_path, caps
     assert any(row["server_cpu_percent"] for row in timeline)  # the server was busy then
     assert any(row["writer_cpu_percent"] for row in timeline)  # and its writer
     assert any(row["gil_cpu_percent"] for row in timeline)  # and its GIL's threads together
+    assert all("rocksdb_cpu_percent" in row for row in timeline)  # RocksDB's threads: maybe idle
+    busy_machine = [row["machine_cpu_percent"] for row in timeline if row["machine_cpu_percent"]]
+    assert busy_machine and all(  # the machine, harness included: at least the server's share
+        row["machine_cpu_percent"] + 25 >= row["server_cpu_percent"]
+        for row in timeline
+        if row["machine_cpu_percent"] is not None and row["server_cpu_percent"] is not None
+    )
     assert fig["seconds_at_ceiling"] == at_ceiling(timeline)
     assert "- seconds with the engine process's Python threads at 95% of a core or more" in table
     by_thread = fig["server"]["thread_cpu_percent_send"]  # the one process's threads

@@ -3,8 +3,11 @@ thread), the per-second timeline of a run, and the seconds at the one-GIL ceilin
 
 from __future__ import annotations
 
+import os
+import time
+
 from loadtest.figures import at_ceiling, timeline
-from loadtest.server_proc import Sample, StatsSampler
+from loadtest.server_proc import Sample, StatsSampler, machine_busy_s
 
 
 def test_server_cpu_by_wall_second_from_consecutive_stats_samples():
@@ -34,6 +37,24 @@ def test_the_engine_threads_cpu_by_kind_over_a_phase_and_by_second():
     assert sampler.thread_cpu_percent(2.5, 3.0) == {}  # one sample: no interval
 
 
+def test_the_machine_cpu_by_second_and_the_busy_seconds_it_is_read_from():
+    def sample(at_s: float, busy_s: float | None) -> Sample:
+        return Sample(at_s, 1_000.2 + at_s, 0.0, 0, 0, {}, 0, machine_busy_s=busy_s)
+
+    sampler = StatsSampler(read=lambda: sample(0.0, None))
+    sampler.samples = [sample(0.0, 50.0), sample(1.0, 51.2), sample(2.0, 53.1),
+                       sample(3.0, None)]  # fmt: skip  # the Redis peer's older samples: none
+    assert sampler.machine_percent_by_second() == {1_000: 120.0, 1_001: 190.0}
+    # read from the kernel (in 10 ms ticks): at least this process's own busy time, at
+    # most every core's wall time
+    started_s, before = time.monotonic(), machine_busy_s()
+    spin_until = time.process_time() + 0.2
+    while time.process_time() < spin_until:  # this process keeps one core busy
+        pass
+    busy_s, wall_s = machine_busy_s() - before, time.monotonic() - started_s
+    assert 0.18 <= busy_s <= wall_s * os.cpu_count() + 0.02
+
+
 def test_timeline_counts_from_the_first_due_second_and_places_the_cpu():
     delay, cpu = {1_002: 9, 1_000: 4, 1_001: 30}, {1_001: 97.5, 1_002: 40.0, 999: 5.0}
     assert timeline(delay, cpu, fire_worst={1_001: 12}) == [
@@ -45,7 +66,7 @@ def test_timeline_counts_from_the_first_due_second_and_places_the_cpu():
     assert timeline(delay, cpu)[1] == {"second": 1, "delay_max_ms": 30, "server_cpu_percent": 97.5}
     assert timeline({}, cpu) == []
     # columns of threads' CPU by second, None where no interval is centred in the second
-    rows = timeline(delay, cpu, threads={"writer_cpu_percent": {1_000: 40.0, 1_002: 61.5}})
+    rows = timeline(delay, cpu, columns={"writer_cpu_percent": {1_000: 40.0, 1_002: 61.5}})
     assert [row["writer_cpu_percent"] for row in rows] == [40.0, None, 61.5]
 
 

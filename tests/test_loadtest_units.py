@@ -276,8 +276,10 @@ def fake_figures(**accounting_changes) -> dict:
         "timeline": [
             {"second": 0, "delay_max_ms": 4, "fire_max_ms": 1, "server_cpu_percent": None},
             {"second": 1, "delay_max_ms": 15, "fire_max_ms": 9, "server_cpu_percent": 97.5,
-             "writer_cpu_percent": 61.0, "gil_cpu_percent": 98.0},
-            {"second": 2, "delay_max_ms": 6, "fire_max_ms": 2, "server_cpu_percent": 40.0},
+             "writer_cpu_percent": 61.0, "gil_cpu_percent": 98.0,
+             "rocksdb_cpu_percent": 45.5, "machine_cpu_percent": 186.0},
+            {"second": 2, "delay_max_ms": 6, "fire_max_ms": 2, "server_cpu_percent": 40.0,
+             "rocksdb_cpu_percent": None},
         ],
         "seconds_at_ceiling": [1],
         "server": {"cpu_percent_send": 88.5, "cpu_percent_run": 70.0,
@@ -318,8 +320,9 @@ def test_report_puts_tdmq_next_to_ours_in_a_table_that_fits_a_terminal():
         "2 / 9 / 7 / 8 ms" in text
     )
     assert "- result: OK" in text and "0.50 0.40 0.30" in text
-    assert ("writer CPU then): +1 s: 15 / 9 ms (server 97.5%, writer 61%), +2 s: 6 / 2 ms "
-            "(server 40%), +0 s: 4 / 1 ms\n" in text)  # fmt: skip
+    assert ("the whole machine with the harness): +1 s: 15 / 9 ms (server 97.5%, writer 61%, "
+            "RocksDB 45.5%, machine 186%), +2 s: 6 / 2 ms (server 40%), +0 s: 4 / 1 ms\n"
+            in text)  # fmt: skip
     assert (
         "(they share one GIL: the server at its ceiling, where a little more load grows the "
         "tail tenfold): 1 of 3 (+1 s to +1 s)\n" in text
