@@ -46,6 +46,13 @@ def test_peer_redis_small_run(tmp_path):
     worst = max(row["delay_max_ms"] for row in timeline)
     assert max(worst, 1) == errors["max"]  # the histogram records at least 1 ms
     assert any(row["server_cpu_percent"] for row in timeline)  # Redis's CPU then
+    # and the machine's, harness included: busy, and at least Redis's own share
+    assert any(row["machine_cpu_percent"] for row in timeline)
+    assert all(
+        row["machine_cpu_percent"] + 25 >= row["server_cpu_percent"]
+        for row in timeline
+        if row["machine_cpu_percent"] is not None and row["server_cpu_percent"] is not None
+    )
     assert all("fire_max_ms" not in row for row in timeline)  # Redis has no fire time
     assert redis_servers() - before == set()  # its redis-server was stopped
 
