@@ -3,7 +3,9 @@
 Each child dies with the supervisor (Linux `PR_SET_PDEATHSIG`, so a SIGKILLed supervisor
 leaves no orphans), ignores Ctrl-C (the terminal sends SIGINT to the whole process group;
 only the supervisor decides the order of shutdown) and stops on SIGTERM, which the
-supervisor sends in order: workers, delivery, engine last.
+supervisor sends in order: workers, delivery, engine last. A load run's workers (the
+harness's producers and consumers, `run_as_child_of`) die with their parent too, leave
+Ctrl-C to it and unwind on SIGTERM.
 """
 
 from __future__ import annotations
@@ -38,11 +40,24 @@ def die_with_parent(signum: int = signal.SIGKILL) -> None:
 
 
 def run_as_child_of(parent_pid: int, target: Callable, *args) -> None:
-    """A worker process's entry (multiprocessing's `target`): die with `parent_pid`, then
-    run `target(*args)`; return at once if the parent died before prctl took effect."""
+    """A load run's worker process's entry (multiprocessing's `target`): die with
+    `parent_pid`, leave Ctrl-C to the parent (which stops its workers in order), unwind on
+    SIGTERM, then run `target(*args)`; return at once if the parent died before prctl
+    took effect."""
     die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _unwind)
     if os.getppid() == parent_pid:
         target(*args)
+
+
+def _unwind(signum: int, _frame: object) -> None:
+    # SIGTERM's default action ends a process wherever it is, also asleep on one of the
+    # run's multiprocessing Events; that Event's Condition then counts a sleeper that never
+    # wakes, and the parent's next `set()` waits for its wake-up forever (a SIGTERM to the
+    # whole process group, as `timeout` sends, hung `timerwheel loadtest`). Raised as an
+    # exception in the wait, the wait's own `finally` counts the wake-up.
+    raise SystemExit(128 + signum)
 
 
 def become_child(parent_pid: int) -> threading.Event:

@@ -10,8 +10,8 @@
 * producers behind schedule: stopped once the send phase has overrun its bound (the run
   fails, saying so), or, given a long enough overrun, they send everything and the run
   passes with the rate reported as not reached (backlog's case);
-* SIGTERM in the middle of a run stops every process the run started and removes the
-  spawned server's data dir.
+* SIGTERM in the middle of a run, to the harness or to its whole process group, stops
+  every process the run started and removes the spawned server's data dir.
 """
 
 from __future__ import annotations
@@ -286,6 +286,29 @@ def test_sigterm_mid_run_stops_everything_and_removes_the_data_dir(tmp_path):
 
 
 @pytest.mark.timeout(4 * SIGNAL_TEST_BOUND_S)
+def test_sigterm_to_the_run_s_process_group_stops_everything(tmp_path):
+    # What `timeout`, `kill -- -PGID` and a CI runner's cancel send: SIGTERM to every
+    # process of the run at once, its producers and consumers in the middle of waiting on
+    # the run's shared events, the harness about to set them.
+    # The server runs here, outside the group, so that the signal finds the run sending.
+    server = start_server(tmp_path)
+    try:
+        with _run_in_progress(tmp_path / "tmp", "--target", server.target) as (run, started):
+            deadline = time.monotonic() + SIGNAL_TEST_BOUND_S
+            # Sends arriving: the producers and the consumer are past the start, waiting.
+            while not server.engine.topics():
+                assert run.poll() is None and time.monotonic() < deadline, run.stderr.read()
+                time.sleep(0.05)
+            os.killpg(run.pid, signal.SIGTERM)
+            assert run.wait(timeout=SIGNAL_TEST_BOUND_S) == 143
+    finally:
+        server.stop(grace_s=1.0)
+    assert "stopped by SIGTERM" in run.stderr.read()
+    _, alive = psutil.wait_procs(started, timeout=SIGNAL_TEST_BOUND_S)
+    assert alive == []
+
+
+@pytest.mark.timeout(4 * SIGNAL_TEST_BOUND_S)
 def test_a_sigkilled_run_leaves_no_process_behind(tmp_path):
     with _run_in_progress(tmp_path / "tmp") as (run, started):
         run.kill()  # nothing of the run's own code runs after this
@@ -302,15 +325,18 @@ def test_a_sigkilled_run_leaves_no_process_behind(tmp_path):
 
 
 @contextlib.contextmanager
-def _run_in_progress(temp: Path):
+def _run_in_progress(temp: Path, *target: str):
     """A `timerwheel loadtest` process, once its server is up and its producers and
-    consumers are started, and the processes it started; killed if still running after."""
+    consumers are started, and the processes it started; killed if still running after.
+    With a `--target` (the server runs elsewhere) the run leads a process group of its
+    own, which the caller may signal as a whole."""
     temp.mkdir()
     run = subprocess.Popen(
         [sys.executable, "-m", "cli.main", "loadtest", "--scenario", "smoke", "--duration",
-         "60", *QUIET],
+         "60", *target, *QUIET],
         cwd=Path(__file__).parent.parent, env={**os.environ, "TMPDIR": str(temp)},
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        start_new_session=bool(target),
     )  # fmt: skip
     try:
         deadline = time.monotonic() + SIGNAL_TEST_BOUND_S
@@ -318,7 +344,7 @@ def _run_in_progress(temp: Path):
             # the server is up once the producer (2) and consumer processes start
             assert run.poll() is None and time.monotonic() < deadline, run.stderr.read()
             time.sleep(0.05)
-        assert list(temp.glob("*/data"))  # the spawned server's data dir
+        assert bool(target) or list(temp.glob("*/data"))  # a spawned server's data dir
         yield run, descendants(run.pid)
     finally:
         if run.poll() is None:
