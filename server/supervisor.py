@@ -78,9 +78,15 @@ class Child:
 
 
 def check_port(host: str, port: int) -> int:
-    """The port to serve on (a free one for 0), checked free with a plain bind."""
+    """The port to serve on (a free one for 0), checked free with a bind as gRPC's own.
+
+    With SO_REUSEADDR, as gRPC and the HTTP endpoints bind: a live listener still refuses
+    the probe, but the previous server's connections waiting out TIME_WAIT (a minute
+    after it was killed or stopped with clients connected) do not, or a restart after a
+    crash would be refused for that minute on a port gRPC would take."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host.strip("[]"), port))
         except OSError as exc:

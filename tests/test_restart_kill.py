@@ -13,6 +13,7 @@ import signal
 import grpc
 import pytest
 from conftest import WAIT_S, Collector, Producer, ServeProcess
+from helpers.ports import close_after_the_server, idle_connection, wait_until_plain_bind_refused
 
 from timerwheel.client import RemoteError, TimerClient
 from wheels.domain import State
@@ -46,13 +47,19 @@ def test_sigkill_loses_no_acknowledged_send_and_redelivers_only_unacked(tmp_path
     )]  # fmt: skip
     producer = Producer(first.target, "kill", delay_ms=300)
     producer.wait_batches(5)
+    idle = idle_connection(first.port)
 
     first.kill()  # SIGKILL, mid-production
     producer.join()
     holder.stop()
     client.close()
+    close_after_the_server(idle)
 
-    second = serve_process(data)
+    # On the same port, at once, as a supervisor restarts it: the killed server's side
+    # of a connection is still waiting out TIME_WAIT there.
+    wait_until_plain_bind_refused(first.port, WAIT_S)
+    second = serve_process(data, "--port", str(first.port))
+    assert second.port == first.port
     assert second.wait_event("engine_opened")["recovered"] is True
     with second.client() as client:
         consumer = Collector(client, "kill")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,9 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import WAIT_S, Collector, Producer
+from helpers.ports import close_after_the_server, idle_connection, wait_until_plain_bind_refused
 
+from server.supervisor import check_port
 from timerwheel.client import TimerClient
 from wheels.domain import State
 
@@ -134,6 +137,26 @@ def test_sigkill_of_a_child_restarts_it_and_loses_no_acknowledged_send(
         finally:
             consumer.stop()
         assert {client.get(m).state for m in later} == {State.ACKED}
+
+
+def _port_in_time_wait() -> int:
+    """A loopback port whose only socket is a closed connection waiting out TIME_WAIT."""
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        client = idle_connection(port)
+        accepted, _ = listener.accept()
+        accepted.close()  # the server's side closes first
+        close_after_the_server(client)
+    wait_until_plain_bind_refused(port, WAIT_S)
+    return port
+
+
+def test_a_port_left_in_time_wait_by_the_last_server_is_free_to_serve_on():
+    port = _port_in_time_wait()  # a plain bind is refused there now
+    assert check_port("127.0.0.1", port) == port
 
 
 def test_a_busy_port_is_a_one_line_error(tmp_path, serve_process):

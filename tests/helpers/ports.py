@@ -1,0 +1,34 @@
+"""A loopback port left as a killed server leaves it: its connections waiting out
+TIME_WAIT, which refuses a plain bind (no SO_REUSEADDR) for a minute."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+
+def idle_connection(port: int) -> socket.socket:
+    """A raw TCP connection to `port` that sends nothing: when the server's side closes
+    (its process killed), it has nothing unread, so it sends FIN rather than RST."""
+    return socket.create_connection(("127.0.0.1", port), timeout=30)
+
+
+def close_after_the_server(connection: socket.socket) -> None:
+    """Read to the server's FIN, then close: the server's side, which closed first, waits
+    in TIME_WAIT. Reading everything first matters: closing with unread bytes sends RST."""
+    with connection:
+        while connection.recv(65536):
+            pass
+
+
+def wait_until_plain_bind_refused(port: int, bound_s: float) -> None:
+    """Returns once a bind without SO_REUSEADDR to `port` fails (the TIME_WAIT is there)."""
+    deadline = time.monotonic() + bound_s
+    while True:
+        with socket.socket() as plain:
+            try:
+                plain.bind(("127.0.0.1", port))
+            except OSError:
+                return
+        assert time.monotonic() < deadline, f"port {port}: no TIME_WAIT within {bound_s} s"
+        time.sleep(0.01)
