@@ -47,7 +47,7 @@ def test_sigkill_loses_no_acknowledged_send_and_redelivers_only_unacked(tmp_path
     )]  # fmt: skip
     producer = Producer(first.target, "kill", delay_ms=300)
     producer.wait_batches(5)
-    idle = idle_connection(first.port)
+    idle = idle_connection(first.port, greeted=True)
 
     first.kill()  # SIGKILL, mid-production
     producer.join()

@@ -7,10 +7,17 @@ import socket
 import time
 
 
-def idle_connection(port: int) -> socket.socket:
+def idle_connection(port: int, greeted: bool = False) -> socket.socket:
     """A raw TCP connection to `port` that sends nothing: when the server's side closes
-    (its process killed), it has nothing unread, so it sends FIN rather than RST."""
-    return socket.create_connection(("127.0.0.1", port), timeout=30)
+    (its process killed), it has nothing unread, so it sends FIN rather than RST.
+
+    With `greeted`, returns once the server has written its first bytes (a gRPC server's
+    HTTP/2 SETTINGS): it has accepted the connection. One still in the listen backlog
+    when the process dies is reset instead, and leaves no TIME_WAIT."""
+    connection = socket.create_connection(("127.0.0.1", port), timeout=30)
+    if greeted:
+        assert connection.recv(65536), f"port {port} closed the connection unasked"
+    return connection
 
 
 def close_after_the_server(connection: socket.socket) -> None:
