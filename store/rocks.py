@@ -37,15 +37,6 @@ class RocksTuning:
     block_cache_bytes: int = 64 * 1024 * 1024
     write_buffer_bytes: int = 32 * 1024 * 1024
     wheel_write_buffer_bytes: int = 8 * 1024 * 1024
-    # RocksDB keeps a WAL file until every column family with data in it has flushed, and
-    # at this cap it flushes them all at once. At four write buffers (128 MB) that was
-    # every 11-15 s at 14,000 sends/s: a flush of every small family at once, then
-    # compactions of `wheel_second` and `trace` that fell on the 60 s run's peak in every
-    # run. At 512 MB the small families flush when the memtables' shared budget fills:
-    # about a fifth fewer flushes, P999 34-41 against 39-80 ms over six pairs (the same
-    # at 10,000/s for 240 s), and a restart after a kill -9 replays more WAL: 1.5 s with
-    # 205 MB against 1.3 s with 121 MB (docs/benchmarks.md, "2026-11-27, midday").
-    wal_cap_bytes: int = 512 * 1024 * 1024
     sync_writes: bool = True
 
 
@@ -79,7 +70,11 @@ def _options(tuning: RocksTuning, cache: Cache, family: str = "") -> Options:
         options.set_allow_concurrent_memtable_write(False)
     # One memtable budget for all column families together.
     options.set_db_write_buffer_size(tuning.write_buffer_bytes * 3)
-    options.set_max_total_wal_size(tuning.wal_cap_bytes)
+    # At this cap RocksDB flushes every column family that keeps the oldest WAL file.
+    # 512 MB moved the flush rounds' compactions off the 14,000/s peak (P999 34-41
+    # against 39-80 ms) but did worse at 40,000/s with TDMQ's delays (44 against 25 ms,
+    # one pair): not kept (docs/benchmarks.md, "2026-11-27, midday").
+    options.set_max_total_wal_size(tuning.write_buffer_bytes * 4)
     table = BlockBasedOptions()
     table.set_block_cache(cache)
     table.set_cache_index_and_filter_blocks(True)

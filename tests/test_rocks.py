@@ -17,11 +17,9 @@ def _persisted_options(data_dir: Path) -> configparser.ConfigParser:
     return options
 
 
-def test_the_wal_cap_and_the_memtable_budget_are_the_tuning_s(tmp_path):
-    tuning = RocksTuning(
-        sync_writes=False, write_buffer_bytes=4 * 1024 * 1024, wal_cap_bytes=96 * 1024 * 1024
-    )
+def test_the_wal_cap_and_the_memtable_budget_follow_the_write_buffer(tmp_path):
+    tuning = RocksTuning(sync_writes=False, write_buffer_bytes=4 * 1024 * 1024)
     RocksDatabase(str(tmp_path), tuning).close()
     db = _persisted_options(tmp_path)["DBOptions"]
-    assert int(db["max_total_wal_size"]) == tuning.wal_cap_bytes
+    assert int(db["max_total_wal_size"]) == 4 * tuning.write_buffer_bytes
     assert int(db["db_write_buffer_size"]) == 3 * tuning.write_buffer_bytes
