@@ -261,6 +261,9 @@ class ServeProcess:
         self._cond = threading.Condition()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
+        # The server's child processes (engine, delivery, workers), by name; empty when
+        # it runs in one process (or did not start: `kill` below needs it then too).
+        self.children: dict[str, int] = {}
         try:
             started = self.wait_event("server_started", timeout_s=30)
         except BaseException:
@@ -268,9 +271,7 @@ class ServeProcess:
             raise
         self.port = int(started["port"])
         self.target = f"127.0.0.1:{self.port}"
-        # The server's child processes (engine, delivery, workers), by name; empty when
-        # it runs in one process.
-        self.children: dict[str, int] = dict(started.get("pids", {}))
+        self.children = dict(started.get("pids", {}))
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
