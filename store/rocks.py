@@ -179,11 +179,22 @@ class RocksDatabase:
             self.db.write(batch, write_opt=self._write_options)
         except Exception as exc:
             raise WriteFailed(f"RocksDB refused a write: {exc}", is_disk_full(exc)) from exc
-        if sync and self.tuning.sync_writes:
-            try:
-                self.db.flush_wal(True)
-            except Exception as exc:
-                raise WalSyncFailed(f"syncing the WAL failed after a write: {exc}") from exc
+        if sync:
+            self.sync_wal()
+
+    def sync_wal(self) -> None:
+        """fsync every WAL byte written so far (with `sync_writes`; else nothing). Safe
+        while another thread writes: RocksDB's SyncWAL syncs what was appended before it
+        and lets later appends proceed. Releases the GIL (rocksdict's `flush_wal`)."""
+        if not self.tuning.sync_writes:
+            return
+        db = self.db
+        if db is None:
+            raise StoreUnavailable("the store is being reopened; retry")
+        try:
+            db.flush_wal(True)
+        except Exception as exc:
+            raise WalSyncFailed(f"syncing the WAL failed after a write: {exc}") from exc
 
     def reopen(self) -> None:
         """Close and open again, in this process: RocksDB's way out of the read-only state

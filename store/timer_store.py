@@ -213,3 +213,7 @@ class TimerStore(TimerReads):
         (`RocksDatabase.write`)."""
         self.trace.stage(batch)
         self.database.write(batch.to_write_batch(self.database.handles), sync)
+
+    def sync_wal(self) -> None:
+        """Make every commit so far durable against a machine crash (`RocksDatabase.sync_wal`)."""
+        self.database.sync_wal()
