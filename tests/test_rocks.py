@@ -1,12 +1,16 @@
 """What store.rocks hands RocksDB: the options it persists in the data dir's OPTIONS
-file are the ones RocksDB runs with."""
+file are the ones RocksDB runs with; how a failed WAL sync is reported."""
 
 from __future__ import annotations
 
 import configparser
 from pathlib import Path
 
-from store.rocks import RocksDatabase, RocksTuning
+import pytest
+from helpers.wal_sync_child import FailingSync
+from rocksdict import WriteBatch
+
+from store.rocks import RocksDatabase, RocksTuning, WalSyncFailed
 
 
 def _persisted_options(data_dir: Path) -> configparser.ConfigParser:
@@ -23,3 +27,31 @@ def test_the_wal_cap_and_the_memtable_budget_follow_the_write_buffer(tmp_path):
     db = _persisted_options(tmp_path)["DBOptions"]
     assert int(db["max_total_wal_size"]) == 4 * tuning.write_buffer_bytes
     assert int(db["db_write_buffer_size"]) == 3 * tuning.write_buffer_bytes
+
+
+def test_a_failed_wal_sync_says_so_and_leaves_the_write_applied(tmp_path):
+    database = RocksDatabase(str(tmp_path), RocksTuning(sync_writes=True))
+    family = database.families["meta"]
+    try:
+        database.db = FailingSync(database.db, allowed=0)
+        batch = WriteBatch(raw_mode=True)
+        batch.put(b"k", b"v", database.handles["meta"])
+        with pytest.raises(WalSyncFailed, match="fsync of the WAL failed"):
+            database.write(batch)  # a synced write: the write, then sync_wal
+        with pytest.raises(WalSyncFailed):
+            database.sync_wal()  # on its own, as the WAL syncer's thread calls it
+        assert family[b"k"] == b"v"  # applied: the caller must not assume it is absent
+    finally:
+        database.db = database.db.inner
+        del family
+        database.close()
+
+
+def test_without_sync_writes_sync_wal_does_nothing(tmp_path):
+    database = RocksDatabase(str(tmp_path), RocksTuning(sync_writes=False))
+    try:
+        database.db = FailingSync(database.db, allowed=0)
+        database.sync_wal()  # would raise had it called flush_wal
+    finally:
+        database.db = database.db.inner
+        database.close()
