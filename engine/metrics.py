@@ -48,7 +48,10 @@ class NullRecorder:
 
     enabled = False
 
-    def committed(self, ops, outcomes, fired_entries, duration_s: float, synced: bool) -> None:
+    def committed(self, ops, outcomes, fired_entries, duration_s: float) -> None:
+        pass
+
+    def wal_synced(self, duration_s: float) -> None:
         pass
 
     def cascade_chunk(self, wheel: str, duration_s: float) -> None:
@@ -101,12 +104,19 @@ class Recorder(NullRecorder):
         )  # fmt: skip
         self.commit_seconds = histogram(
             "timerwheel_group_commit_duration_seconds",
-            "RocksDB write (and fsync) of one group commit", COMMIT_SECONDS_BUCKETS,
+            "RocksDB write of one group commit (to the WAL, without its fsync)",
+            COMMIT_SECONDS_BUCKETS,
         )  # fmt: skip
         self.wal_syncs = counter(
             "timerwheel_wal_syncs",
-            "Group commits that fsynced the WAL (those a caller waits on; fires, cascades "
-            "and sweeps alone are written to the WAL without)",
+            "fsyncs of the WAL: each makes every group commit written before it durable, "
+            "and is made only when a caller waits on one (fires, cascades and sweeps alone "
+            "wait for the next)",
+        )  # fmt: skip
+        self.wal_sync_seconds = histogram(
+            "timerwheel_wal_sync_duration_seconds",
+            "One fsync of the WAL (callers of the commits it covers wait for it; fires "
+            "do not)", COMMIT_SECONDS_BUCKETS,
         )  # fmt: skip
         self.cascade_seconds = histogram(
             "timerwheel_cascade_chunk_duration_seconds",
@@ -116,10 +126,10 @@ class Recorder(NullRecorder):
         self._refusals: dict[tuple[str, str], Counter] = {}
         self._cascades = {w: self.cascade_seconds.labels(w) for w in ("minute", "hour")}
 
-    def committed(self, ops, outcomes, fired_entries, duration_s: float, synced: bool) -> None:
+    def committed(self, ops, outcomes, fired_entries, duration_s: float) -> None:
         """One group commit: its operations with their outcomes ((ok, value) as the writer
-        completed them), what it fired ({topic: [(seq, id, record)]}: timers due, sent
-        already due, series occurrences, and dead-letter moves), and whether it fsynced."""
+        will complete them), what it fired ({topic: [(seq, id, record)]}: timers due, sent
+        already due, series occurrences, and dead-letter moves), and its write's time."""
         from engine.ops import AckOp, CancelOp, SendOp  # engine.ops imports nothing of this
 
         sends = acks = cancels = weight = 0
@@ -141,8 +151,6 @@ class Recorder(NullRecorder):
             self.cancels.inc(cancels)
         self.commit_size.observe(weight)
         self.commit_seconds.observe(duration_s)
-        if synced:
-            self.wal_syncs.inc()
         if fired_entries:
             lateness_ms = records.record_fire_lateness_ms
             lateness = [
@@ -151,6 +159,11 @@ class Recorder(NullRecorder):
             ]  # fmt: skip
             self.fires.inc(len(lateness))
             _observe_many(self.fire_lateness, lateness)
+
+    def wal_synced(self, duration_s: float) -> None:
+        """One fsync of the WAL (engine/wal_syncer.py, or the writer's own without a thread)."""
+        self.wal_syncs.inc()
+        self.wal_sync_seconds.observe(duration_s)
 
     def cascade_chunk(self, wheel: str, duration_s: float) -> None:
         self._cascades[wheel].observe(duration_s)

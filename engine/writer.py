@@ -1,9 +1,10 @@
 """The single writer: every mutation of the store goes through it, one group commit at a time.
 
-It builds one WriteBatch per iteration and commits it with the WAL on (and fsync by
-default): a *group commit*. Callers block on a future completed only after their batch
-is durable, so anything acknowledged to a producer survives `kill -9`. Because only the
-writer mutates, a cascade, a send and a fire never interleave inside a slot.
+It builds one WriteBatch per iteration and commits it with the WAL on: a *group
+commit*. Callers block on a future completed only after their batch is durable (fsynced,
+by default), so anything acknowledged to a producer survives `kill -9` and a machine
+crash. Because only the writer mutates, a cascade, a send and a fire never interleave
+inside a slot.
 
 One iteration, in order:
  1. observe the clock (the scheduler keeps a monotonic `now_ms`);
@@ -14,25 +15,37 @@ One iteration, in order:
  3. apply the queued operations (up to `max_group_ops`), each checked before staged (a
     series due at once when sent or rescheduled fires inside its operation);
  4. stage the scheduler state into `meta` and the pending-timer counters the batch
-    changed (`store.counts`, from the deltas steps 2-3 noted), and commit the batch:
-    with an fsync when an operation's caller waits on it (`Op.durable`), else to the
-    WAL alone (see "Which commits fsync" below);
- 5. update the in-memory counters, complete the operations' futures, then tell
-    fired-listeners which topics fired.
+    changed (`store.counts`, from the deltas steps 2-3 noted), and write the batch to
+    the WAL, without an fsync;
+ 5. update the in-memory counters; hand the operations whose callers wait on
+    durability (`Op.durable`) to the WAL syncer, which completes their futures after
+    an fsync that covers this commit (see "Which commits fsync" below), and complete
+    the others' now; then tell fired-listeners which topics fired.
 The tick comes first so operations are placed against the horizons as they will be
 committed. With nothing to do, the writer sleeps until the next due timer or cascade
 start, or until an operation arrives: the second wheel is drained continuously, not
 once a second.
 
-Which commits fsync: at 14,000 sends/s about half the group commits carry no caller,
+Which commits fsync, and where: only those a caller waits on (a send, cancel or ack),
+and not on this thread. At 14,000 sends/s about half the group commits carry no caller,
 only fires (timers due every millisecond), cascade chunks, sweeps or delivery trace
 events, and their fsyncs kept the writer waiting 34 s of a 95 s run (docs/benchmarks.md,
-2026-11-25). Those are written to the WAL without one. That loses nothing anybody was
-promised: the WAL is in the kernel once `write` returns, so the death of any process
-keeps them; the next synced commit
-(a send, cancel or ack, at most milliseconds away under load) syncs them with its own
-bytes; and a machine crash before that loses a suffix of the WAL, which RocksDB recovers
-as a consistent prefix, so a fire lost that way fires again (at least once).
+2026-11-25): those get none. That loses nothing anybody was promised: the WAL is in the
+kernel once `write` returns, so the death of any process keeps them; the next fsync (for
+a send, cancel or ack, at most milliseconds away under load) covers their bytes too; and
+a machine crash before that loses a suffix of the WAL, which RocksDB recovers as a
+consistent prefix, so a fire lost that way fires again (at least once).
+The fsyncs a caller waits on run on the WAL syncer's thread (`engine.wal_syncer`):
+under a compaction one took 20-36 ms, and the fires due meanwhile waited behind it
+(docs/benchmarks.md, 2026-11-27 afternoon). The writer goes on firing while a sync
+runs, but does not commit queued operations alone meanwhile: it sleeps until the sync
+returns or something falls due (`_sleep_until_due`), so what arrives during an fsync
+still gathers into one group commit, as when the writer waited for the fsync itself.
+A commit is visible to readers once written, a moment before it is durable: a timer
+sent already due may be delivered before its producer is answered, and if the machine
+crashes before the fsync it is gone, unanswered, and sent again by its producer.
+A failed fsync is fatal (`engine.store_health`): the syncer fails the operations it
+covered and every later one, and the writer stops when it next looks.
 
 Which ops wake the writer: every op but delivery trace events (`Op.linger_ms`). At
 5,000 sends/s half the writer's iterations were a commit of one delivery's trace events
@@ -47,8 +60,9 @@ A failing iteration or idle read is not the end of the writer: `engine.store_hea
 decides whether it is retried with backoff (a read error), waited out with a reopen of
 the store (a full disk), or fatal (a failed WAL sync), and tells the server so.
 
-Without a thread (`background=False`), callers drive the same iterations inline: that
-is how tests run the writer in virtual time.
+Without a thread (`background=False`), callers drive the same iterations inline, and
+the writer fsyncs in step 4 itself, before anybody is answered: that is how tests run
+the writer in virtual time.
 """
 
 from __future__ import annotations
@@ -66,6 +80,7 @@ from engine.linger import Lingering
 from engine.ops import Op, WriterContext
 from engine.series import fire_due_series
 from engine.store_health import StoreHealth, WriterFailed
+from engine.wal_syncer import WalSyncer, complete
 from store import keys
 from store.batch import StagedBatch
 from store.counts import CountChanges, PendingCounts
@@ -117,9 +132,12 @@ class Writer:
         self._next_sweep_ms = 0
         self._stopping = False
         self._thread: threading.Thread | None = None
+        self._syncer: WalSyncer | None = None  # with a thread: fsyncs behind the writer
 
     # == control ========================================================================
     def start(self) -> None:
+        self._syncer = WalSyncer(self._store.sync_wal, self._wake)
+        self._syncer.start()
         self._thread = threading.Thread(target=self._run, name="timerwheel-writer", daemon=True)
         self._thread.start()
 
@@ -145,6 +163,7 @@ class Writer:
             self._cond.notify_all()
         if self._thread is not None:
             self._thread.join()
+            self._syncer.stop()
         else:
             while self._queue:
                 self.iterate()
@@ -205,7 +224,10 @@ class Writer:
                     if self._stopping and not self._queue:
                         return
                 try:
-                    if self.health.recovering:  # the disk was full: reopen first
+                    if self._syncer.failure is not None:
+                        raise self._syncer.failure
+                    if self.health.recovering:
+                        self._syncer.wait_idle()  # the disk was full: reopen first
                         if not self.health.recover(self._store, self._scheduler):
                             self._back_off()
                         continue
@@ -215,7 +237,8 @@ class Writer:
                         self._sleep_until_due()  # returns at once for an urgent op
                 except WriterFailed:
                     raise
-                except Exception as exc:
+                except Exception as exc:  # a failed WAL sync first: it is the cause
+                    exc = self._syncer.failure or exc
                     self.health.iteration_failed(exc)  # raises WriterFailed when fatal
                     if self.health.recovering:  # a full disk: fail fast, don't queue
                         self._fail_queued(self.health.error_for(exc), stop=False)
@@ -236,21 +259,29 @@ class Writer:
             if not self._stopping:
                 self._cond.wait(self.health.backoff_s())
 
+    def _wake(self) -> None:
+        with self._cond:
+            self._cond.notify()
+
     def _sleep_until_due(self) -> None:
+        """Sleep until the next due timer, cascade or sweep, a lingering op's time, or an
+        urgent op; while the syncer has a sync running, queued ops wait for it."""
         fire_from, _ = self._scheduler.fire_range()
         next_key = self._store.first_key("second", keys.encode_timer_key(fire_from))
         next_due_ms = keys.key_time_ms(next_key) if next_key is not None else None
-        wake_ms = min(self._scheduler.next_wakeup_ms(next_due_ms), self._next_sweep_ms)
+        due_ms = min(self._scheduler.next_wakeup_ms(next_due_ms), self._next_sweep_ms)
         with self._cond:
-            if self._queued_urgent or self._stopping:
-                return
-            wake_ms = self._lingering.sleep_until_ms(wake_ms)
-            now_ms = self._clock.now_ms()
-            delay_s = min((wake_ms - now_ms) / 1000, MAX_IDLE_SLEEP_S)
-            if delay_s > 0:
+            while not self._stopping and not (self._queued_urgent and not self._syncer.busy):
+                wake_ms = self._lingering.sleep_until_ms(due_ms)
+                now_ms = self._clock.now_ms()
+                delay_s = min((wake_ms - now_ms) / 1000, MAX_IDLE_SLEEP_S)
+                if delay_s <= 0:
+                    return
                 self._asleep_until_ms = now_ms + int(delay_s * 1000)
-                self._cond.wait(delay_s)
+                notified = self._cond.wait(delay_s)
                 self._asleep_until_ms = None
+                if not notified:  # its time (or the idle cap: look at the clock again)
+                    return
 
     def _fail_queued(self, error: BaseException, stop: bool = True) -> None:
         with self._cond:
@@ -271,7 +302,7 @@ class Writer:
     def _group_commit(self) -> bool:
         """One group commit. True when a cascade or the firing has more to do now."""
         ops = self._take_ops()
-        commit_s, synced = 0.0, False
+        commit_s, wants_sync = 0.0, False
         saved = self._scheduler.state
         batch = StagedBatch()
         now_ms = self._scheduler.observe(self._clock.now_ms())
@@ -283,13 +314,16 @@ class Writer:
             if batch.operations or ops or self._scheduler.state != saved:
                 self._store.stage_state(batch, self._scheduler.state)
                 counted = self._counts.stage(batch)
-                synced = any(op.durable for op in ops)
+                wants_sync = any(op.durable for op in ops)
                 started = time.perf_counter()
-                self._store.commit(batch, sync=synced)
+                self._store.commit(batch, sync=False)
                 commit_s = time.perf_counter() - started
+                if wants_sync and self._syncer is None:
+                    self._sync_wal()  # no syncer thread: here, before anybody is answered
         except WalSyncFailed as exc:
-            # The batch is applied but maybe not durable: its scheduler state stays (it is
-            # what readers see), its operations are not acknowledged, and the writer stops.
+            # (No syncer thread.) The batch is applied but maybe not durable: its scheduler
+            # state stays (what readers see), its operations are not acknowledged, and the
+            # writer stops.
             # Carrying on could reuse fire sequence numbers of a batch that is in RocksDB.
             stopped = ShuttingDown(f"the timer writer stopped: {exc}")
             for op in ops:
@@ -304,13 +338,12 @@ class Writer:
             raise
         if counted:
             self._counts.committed(counted)
-        for op, (ok, value) in zip(ops, outcomes, strict=True):
-            if ok:
-                op.future.set_result(value)
-            else:
-                op.future.set_exception(value)
+        if wants_sync and self._syncer is not None:
+            self._syncer.hand_over(ops, outcomes)  # answered once the WAL is synced
+        else:
+            complete(ops, outcomes)
         if commit_s:
-            metrics.recorder().committed(ops, outcomes, batch.fired_entries, commit_s, synced)
+            metrics.recorder().committed(ops, outcomes, batch.fired_entries, commit_s)
         if batch.fired_topics or batch.retired:
             self._on_commit_fired(batch.fired_entries, batch.retired)
         if batch.fired_topics:
@@ -363,6 +396,11 @@ class Writer:
         next_from = keys.key_after(entries[-1][0]) if len(entries) == limit else None
         self._scheduler.fire_progress(through_ms, next_from)
         return next_from is not None
+
+    def _sync_wal(self) -> None:
+        started = time.perf_counter()
+        self._store.sync_wal()
+        metrics.recorder().wal_synced(time.perf_counter() - started)
 
     def _notify(self, topics: set[str]) -> None:
         for listener in self._listeners:

@@ -153,6 +153,24 @@ def test_metrics_move_by_what_a_scenario_did(make_server):
     run_scenario(server.target, server.metrics.port, offset)
 
 
+def test_each_wal_sync_is_counted_and_timed(make_server):
+    server = make_server(metrics_port=0, sync_writes=True)
+    port = server.metrics.port
+    before = scrape(port)
+    with TimerClient(server.target, timeout_s=WAIT_S) as client:
+        for _ in range(3):  # one after another: each answered only after its own fsync
+            client.send("synced", b"x", delay_ms=60_000)
+    after = scrape(port)
+
+    def moved(name: str) -> float:
+        return value(after, name) - value(before, name)
+
+    syncs = moved("timerwheel_wal_syncs_total")
+    assert syncs >= 3
+    assert moved("timerwheel_wal_sync_duration_seconds_count") == syncs
+    assert moved("timerwheel_wal_sync_duration_seconds_sum") > 0
+
+
 def test_metrics_are_off_by_default(make_server):
     assert make_server().metrics is None
 

@@ -1,12 +1,15 @@
 """Which group commits fsync (engine/writer.py, "Which commits fsync"): those a caller
 waits on. Fires, cascades and delivery trace events alone reach the WAL without an
-fsync, and survive the death of the process all the same. Real RocksDB throughout; the
-WAL syncs are counted on the real Rdict."""
+fsync, and survive the death of the process all the same; with the writer's thread the
+fsyncs run on the WAL syncer's, and fires do not wait for them. Real RocksDB throughout;
+the WAL syncs are counted (or held) on the real Rdict."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -20,6 +23,7 @@ from wheels.settings import HOUR_MS, MINUTE_MS, Settings
 from wheels.trace import TraceKind
 
 REPO = Path(__file__).resolve().parent.parent
+WAIT_S = 10  # a bound on a hang, never a pace
 
 
 @pytest.fixture
@@ -95,3 +99,53 @@ def test_an_unsynced_fire_survives_sigkill_of_the_process(tmp_path):
         assert reopened.scheduler.state.fire_seq == 1
     finally:
         reopened.close()
+
+
+class HeldSyncs:
+    """The real Rdict, except that while `held` every `flush_wal` waits to be released
+    (a disk busy under a compaction's writes, on demand)."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.entered = threading.Event()
+        self.released = threading.Event()
+        self.released.set()
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    def hold(self) -> None:
+        self.released.clear()
+        self.entered.clear()
+
+    def flush_wal(self, sync: bool = True) -> None:
+        self.entered.set()
+        assert self.released.wait(WAIT_S)
+        self.inner.flush_wal(sync)
+
+
+def test_fires_do_not_wait_for_a_wal_sync_and_its_send_waits_for_it(tmp_path, clock):
+    """With the writer's thread, a commit's fsync runs on the syncer's: while a send's
+    sync is held, a timer that falls due still fires, and the send is answered only once
+    its sync returns."""
+    engine = Engine(Settings(data_dir=str(tmp_path / "d"), sync_writes=True), clock)
+    database = engine.store.database
+    held = database.db = HeldSyncs(database.db)
+    fired = threading.Event()
+    engine.add_fired_listener(lambda topics: fired.set())
+    with ThreadPoolExecutor(1) as producer:
+        try:
+            due = engine.send(delay(1_000))  # synced and answered as usual
+            held.hold()
+            later = producer.submit(engine.send, delay(HOUR_MS))
+            assert held.entered.wait(WAIT_S)  # the later send's sync has started
+            clock.advance(1_000)  # the writer looks at the clock at least every 0.25 s
+            assert fired.wait(WAIT_S), "the fire waited for the send's WAL sync"
+            assert not later.done()  # not answered before its commit is durable
+            held.released.set()
+            assert later.result(WAIT_S).message_id != due.message_id
+            assert engine.get(due.message_id).state is State.FIRED
+        finally:
+            held.released.set()
+            database.db = held.inner
+            engine.close()
