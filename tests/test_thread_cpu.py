@@ -22,6 +22,7 @@ linux_only = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/sel
     ("name", "kind"),
     [
         ("timerwheel-writer", "writer"),
+        ("timerwheel-wal-sync", "wal_sync"),
         ("timerwheel-delivery", "delivery"),
         ("grpc-unary_12", "grpc_calls"),
         ("grpc-stream_0", "grpc_streams"),
