@@ -226,15 +226,15 @@ class Writer:
                 try:
                     if self._syncer.failure is not None:
                         raise self._syncer.failure
-                    if self.health.recovering:
-                        self._syncer.wait_idle()  # the disk was full: reopen first
+                    if self.health.recovering:  # the disk was full: reopen first,
+                        self._syncer.wait_idle()  # with no sync running on the store
                         if not self.health.recover(self._store, self._scheduler):
                             self._back_off()
                         continue
                     ticking = self._group_commit()
                     self.health.succeeded()
                     if not ticking:
-                        self._sleep_until_due()  # returns at once for an urgent op
+                        self._sleep_until_due()  # at once for an urgent op, unless a sync runs
                 except WriterFailed:
                     raise
                 except Exception as exc:  # a failed WAL sync first: it is the cause
