@@ -133,5 +133,6 @@ def complete(ops: list, outcomes: list) -> None:
 
 
 def fail(ops: list, error: BaseException) -> None:
+    """Fail each op's future with `error`."""
     for op in ops:
         op.future.set_exception(error)

@@ -35,17 +35,12 @@ kernel once `write` returns, so the death of any process keeps them; the next fs
 a send, cancel or ack, at most milliseconds away under load) covers their bytes too; and
 a machine crash before that loses a suffix of the WAL, which RocksDB recovers as a
 consistent prefix, so a fire lost that way fires again (at least once).
-The fsyncs a caller waits on run on the WAL syncer's thread (`engine.wal_syncer`):
-under a compaction one took 20-36 ms, and the fires due meanwhile waited behind it
-(docs/benchmarks.md, 2026-11-27 afternoon). The writer goes on firing while a sync
-runs, but does not commit queued operations alone meanwhile: it sleeps until the sync
-returns or something falls due (`_sleep_until_due`), so what arrives during an fsync
-still gathers into one group commit, as when the writer waited for the fsync itself.
-A commit is visible to readers once written, a moment before it is durable: a timer
-sent already due may be delivered before its producer is answered, and if the machine
-crashes before the fsync it is gone, unanswered, and sent again by its producer.
-A failed fsync is fatal (`engine.store_health`): the syncer fails the operations it
-covered and every later one, and the writer stops when it next looks.
+The fsyncs a caller waits on run on the WAL syncer's thread (`engine.wal_syncer` says
+why, and what a failed one does); while one runs the writer fires what falls due but
+commits queued operations only after it (`_sleep_until_due`), so group commits stay as
+large. A commit is visible to readers once written, a moment before it is durable: a
+timer sent already due may be delivered before its producer is answered, and if the
+machine crashes before the fsync it is gone, unanswered, and sent again by its producer.
 
 Which ops wake the writer: every op but delivery trace events (`Op.linger_ms`). At
 5,000 sends/s half the writer's iterations were a commit of one delivery's trace events
@@ -80,7 +75,7 @@ from engine.linger import Lingering
 from engine.ops import Op, WriterContext
 from engine.series import fire_due_series
 from engine.store_health import StoreHealth, WriterFailed
-from engine.wal_syncer import WalSyncer, complete
+from engine.wal_syncer import WalSyncer, complete, fail
 from store import keys
 from store.batch import StagedBatch
 from store.counts import CountChanges, PendingCounts
@@ -291,8 +286,7 @@ class Writer:
             self._queued_weight = 0
             self._queued_urgent = 0
             self._lingering.taken(queue_empty=True)
-        for op in ops:
-            op.future.set_exception(error)
+        fail(ops, error)
 
     def iterate(self) -> bool:
         """One group commit. True when more work is already waiting, lingering ops too
@@ -326,15 +320,13 @@ class Writer:
             # writer stops.
             # Carrying on could reuse fire sequence numbers of a batch that is in RocksDB.
             stopped = ShuttingDown(f"the timer writer stopped: {exc}")
-            for op in ops:
-                op.future.set_exception(stopped)
+            fail(ops, stopped)
             self._fail_queued(stopped)
             raise
         except BaseException as exc:
             self._scheduler.restore(saved)  # nothing of this batch is on disk
             error = self.health.error_for(exc)  # e.g. DiskFull, naming the data dir
-            for op in ops:
-                op.future.set_exception(error)
+            fail(ops, error)
             raise
         if counted:
             self._counts.committed(counted)
