@@ -22,11 +22,20 @@ from wheels.security_settings import SecuritySettings
 
 pytestmark = pytest.mark.wallclock
 
+REFRESH_MS = 5000  # console.js
 ISO_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
 
 def _field(page, name: str) -> str:
     return page.inner_text(f'#timer-fields td[data-field="{name}"]')
+
+
+def _due_values(page) -> list[int]:
+    """The due chart's bar values, sorted, read in one step (a refresh may redraw it)."""
+    values = page.eval_on_selector_all(
+        "#due-chart .ct-bar", "bars => bars.map(b => b.getAttribute('ct:value'))"
+    )
+    return sorted(int(v) for v in values)
 
 
 def test_look_up_cancel_and_charts_in_the_browser(make_server):
@@ -52,8 +61,7 @@ def test_look_up_cancel_and_charts_in_the_browser(make_server):
             expect(page.locator("#due-total")).to_have_text(str(len(ORDER_MINUTES)))
             bars = page.locator("#due-chart .ct-bar")
             expect(bars).to_have_count(len(set(ORDER_MINUTES)))
-            values = sorted(int(b.get_attribute("ct:value")) for b in bars.all())
-            assert values == [1, 1, 1, 2]  # minute 5 holds two
+            assert _due_values(page) == [1, 1, 1, 2]  # minute 5 holds two
 
             # fire lateness: the two alerts fired at once; P50, P99 and max per minute
             page.wait_for_selector("#lateness-chart .ct-point", state="attached")
@@ -104,6 +112,60 @@ def test_look_up_cancel_and_charts_in_the_browser(make_server):
             page.click("#pending-next")
             expect(page.locator("#pending tbody tr")).to_have_count(25 - PAGE_LIMIT)
             assert page.inner_text("#pending-page").startswith("page 2")
+
+
+def test_an_answer_for_the_topic_shown_before_is_never_drawn(make_server):
+    """The page opens on the busiest topic (billing); its due request is held unanswered,
+    as a slow or late answer would be. Choosing orders aborts it (the browser reports the
+    request failed), so the chart shows orders and billing's answer can never replace it."""
+    server = make_server(console_port=0)
+    with Client(server.target, timeout_s=WAIT_S) as client:
+        send_samples(client, client.stats().now_ms)
+    held = []
+
+    def hold_billing(route):
+        if "topic=billing" in route.request.url:
+            held.append(route)
+        else:
+            route.continue_()
+
+    with chromium_page() as page:
+        page.route("**/api/due?*", hold_billing)
+        page.goto(f"http://127.0.0.1:{server.console.port}/")
+        expect(page.locator("#pending-topic")).to_have_text("billing")
+        stale = lambda request: "/api/due?topic=billing" in request.url  # noqa: E731
+        with page.expect_event("requestfailed", stale):
+            page.click("#topics a:text-is('orders')")
+        assert held, "billing's due request was never made"
+        expect(page.locator("#due-topic")).to_have_text("orders")
+        expect(page.locator("#due-chart .ct-bar")).to_have_count(len(set(ORDER_MINUTES)))
+        assert _due_values(page) == [1, 1, 1, 2]
+
+
+def test_the_periodic_refresh_leaves_a_slow_panels_request_running(make_server):
+    """A due request held past two refresh periods is neither aborted nor repeated (a
+    server slower than the period still gets the chart drawn), while the answered panels
+    reload on each tick. The page's clock is Playwright's, moved on by hand."""
+    server = make_server(console_port=0)
+    with Client(server.target, timeout_s=WAIT_S) as client:
+        send_samples(client, client.stats().now_ms)
+    held, failed = [], []
+    with chromium_page() as page:
+        page.clock.install()
+        page.route("**/api/due?*", lambda route: held.append(route))
+        page.on("requestfailed", lambda request: failed.append(request.url))
+        page.goto(f"http://127.0.0.1:{server.console.port}/")
+        expect(page.locator("#pending-topic")).to_have_text("billing")
+        for _ in range(2):
+            # Every other panel has its answer (console.js's own record of requests in
+            # flight), so the tick reloads them; pending is the last it loads, after the
+            # place of due's request.
+            page.wait_for_function("() => Object.keys(inFlight).join() === 'due'")
+            with page.expect_request(lambda r: "/api/pending?" in r.url):
+                page.clock.run_for(REFRESH_MS)
+        assert len(held) == 1 and failed == []
+        held[0].continue_()
+        expect(page.locator("#due-topic")).to_have_text("billing")
 
 
 def test_with_auth_the_page_asks_for_a_token_and_an_admin_token_works(make_server, tmp_path):

@@ -6,6 +6,7 @@ const TOKEN_KEY = "timerwheel.console.token";
 const REFRESH_MS = 5000;
 const $ = (id) => document.getElementById(id);
 const state = { topic: "", pageTokens: [""], dueChart: null, latenessChart: null };
+const inFlight = {}; // panel name -> the AbortController of its request in flight
 
 // == talking to the console =================================================================
 class ApiError extends Error {
@@ -28,6 +29,25 @@ async function api(path, options = {}) {
     throw error;
   }
   return body;
+}
+
+// Answers can come back out of order: a refresh's request for the topic shown before may
+// finish after the click's for the next one, and would draw the old topic over the new.
+// So a panel has one request at a time: a new one aborts the one in flight, and an aborted
+// request's answer is never drawn (null here; the browser cancels it, and its error too).
+async function panelApi(panel, path) {
+  inFlight[panel]?.abort();
+  const controller = new AbortController();
+  inFlight[panel] = controller;
+  try {
+    const answer = await api(path, { signal: controller.signal });
+    return controller.signal.aborted ? null : answer;
+  } catch (error) {
+    if (controller.signal.aborted) return null;
+    throw error;
+  } finally {
+    if (inFlight[panel] === controller) delete inFlight[panel];
+  }
 }
 
 function showError(id, error) {
@@ -101,8 +121,8 @@ async function lookup(messageId) {
   $("lookup-id").value = messageId;
   showError("lookup-error", null);
   try {
-    const answer = await api(`/api/timer?id=${encodeURIComponent(messageId)}`);
-    renderTimer(answer.timer);
+    const answer = await panelApi("timer", `/api/timer?id=${encodeURIComponent(messageId)}`);
+    if (answer) renderTimer(answer.timer);
   } catch (error) {
     $("timer").hidden = true;
     showError("lookup-error", error);
@@ -181,7 +201,8 @@ $("cancel-yes").addEventListener("click", async () => {
 // == topics and their pending timers ===========================================================
 async function loadTopics() {
   try {
-    const answer = await api("/api/topics");
+    const answer = await panelApi("topics", "/api/topics");
+    if (!answer) return;
     const tbody = $("topics").querySelector("tbody");
     tbody.replaceChildren(
       ...answer.topics.map((t) => {
@@ -216,7 +237,8 @@ async function loadPending() {
   if (!topic) return;
   try {
     const query = new URLSearchParams({ topic, limit: "20", page_token: token });
-    const answer = await api(`/api/pending?${query}`);
+    const answer = await panelApi("pending", `/api/pending?${query}`);
+    if (!answer) return;
     const tbody = $("pending").querySelector("tbody");
     tbody.replaceChildren(
       ...answer.timers.map((t) =>
@@ -253,7 +275,8 @@ $("pending-first").addEventListener("click", () => {
 async function loadDue() {
   if (!state.topic) return;
   try {
-    const answer = await api(`/api/due?topic=${encodeURIComponent(state.topic)}`);
+    const answer = await panelApi("due", `/api/due?topic=${encodeURIComponent(state.topic)}`);
+    if (!answer) return;
     const labels = answer.minutes.map((m) => m.minute.iso.slice(11, 16));
     // An empty minute is a hole (no bar), so each bar is a minute with timers.
     const counts = answer.minutes.map((m) => (m.count > 0 ? m.count : null));
@@ -275,7 +298,8 @@ async function loadDue() {
 
 async function loadLateness() {
   try {
-    const answer = await api("/api/lateness");
+    const answer = await panelApi("lateness", "/api/lateness");
+    if (!answer) return;
     const minutes = answer.minutes;
     $("lateness-empty").hidden = minutes.length > 0;
     const data = {
@@ -302,16 +326,18 @@ async function loadLateness() {
 }
 
 // == live refresh ============================================================================
-function refresh() {
+// After an action (a token, a cancel) every panel reloads, superseding what is in flight.
+// The periodic tick reloads only the panels whose last request has come back, so a server
+// slower than REFRESH_MS still gets each panel drawn instead of every request aborted.
+function refresh({ onlyIdle = false } = {}) {
   $("clock").textContent = new Date().toISOString().slice(0, 19).replace("T", " ") + " UTC";
-  loadTopics();
-  loadLateness();
-  if (state.topic) {
-    loadDue();
-    loadPending();
+  const loaders = { topics: loadTopics, lateness: loadLateness };
+  if (state.topic) Object.assign(loaders, { due: loadDue, pending: loadPending });
+  for (const [panel, load] of Object.entries(loaders)) {
+    if (!(onlyIdle && inFlight[panel])) load();
   }
 }
 
 showTokenStatus();
 refresh();
-setInterval(refresh, REFRESH_MS);
+setInterval(() => refresh({ onlyIdle: true }), REFRESH_MS);
