@@ -8,10 +8,9 @@ inside a slot.
 
 One iteration, in order:
  1. observe the clock (the scheduler keeps a monotonic `now_ms`);
- 2. tick: one chunk of every running cascade (top level first), one chunk of firing out
-    of the second wheel, one chunk of the retention sweep;
-    Recurring series found due fire last in the tick (`engine.series`): each occurrence
-    and the series' move to its next time go into this same batch;
+ 2. the tick (`engine.tick`): one chunk of every running cascade (top level first),
+    one chunk of firing out of the second wheel, the recurring series found due, and
+    once a second a chunk of the retention sweep;
  3. apply the queued operations (up to `max_group_ops`), each checked before staged (a
     series due at once when sent or rescheduled fires inside its operation);
  4. stage the scheduler state into `meta` and the pending-timer counters the batch
@@ -73,23 +72,21 @@ import structlog
 from engine import metrics
 from engine.linger import Lingering
 from engine.ops import Op, WriterContext
-from engine.series import fire_due_series
 from engine.store_health import StoreHealth, WriterFailed
+from engine.tick import Tick
 from engine.wal_syncer import WalSyncer, complete, fail
-from store import keys
 from store.batch import StagedBatch
 from store.counts import CountChanges, PendingCounts
 from store.rocks import WalSyncFailed
 from store.timer_store import TimerStore
 from wheels.clock import Clock
 from wheels.domain import Overloaded, ShuttingDown, TimerwheelError
-from wheels.scheduler import CascadeTask, Scheduler
+from wheels.scheduler import Scheduler
 from wheels.settings import Settings
 
 log = structlog.get_logger("timerwheel.writer")
 
 FiredListener = Callable[[set[str]], None]
-SWEEP_INTERVAL_MS = 1_000
 # Re-check the clock at least this often when idle, so a wall-clock step cannot strand
 # the writer in a long sleep computed from the old time.
 MAX_IDLE_SLEEP_S = 0.25
@@ -116,6 +113,7 @@ class Writer:
         self._counts = counts
         self.health = health or StoreHealth(settings.data_dir)
         self._ctx = WriterContext(store, scheduler, settings.retention_ms)
+        self._tick = Tick(settings, self._ctx)
         self._cond = threading.Condition()
         self._queue: deque[Op] = deque()
         self._queued_weight = 0
@@ -123,8 +121,6 @@ class Writer:
         self._lingering = Lingering()
         self._asleep_until_ms: int | None = None  # while the writer waits for work
         self._listeners: list[FiredListener] = []
-        self._sweep_from = b""
-        self._next_sweep_ms = 0
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._syncer: WalSyncer | None = None  # with a thread: fsyncs behind the writer
@@ -261,10 +257,7 @@ class Writer:
     def _sleep_until_due(self) -> None:
         """Sleep until the next due timer, cascade or sweep, a lingering op's time, or an
         urgent op; while the syncer has a sync running, queued ops wait for it."""
-        fire_from, _ = self._scheduler.fire_range()
-        next_key = self._store.first_key("second", keys.encode_timer_key(fire_from))
-        next_due_ms = keys.key_time_ms(next_key) if next_key is not None else None
-        due_ms = min(self._scheduler.next_wakeup_ms(next_due_ms), self._next_sweep_ms)
+        due_ms = self._tick.next_due_ms()
         with self._cond:
             while not self._stopping and not (self._queued_urgent and not self._syncer.busy):
                 wake_ms = self._lingering.sleep_until_ms(due_ms)
@@ -302,7 +295,7 @@ class Writer:
         now_ms = self._scheduler.observe(self._clock.now_ms())
         try:
             self._store.prefetch(batch, [i for op in ops for i in op.reads()])
-            more = self._tick(batch, now_ms)
+            more = self._tick.stage(batch, now_ms)
             outcomes = [_apply(op, self._ctx, batch, now_ms) for op in ops]
             counted: CountChanges | None = None
             if batch.operations or ops or self._scheduler.state != saved:
@@ -342,53 +335,6 @@ class Writer:
             self._notify(batch.fired_topics)
         return more or self._scheduler.busy()
 
-    # == the tick =======================================================================
-    def _tick(self, batch: StagedBatch, now_ms: int) -> bool:
-        more = False
-        for task in self._scheduler.cascade_tasks():
-            started = time.perf_counter()
-            more |= self._cascade_chunk(batch, task, now_ms)
-            metrics.recorder().cascade_chunk(task.upper.name, time.perf_counter() - started)
-        more |= self._fire_chunk(batch, now_ms)
-        if batch.series_due:  # due recurring series: occurrence out, next one in, before
-            fire_due_series(self._ctx, batch, now_ms)  # any operation reads them
-        if now_ms >= self._next_sweep_ms:
-            limit = self._settings.sweep_chunk
-            resume = self._store.stage_sweep(batch, self._sweep_from, now_ms, limit)
-            # Expiry keys are always written at now + retention, so once everything up to
-            # now is swept the next sweep can start there and skip the swept tombstones.
-            self._sweep_from = resume or keys.time_bound(now_ms + 1)
-            if resume is None:
-                self._next_sweep_ms = now_ms + SWEEP_INTERVAL_MS
-            more |= resume is not None
-        return more
-
-    def _cascade_chunk(self, batch: StagedBatch, task: CascadeTask, now_ms: int) -> bool:
-        """Move one chunk of the task's range down; timers already due fire instead."""
-        limit = self._settings.cascade_chunk
-        lo, hi = keys.encode_timer_key(task.from_key), keys.time_bound(task.to_ms)
-        entries = self._store.scan(task.upper.name, lo, hi, limit)
-        due_count = _count_due(entries, now_ms)
-        if due_count:
-            first_seq = self._scheduler.take_fire_seqs(due_count)
-            self._store.stage_fire(batch, task.upper.name, entries[:due_count], first_seq, now_ms)
-        self._store.stage_move(batch, task.upper.name, task.lower.name, entries[due_count:], now_ms)
-        next_from = keys.key_after(entries[-1][0]) if len(entries) == limit else None
-        self._scheduler.cascade_progress(task, next_from)
-        return next_from is not None
-
-    def _fire_chunk(self, batch: StagedBatch, now_ms: int) -> bool:
-        limit = self._settings.fire_chunk
-        fire_from, through_ms = self._scheduler.fire_range()
-        lo, hi = keys.encode_timer_key(fire_from), keys.time_bound(through_ms + 1)
-        entries = self._store.scan("second", lo, hi, limit)
-        if entries:
-            first_seq = self._scheduler.take_fire_seqs(len(entries))
-            self._store.stage_fire(batch, "second", entries, first_seq, now_ms)
-        next_from = keys.key_after(entries[-1][0]) if len(entries) == limit else None
-        self._scheduler.fire_progress(through_ms, next_from)
-        return next_from is not None
-
     def _sync_wal(self) -> None:
         started = time.perf_counter()
         self._store.sync_wal()
@@ -408,11 +354,3 @@ def _apply(op: Op, ctx: WriterContext, batch: StagedBatch, now_ms: int) -> tuple
         return True, op.apply(ctx, batch, now_ms)
     except TimerwheelError as exc:
         return False, exc
-
-
-def _count_due(entries: list[tuple[bytes, bytes]], now_ms: int) -> int:
-    """Entries are in time order, so the due ones are a prefix."""
-    for index, (key, _) in enumerate(entries):
-        if keys.key_time_ms(key) > now_ms:
-            return index
-    return len(entries)

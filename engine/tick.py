@@ -1,0 +1,113 @@
+"""The writer's tick: the time-driven work staged into each group commit.
+
+Before a group commit stages any caller's operation, the tick stages, against the
+scheduler's `now_ms`:
+ 1. one chunk of every running cascade, top level first (hour to minute before minute
+    to second, so a timer moved down this commit can move on in the next). A chunk is a
+    range scan of the upper wheel of at most `cascade_chunk` keys; the keys in it already
+    due fire at once instead of moving (a cascade that ran late must not place a timer
+    in the past);
+ 2. one chunk of firing: the second wheel's keys from the scheduler's `fire_from`
+    through `now_ms`, at most `fire_chunk` of them, each record turned FIRED with the
+    next fire sequence number and a `ready` entry;
+ 3. the recurring series step 1-2 found due (`engine.series`): each occurrence out and
+    the series on to its next time, in this same batch;
+ 4. once a second, one chunk of the retention sweep (`sweep_chunk` expired records).
+Each step reports whether it stopped at its chunk's limit; the writer then runs again at
+once instead of sleeping, so a backlog drains a chunk per commit and no commit holds the
+fires behind it for long (docs/benchmarks.md, 2026-11-26 late: 250-key cascade chunks).
+
+`next_due_ms` is the other half: when the tick will next have work, for the writer's
+sleep. The tick decides nothing about time itself; the scheduler (`wheels.scheduler`)
+does, and the tick turns its verdicts (a cascade task, a fire range) into store writes.
+"""
+
+from __future__ import annotations
+
+import time
+
+from engine import metrics
+from engine.ops import WriterContext
+from engine.series import fire_due_series
+from store import keys
+from store.batch import StagedBatch
+from wheels.scheduler import CascadeTask
+from wheels.settings import Settings
+
+SWEEP_INTERVAL_MS = 1_000
+
+
+class Tick:
+    def __init__(self, settings: Settings, ctx: WriterContext) -> None:
+        self._settings = settings
+        self._ctx = ctx
+        self._store = ctx.store
+        self._scheduler = ctx.scheduler
+        self._sweep_from = b""
+        self._next_sweep_ms = 0
+
+    def stage(self, batch: StagedBatch, now_ms: int) -> bool:
+        """Stage steps 1-4 into `batch`. True when a step has more to do now."""
+        more = False
+        for task in self._scheduler.cascade_tasks():
+            started = time.perf_counter()
+            more |= self._cascade_chunk(batch, task, now_ms)
+            metrics.recorder().cascade_chunk(task.upper.name, time.perf_counter() - started)
+        more |= self._fire_chunk(batch, now_ms)
+        if batch.series_due:  # due recurring series: occurrence out, next one in, before
+            fire_due_series(self._ctx, batch, now_ms)  # any operation reads them
+        if now_ms >= self._next_sweep_ms:
+            more |= self._sweep_chunk(batch, now_ms)
+        return more
+
+    def next_due_ms(self) -> int:
+        """When the tick next has work: the next second-wheel key's fire, a cascade's
+        start or step (`Scheduler.next_wakeup_ms`), or the next sweep."""
+        fire_from, _ = self._scheduler.fire_range()
+        next_key = self._store.first_key("second", keys.encode_timer_key(fire_from))
+        next_due_ms = keys.key_time_ms(next_key) if next_key is not None else None
+        return min(self._scheduler.next_wakeup_ms(next_due_ms), self._next_sweep_ms)
+
+    def _cascade_chunk(self, batch: StagedBatch, task: CascadeTask, now_ms: int) -> bool:
+        """Move one chunk of the task's range down; timers already due fire instead."""
+        limit = self._settings.cascade_chunk
+        lo, hi = keys.encode_timer_key(task.from_key), keys.time_bound(task.to_ms)
+        entries = self._store.scan(task.upper.name, lo, hi, limit)
+        due_count = _count_due(entries, now_ms)
+        if due_count:
+            first_seq = self._scheduler.take_fire_seqs(due_count)
+            self._store.stage_fire(batch, task.upper.name, entries[:due_count], first_seq, now_ms)
+        self._store.stage_move(batch, task.upper.name, task.lower.name, entries[due_count:], now_ms)
+        next_from = keys.key_after(entries[-1][0]) if len(entries) == limit else None
+        self._scheduler.cascade_progress(task, next_from)
+        return next_from is not None
+
+    def _fire_chunk(self, batch: StagedBatch, now_ms: int) -> bool:
+        limit = self._settings.fire_chunk
+        fire_from, through_ms = self._scheduler.fire_range()
+        lo, hi = keys.encode_timer_key(fire_from), keys.time_bound(through_ms + 1)
+        entries = self._store.scan("second", lo, hi, limit)
+        if entries:
+            first_seq = self._scheduler.take_fire_seqs(len(entries))
+            self._store.stage_fire(batch, "second", entries, first_seq, now_ms)
+        next_from = keys.key_after(entries[-1][0]) if len(entries) == limit else None
+        self._scheduler.fire_progress(through_ms, next_from)
+        return next_from is not None
+
+    def _sweep_chunk(self, batch: StagedBatch, now_ms: int) -> bool:
+        limit = self._settings.sweep_chunk
+        resume = self._store.stage_sweep(batch, self._sweep_from, now_ms, limit)
+        # Expiry keys are always written at now + retention, so once everything up to now
+        # is swept the next sweep can start there and skip the swept tombstones.
+        self._sweep_from = resume or keys.time_bound(now_ms + 1)
+        if resume is None:
+            self._next_sweep_ms = now_ms + SWEEP_INTERVAL_MS
+        return resume is not None
+
+
+def _count_due(entries: list[tuple[bytes, bytes]], now_ms: int) -> int:
+    """Entries are in time order, so the due ones are a prefix."""
+    for index, (key, _) in enumerate(entries):
+        if keys.key_time_ms(key) > now_ms:
+            return index
+    return len(entries)
