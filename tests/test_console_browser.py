@@ -142,6 +142,29 @@ def test_an_answer_for_the_topic_shown_before_is_never_drawn(make_server):
         assert _due_values(page) == [1, 1, 1, 2]
 
 
+def test_a_cancel_is_not_drawn_over_by_a_look_up_sent_before_it(make_server):
+    """A look-up of the shown timer is held unanswered; the cancel made meanwhile aborts it,
+    so the page keeps showing CANCELLED (the look-up's SCHEDULED would have come later)."""
+    server = make_server(console_port=0)
+    with Client(server.target, timeout_s=WAIT_S) as client:
+        message_id = client.send("orders", b"x", delay_ms="10m").message_id
+        with chromium_page() as page:
+            page.goto(f"http://127.0.0.1:{server.console.port}/")
+            page.fill("#lookup-id", message_id)
+            page.click("#lookup-form button")
+            page.wait_for_selector("#timer:not([hidden])")
+            held = []
+            page.route("**/api/timer?*", lambda route: held.append(route))
+            page.click("#lookup-form button")  # the same timer again: held
+            page.click("#cancel-button")
+            look_up = lambda request: "/api/timer?" in request.url  # noqa: E731
+            with page.expect_event("requestfailed", look_up):
+                page.click("#cancel-yes")
+            assert len(held) == 1
+            expect(page.locator('#timer-fields td[data-field="state"]')).to_have_text("CANCELLED")
+            assert client.get(message_id).state is State.CANCELLED
+
+
 def test_the_periodic_refresh_leaves_a_slow_panels_request_running(make_server):
     """A due request held past two refresh periods is neither aborted nor repeated (a
     server slower than the period still gets the chart drawn), while the answered panels

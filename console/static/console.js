@@ -35,12 +35,12 @@ async function api(path, options = {}) {
 // finish after the click's for the next one, and would draw the old topic over the new.
 // So a panel has one request at a time: a new one aborts the one in flight, and an aborted
 // request's answer is never drawn (null here; the browser cancels it, and its error too).
-async function panelApi(panel, path) {
+async function panelApi(panel, path, options = {}) {
   inFlight[panel]?.abort();
   const controller = new AbortController();
   inFlight[panel] = controller;
   try {
-    const answer = await api(path, { signal: controller.signal });
+    const answer = await api(path, { ...options, signal: controller.signal });
     return controller.signal.aborted ? null : answer;
   } catch (error) {
     if (controller.signal.aborted) return null;
@@ -186,11 +186,14 @@ $("cancel-no").addEventListener("click", () => {
 $("cancel-yes").addEventListener("click", async () => {
   const messageId = $("cancel-id").textContent;
   try {
-    const answer = await api("/api/cancel", {
+    // The timer panel's request: a look-up still in flight would draw the state before
+    // the cancel over it, so it is aborted; a look-up made after it supersedes it.
+    const answer = await panelApi("timer", "/api/cancel", {
       method: "POST",
       headers: { "Content-Type": "application/json" },
       body: JSON.stringify({ message_id: messageId }),
     });
+    if (!answer) return;
     renderTimer(answer.timer);
     refresh();
   } catch (error) {
