@@ -117,8 +117,10 @@ def test_the_sweep_removes_expired_records_a_chunk_at_a_time_once_a_second(ticki
     cancel = StagedBatch()
     raws = ticking.store.lookup_many(cancel, ids)
     for message_id, raw in zip(ids, raws, strict=True):
-        ticking.store.stage_cancel(cancel, message_id.decode(), raw, ["minute"], T0, T0 + 500)
+        wheels = ("second", "minute", "hour")
+        ticking.store.stage_cancel(cancel, message_id.decode(), raw, wheels, T0, T0 + 500)
     ticking.store.commit(cancel, sync=False)
+    assert ticking.wheel_ids("minute") == [] and ticking.wheel_ids("second") == []
 
     more, _ = ticking.stage(T0 + 400)  # the first sweep: nothing expired yet
     assert not more and ticking.tick.next_due_ms() <= T0 + 400 + SWEEP_INTERVAL_MS
