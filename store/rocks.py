@@ -26,7 +26,7 @@ from rocksdict import (
 
 from store.disk import is_disk_full
 from store.integrity import check_data_dir
-from store.keys import ALL_COLUMN_FAMILIES, CF_COUNTS, CF_WHEEL
+from store.keys import ALL_COLUMN_FAMILIES, CF_COUNTS, CF_MESSAGES, CF_WHEEL
 from wheels.domain import StoreUnavailable
 
 log = structlog.get_logger("timerwheel.store")
@@ -66,6 +66,14 @@ def _options(tuning: RocksTuning, cache: Cache, family: str = "") -> Options:
         # RocksDB allows it only without concurrent memtable writes, which one writer
         # thread never uses anyway.
         options.set_inplace_update_support(True)
+    if family == CF_MESSAGES:
+        # The fire reads records written 3 s to minutes before, no longer in either
+        # memtable, yet a read searches both first (a fifth of the fire's read: py-spy).
+        # A whole-key bloom filter of 10% of the memtable lets the read skip them:
+        # -20% a fired record's read, about -3% for the engine at 14,000/s
+        # (docs/engine.md, "The fire's reads of the records").
+        options.set_memtable_prefix_bloom_ratio(0.1)
+        options.set_memtable_whole_key_filtering(True)
     if not family:
         options.set_allow_concurrent_memtable_write(False)
     # One memtable budget for all column families together.

@@ -29,6 +29,17 @@ def test_the_wal_cap_and_the_memtable_budget_follow_the_write_buffer(tmp_path):
     assert int(db["db_write_buffer_size"]) == 3 * tuning.write_buffer_bytes
 
 
+def test_only_messages_filters_its_memtables_by_whole_key(tmp_path):
+    RocksDatabase(str(tmp_path), RocksTuning(sync_writes=False)).close()
+    persisted = _persisted_options(tmp_path)
+    messages = persisted['CFOptions "messages"']
+    assert messages["memtable_whole_key_filtering"] == "true"
+    assert float(messages["memtable_prefix_bloom_size_ratio"]) == 0.1
+    for family in ("wheel_second", "ready", "meta"):  # range-scanned: a filter would not help
+        options = persisted[f'CFOptions "{family}"']
+        assert float(options["memtable_prefix_bloom_size_ratio"]) == 0.0
+
+
 def test_a_failed_wal_sync_says_so_and_leaves_the_write_applied(tmp_path):
     database = RocksDatabase(str(tmp_path), RocksTuning(sync_writes=True))
     family = database.families["meta"]
