@@ -35,7 +35,7 @@ def test_only_messages_filters_its_memtables_by_whole_key(tmp_path):
     messages = persisted['CFOptions "messages"']
     assert messages["memtable_whole_key_filtering"] == "true"
     assert float(messages["memtable_prefix_bloom_size_ratio"]) == 0.1
-    for family in ("wheel_second", "ready", "meta"):  # range-scanned: a filter would not help
+    for family in ("wheel_second", "ready", "meta"):  # the filter is for the fire's reads
         options = persisted[f'CFOptions "{family}"']
         assert float(options["memtable_prefix_bloom_size_ratio"]) == 0.0
 
