@@ -192,8 +192,31 @@ class DeliveryHub:
 
     # -- acking -----------------------------------------------------------------------------
     def ack(self, topic: str, message_ids: list[str]) -> int:
-        """Ack durably (engine), then stop tracking; returns how many were FIRED and now ACKED."""
-        acked = self.engine.ack(topic, message_ids)
+        """Ack durably (engine), then stop tracking; returns how many were FIRED and now ACKED.
+
+        The subscribers get their room back when the Ack arrives, not once it is durable
+        (`TopicDispatcher.settle`): a consumer acks one call at a time, so with the room
+        held through the engine's group commit and fsync, a slow ack (hundreds of ms with
+        the writer at its ceiling) stalled delivery to a consumer whose `max_in_flight`
+        was all in that ack, and the tail became the acks' latency (docs/benchmarks.md,
+        2026-11-28, morning). The messages stay tracked until the ack is durable; if it
+        fails they are in flight at their subscriber again, as before it.
+        """
+        with self._lock:
+            arrived_at = self._topics.get(topic)
+        settling: list = []
+        if arrived_at is not None:
+            with arrived_at.cond:
+                settling = arrived_at.settle(message_ids)
+                if settling:
+                    arrived_at.cond.notify_all()  # room freed
+        try:
+            acked = self.engine.ack(topic, message_ids)
+        except BaseException:
+            if settling:
+                with arrived_at.cond:
+                    arrived_at.unsettle(settling)
+            raise
         with self._lock:
             dispatcher = self._topics.get(topic)
         if dispatcher is not None:

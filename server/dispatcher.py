@@ -19,6 +19,8 @@ delivered (`restore_attempts`).
   attempt goes through one function, `server.attempts.fail`: the entry goes to the front
   (`redeliver`) with `attempt + 1`, or, for a nack with a backoff, into `delayed` until
   its time comes, or, out of attempts, to its dead-letter topic.
+* An Ack gives its subscriber the room back as it arrives (`settle`); the messages stay
+  tracked until the engine has made the ack durable, and go back in flight if it fails.
 * Several subscribers of one topic share one dispatcher: each message is in flight at one
   subscriber at a time; whoever has room takes the next batch.
 """
@@ -45,7 +47,8 @@ MAX_FETCH = 5_000  # messages read from the store per refill, at most
 @dataclass(eq=False, slots=True)
 class Entry:
     """One tracked message: waiting (queued, or in a nack's backoff) while `owner` is
-    None, else in flight at `owner` until `deadline_ms`."""
+    None, else in flight at `owner` until `deadline_ms`; owned by nobody and in no queue
+    while an Ack of it is being made durable (`settle`)."""
 
     fired: FiredTimer
     attempt: int = 1  # the attempt number of its next (or current) delivery
@@ -167,6 +170,28 @@ class TopicDispatcher:
             if recorder.enabled:
                 recorder.delivered(batch, metrics.wall_ms() + settings.clock_offset_ms)
         return batch
+
+    def settle(self, message_ids: list[str]) -> list[tuple[str, Subscriber]]:
+        """An Ack for these arrived: those in flight leave their owner (its room is free
+        again) but stay tracked, owned by nobody and in no queue, so neither an ack
+        deadline nor the end of the stream fails them. Returns (id, owner) of each."""
+        settled = []
+        for message_id in message_ids:
+            entry = self.entries.get(message_id)
+            if entry is not None and entry.owner is not None:
+                settled.append((message_id, entry.owner))
+                entry.owner.in_flight -= 1
+                entry.owner = None
+        return settled
+
+    def unsettle(self, settled: list[tuple[str, Subscriber]]) -> None:
+        """The Ack failed (e.g. refused as invalid): each entry is in flight at its owner
+        again, under its old deadline, as if the Ack had never come."""
+        for message_id, owner in settled:
+            entry = self.entries.get(message_id)
+            if entry is not None and entry.owner is None:
+                entry.owner = owner
+                owner.in_flight += 1
 
     def forget(self, message_ids: list[str]) -> None:
         """Acked: stop tracking (and free the owner's room)."""
