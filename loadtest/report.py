@@ -218,8 +218,17 @@ def _rate_verdict(send: dict) -> str:
 def markdown(fig: dict) -> str:
     rows = [TDMQ_REFERENCE] if fig["scenario"].startswith("tdmq") else []
     rows.append(our_row(fig))
-    heading = f"### `{fig['scenario']}`: {fig['description']} ({fig['date']})"
-    return f"{heading}\n\n{table(rows)}\n\n{DEFINITIONS}\n\n{details(fig)}\n"
+    heading = f"### `{fig['scenario']}` as run: {as_run(fig['config'])} ({fig['date']})"
+    preset = f"Preset `{fig['scenario']}` before any flag: {fig['description']}."
+    return f"{heading}\n\n{preset}\n\n{table(rows)}\n\n{DEFINITIONS}\n\n{details(fig)}\n"
+
+
+def as_run(config: dict) -> str:
+    """The run's own shape, whatever the preset says (`--rate`, `--delay-scale` ...)."""
+    return (
+        f"{config['messages']:,} messages at {config['rate']:,}/s for "
+        f"{config['duration_s']:g} s, delay {config['delay']}"
+    )
 
 
 def to_json(fig: dict) -> str:

@@ -265,7 +265,8 @@ def fake_figures(**accounting_changes) -> dict:
         "scenario": "tdmq", "description": "d", "date": "2026-11-21 10:00 UTC",
         "machine": {"cpus": 2, "load_before": (0.5, 0.4, 0.3)},
         "config": {"producers": 4, "batch": 100, "rate": 14_000, "delay": "3 s..1 min",
-                   "consumers": 1, "ack_linger_ms": 10},
+                   "consumers": 1, "ack_linger_ms": 10, "messages": 840_000,
+                   "duration_s": 60.0},
         "send": {"rate_achieved": 13_990, "rate_target": 14_000, "rate_reached": True,
                  "latency_us": latency, "from_intended_us": latency, "sent": 100,
                  "planned": 100, "cancel_too_late": 0, "errors": {},
@@ -291,6 +292,22 @@ def fake_figures(**accounting_changes) -> dict:
         "accounting": accounting.as_dict(),
         "ok": not accounting.problems(),
     }  # fmt: skip
+
+
+def test_report_heading_says_the_run_as_it_was_and_the_preset_apart():
+    """A preset's description says its own rate and delays; a run with --rate or
+    --delay-scale is headed by what it ran (a 40,000/s run was once headed "14,000 sends/s")."""
+    fig = fake_figures()
+    fig["description"] = "TDMQ's shape: 14,000 sends/s, delay 30 s..10 min"
+    fig["config"].update(rate=40_000, messages=2_400_000, duration_s=60.0)
+    heading, _, preset = report.markdown(fig).splitlines()[:3]
+    assert heading == (
+        "### `tdmq` as run: 2,400,000 messages at 40,000/s for 60 s, delay 3 s..1 min "
+        "(2026-11-21 10:00 UTC)"
+    )
+    assert preset == (
+        "Preset `tdmq` before any flag: TDMQ's shape: 14,000 sends/s, delay 30 s..10 min."
+    )
 
 
 def test_report_puts_tdmq_next_to_ours_in_a_table_that_fits_a_terminal():
