@@ -204,7 +204,7 @@ class DeliveryHub:
         """
         with self._lock:
             arrived_at = self._topics.get(topic)
-        settling: list = []
+        settling: list[tuple[str, Subscriber]] = []
         if arrived_at is not None:
             with arrived_at.cond:
                 settling = arrived_at.settle(message_ids)
