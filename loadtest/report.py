@@ -225,9 +225,10 @@ def markdown(fig: dict) -> str:
 
 def as_run(config: dict) -> str:
     """The run's own shape, whatever the preset says (`--rate`, `--delay-scale` ...)."""
+    due = config["delay"] if config.get("burst_window_ms") else f"delay {config['delay']}"
     return (
         f"{config['messages']:,} messages at {config['rate']:,}/s for "
-        f"{config['duration_s']:g} s, delay {config['delay']}"
+        f"{config['duration_s']:g} s, {due}"
     )
 
 

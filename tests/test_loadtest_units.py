@@ -309,6 +309,15 @@ def test_report_heading_says_the_run_as_it_was_and_the_preset_apart():
         "Preset `tdmq` before any flag: TDMQ's shape: 14,000 sends/s, delay 30 s..10 min."
     )
 
+    fig["config"].update(
+        rate=50_000, messages=1_000_000, duration_s=20.0, burst_window_ms=1_000,
+        delay="all due in one 1000 ms window",
+    )  # fmt: skip
+    assert report.markdown(fig).splitlines()[0] == (
+        "### `tdmq` as run: 1,000,000 messages at 50,000/s for 20 s, all due in one "
+        "1000 ms window (2026-11-21 10:00 UTC)"
+    )
+
 
 def test_report_puts_tdmq_next_to_ours_in_a_table_that_fits_a_terminal():
     text = report.markdown(fake_figures())
