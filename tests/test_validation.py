@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from wheels.domain import InvalidArgument, SendSpec, When, WhenKind
+from wheels.domain import IfExists, InvalidArgument, SendSpec, When, WhenKind
 from wheels.settings import DAY_MS, Settings
 from wheels.validation import (
     resolve_deliver_at_ms,
@@ -81,6 +81,8 @@ good_specs = st.builds(
         st.text("abc", min_size=1, max_size=3), st.text(max_size=5), max_size=2
     ),
     message_id=st.sampled_from(["", "", "order-1"]),
+    if_exists=st.just(IfExists.REJECT),
+    options=st.none(),  # builds() fills a NamedTuple's defaulted fields too: none here
 )
 
 

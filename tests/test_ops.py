@@ -1,0 +1,45 @@
+"""engine.ops: what an operation carries from a worker process to the engine's."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from engine.ids import MessageIds
+from engine.prepare import prepare_sends
+from wheels.domain import NO_PROPERTIES, IfExists, SendSpec, When, WhenKind
+from wheels.settings import Settings
+
+NOW_MS = 1_700_000_000_000
+
+
+def test_a_send_op_crosses_processes_with_every_spec_as_it_was(tmp_path):
+    specs = [
+        SendSpec("orders", b"plain", When(WhenKind.DELAY, 5_000)),
+        SendSpec("orders", b"with", When(WhenKind.DELIVER_AT, NOW_MS + 9), {"k": "v"}, "id-1"),
+        SendSpec("audit", b"lvl", When(WhenKind.LEVEL, 3), {}, "id-2", IfExists.REPLACE),
+    ]
+    op = prepare_sends(specs, NOW_MS, Settings(data_dir=str(tmp_path)), MessageIds())
+
+    copy = pickle.loads(pickle.dumps(op))
+
+    assert copy.specs == specs
+    assert [type(spec.when.kind) for spec in copy.specs] == [WhenKind] * 3
+    assert copy.specs[2].if_exists is IfExists.REPLACE
+    assert copy.specs[0].properties is NO_PROPERTIES  # none sent, the shared empty one back
+    assert (copy.message_ids, copy.deliver_times_ms, copy.records) == (
+        op.message_ids, op.deliver_times_ms, op.records,
+    )  # fmt: skip
+    assert not copy.future.done() and copy.future is not op.future
+
+
+def test_specs_are_immutable():
+    spec = SendSpec("orders", b"x", When(WhenKind.DELAY, 1))
+    with pytest.raises(AttributeError):
+        spec.topic = "other"  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        spec.when.value = 2  # type: ignore[misc]
+    assert spec.properties == {} and not spec.properties
+    with pytest.raises(TypeError):
+        spec.properties["k"] = "v"  # type: ignore[index]  # the shared empty mapping
