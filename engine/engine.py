@@ -56,6 +56,7 @@ from wheels.validation import (
     resolve_deliver_at_ms,
     validate_ack_count,
     validate_message_ref,
+    validate_message_refs,
     validate_topic,
 )
 
@@ -168,8 +169,7 @@ class Engine:
         validate_topic(topic, self.settings)
         ids = list(message_ids)
         validate_ack_count(len(ids), self.settings)
-        for index, message_id in enumerate(ids):
-            validate_message_ref(message_id, f"message_ids[{index}]")
+        validate_message_refs(ids)
         if not ids:
             return []
         acked = self._writer.wait(self._writer.submit(AckOp(topic=topic, message_ids=ids)))

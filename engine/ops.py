@@ -363,10 +363,4 @@ class AckOp(Op):
         unique = list(dict.fromkeys(self.message_ids))
         raws = ctx.store.lookup_many(batch, [message_id.encode() for message_id in unique])
         expire_at_ms = now_ms + ctx.retention_ms
-        acked = []
-        for message_id, raw in zip(unique, raws, strict=True):
-            if raw is None or not records.is_fired(raw) or records.record_topic(raw) != self.topic:
-                continue
-            ctx.store.stage_ack(batch, message_id, raw, now_ms, expire_at_ms)
-            acked.append(message_id)
-        return acked
+        return ctx.store.stage_acks(batch, self.topic, unique, raws, now_ms, expire_at_ms)

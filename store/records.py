@@ -88,7 +88,7 @@ def encode_new_many(specs: list, deliver_times_ms: list[int], created_at_ms: int
     for spec, deliver_at_ms in zip(specs, deliver_times_ms, strict=True):
         when = spec.when
         if spec.properties:
-            middle = _topic_block(spec.topic) + _encode_properties(spec.properties)
+            middle = topic_block(spec.topic) + _encode_properties(spec.properties)
         else:
             middle = bare(spec.topic)
         fields = pack(when.kind, when.value, deliver_at_ms, created_at_ms)
@@ -97,7 +97,8 @@ def encode_new_many(specs: list, deliver_times_ms: list[int], created_at_ms: int
 
 
 @lru_cache(maxsize=4096)
-def _topic_block(topic: str) -> bytes:
+def topic_block(topic: str) -> bytes:
+    """The topic as a record holds it right after its header (length, then UTF-8)."""
     return _encode_str16(topic)
 
 

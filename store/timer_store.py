@@ -166,14 +166,41 @@ class TimerStore(TimerReads):
         bucket, _ = keys.count_keys(records.record_topic(raw).encode(), deliver_at_ms)
         batch.count_deltas[bucket] = batch.count_deltas.get(bucket, 0) - 1
 
-    def stage_ack(
-        self, batch: StagedBatch, message_id: str, raw: bytes, now_ms: int, expire_at_ms: int
-    ) -> None:
-        """Retire a FIRED timer: ready entry out, record ACKED, expiry scheduled."""
-        batch.remove_ready(records.record_topic(raw), records.record_ready_seq(raw))
-        batch.records[message_id.encode()] = records.as_acked(raw, now_ms)
-        batch.writes[keys.CF_EXPIRY][keys.wheel_key(expire_at_ms, message_id)] = b""
-        batch.operations += 1
+    def stage_acks(
+        self, batch: StagedBatch, topic: str, message_ids: list[str], raws: list[bytes | None],
+        now_ms: int, expire_at_ms: int,
+    ) -> list[str]:  # fmt: skip
+        """Retire the FIRED timers of `topic` among `message_ids` (each with its record as
+        this batch leaves it, in `raws`): ready entry out, record ACKED, expiry scheduled.
+        Returns the ids retired; unknown ids, other states and other topics' are skipped.
+
+        The hot path of Ack, one loop for the whole call: the topic is compared as the
+        record holds it (length and bytes, no decode) and every key's constant part is
+        made once (about 2 us a message less than a call per message: docs/benchmarks.md,
+        "2026-11-28, midday").
+        """
+        topic_block, start = records.topic_block(topic), records.HEADER_BYTES
+        end = start + len(topic_block)
+        ready_prefix, expiry_time = keys.ready_prefix(topic), keys.time_bound(expire_at_ms)
+        ready, expiry = batch.writes[keys.CF_READY], batch.writes[keys.CF_EXPIRY]
+        overlay, retired = batch.records, []
+        is_fired, ready_seq, as_acked = records.is_fired, records.record_ready_seq, records.as_acked
+        pack_seq = keys.U64.pack
+        acked = []
+        for message_id, raw in zip(message_ids, raws, strict=True):
+            if raw is None or not is_fired(raw) or raw[start:end] != topic_block:
+                continue
+            seq = ready_seq(raw)
+            ready[ready_prefix + pack_seq(seq)] = None
+            retired.append(seq)
+            key = message_id.encode()
+            overlay[key] = as_acked(raw, now_ms)
+            expiry[expiry_time + key] = b""
+            acked.append(message_id)
+        if retired:
+            batch.retired.setdefault(topic, []).extend(retired)
+        batch.operations += len(acked)
+        return acked
 
     def stage_sweep(self, batch: StagedBatch, lo: bytes, now_ms: int, limit: int) -> bytes | None:
         """Remove ACKED/CANCELLED records whose retention ended by `now_ms`.

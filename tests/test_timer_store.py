@@ -159,17 +159,31 @@ def test_cancel_removes_every_candidate_key_and_schedules_expiry(open_store):
     assert store.get("x") is None
 
 
-def test_ack_retires_the_ready_entry(open_store):
+def test_ack_retires_the_ready_entry_of_its_topic_only_and_expires(open_store):
     store = open_store()
     commit(store, lambda b: [schedule(store, b, timer(f"a{i}", T0), "second") for i in range(2)])
     entries = store.scan("second", b"", keys.time_bound(T0 + 1), 10)
     commit(store, lambda b: store.stage_fire(b, "second", entries, 1, T0))
-    raw = store.get_record("a0")
-    commit(store, lambda b: store.stage_ack(b, "a0", raw, T0 + 3, T0 + 1000))
+    raws = [store.get_record(i) for i in ("a0", "nope", "a1")]
+
+    def ack(batch):
+        for other in ("orderz", "order", "orders2"):  # another topic's: untouched
+            assert store.stage_acks(batch, other, ["a0"], raws[:1], T0 + 2, T0 + 999) == []
+        assert batch.retired == {} and batch.operations == 0
+        acked = store.stage_acks(batch, "orders", ["a0", "nope"], raws[:2], T0 + 3, T0 + 1000)
+        assert acked == ["a0"] and batch.retired == {"orders": [1]}
+
+    commit(store, ack)
     assert [f.timer.message_id for f in read_ready(store, "orders", 0, 10)] == ["a1"]
     acked = store.get("a0")
     assert acked.state is State.ACKED and acked.acked_at_ms == T0 + 3
+    assert store.get("a1").state is State.FIRED
     assert store.count_ready("orders") == 1
+    # Retention: the acked record is kept until its expiry time, then swept.
+    commit(store, lambda b: store.stage_sweep(b, b"", T0 + 999, 10))
+    assert store.get("a0") is not None
+    commit(store, lambda b: store.stage_sweep(b, b"", T0 + 1000, 10))
+    assert store.get("a0") is None and store.get("a1") is not None
 
 
 def test_sweep_is_chunked_and_resumable(open_store):

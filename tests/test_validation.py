@@ -7,8 +7,10 @@ from hypothesis import strategies as st
 from wheels.domain import IfExists, InvalidArgument, SendSpec, When, WhenKind
 from wheels.settings import DAY_MS, Settings
 from wheels.validation import (
+    MAX_MESSAGE_REF_LEN,
     resolve_deliver_at_ms,
     validate_message_id,
+    validate_message_refs,
     validate_send,
     validate_sends,
 )
@@ -123,6 +125,25 @@ def test_delay_levels_are_configurable():
 def test_good_message_ids_pass():
     for message_id in ("order-1:timeout", "A1B2C3", "user@tenant.x_y"):
         assert validate_message_id(message_id) == message_id
+
+
+@pytest.mark.parametrize(
+    ("ids", "field", "shown"),
+    [
+        (["ok", ""], "message_ids[1]", "''"),
+        (["ok", "x y"], "message_ids[1]", "'x y'"),
+        (["ok", "ok", "a" * (MAX_MESSAGE_REF_LEN + 1)], "message_ids[2]", "characters"),
+        (["ok", "a\nb"], "message_ids[1]", "'a\\nb'"),  # not a separator in disguise
+        (["\n"], "message_ids[0]", "'\\n'"),
+        (["é"], "message_ids[0]", "'é'"),
+    ],
+)
+def test_many_ids_are_checked_as_each_one_is_and_the_bad_one_named(ids, field, shown):
+    with pytest.raises(InvalidArgument) as refused:
+        validate_message_refs(ids)
+    assert refused.value.field == field and shown in str(refused.value)
+    for good in ([], ["a" * MAX_MESSAGE_REF_LEN, "s#12", "A-b_c.d:e@f"]):
+        validate_message_refs(good)
 
 
 def test_refused_long_topics_are_not_kept_in_the_topic_cache():

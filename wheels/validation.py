@@ -86,6 +86,22 @@ def validate_message_ref(message_id: str, field: str = "message_id") -> str:
     return message_id
 
 
+# An Ack's or a Nack's ids in one regex pass over them joined by newlines: 0.17 against
+# 0.6 us an id checked one by one. A newline inside an id would pass as a separator, so
+# the newlines are counted too. Only when the pass fails are the ids checked one by one,
+# for the error that names the first bad one.
+_MESSAGE_REFS_RE = re.compile(rf"(?:[A-Za-z0-9_.:@#-]{{1,{MAX_MESSAGE_REF_LEN}}}\n)*")
+
+
+def validate_message_refs(message_ids: list[str], field: str = "message_ids") -> None:
+    """`validate_message_ref` for every id of a list; the error names its index."""
+    joined = "\n".join(message_ids) + "\n"
+    if joined.count("\n") == len(message_ids) and _MESSAGE_REFS_RE.fullmatch(joined):
+        return
+    for index, message_id in enumerate(message_ids):
+        validate_message_ref(message_id, f"{field}[{index}]")
+
+
 def validate_ack_count(count: int, settings: Settings) -> None:
     """One Ack's ids are one writer operation: bounded, so the loop that fires is never held
     long by a single call (a million unknown ids once held it 2.8 s)."""
@@ -263,8 +279,7 @@ def validate_nack(
     message_ids: list[str], reason: str, redeliver_after_ms: int, settings: Settings
 ) -> None:
     """A Nack's fields: ids, a bounded reason, a backoff within the maximum delay."""
-    for index, message_id in enumerate(message_ids):
-        validate_message_ref(message_id, f"message_ids[{index}]")
+    validate_message_refs(message_ids)
     if len(reason) > MAX_REASON_LEN:
         raise InvalidArgument(
             "reason", reason, f"is {len(reason)} characters; at most {MAX_REASON_LEN}"
