@@ -175,6 +175,22 @@ def trace_event(event: TraceEvent) -> pb.TraceEvent:
     )  # fmt: skip
 
 
+def send_batch_response(results: list[SendResult]) -> pb.SendBatchResponse:
+    response = pb.SendBatchResponse()
+    add = response.results.add  # built in place: 0.6 instead of 1.3 us a message
+    for result in results:
+        if result.existed:  # rare: keep the common case at two fields
+            add(
+                message_id=result.message_id,
+                deliver_at_ms=result.deliver_at_ms,
+                existed=True,
+                existing_state=int(result.existing_state),
+            )
+        else:
+            add(message_id=result.message_id, deliver_at_ms=result.deliver_at_ms)
+    return response
+
+
 def delivery_batch(batch: list[Delivered]) -> pb.DeliveryBatch:
     out = pb.DeliveryBatch()
     add = out.deliveries.add  # built in place: append() would copy each message
@@ -216,20 +232,7 @@ class TimerService(pb_grpc.TimerServiceServicer):
             if not specs:
                 return pb.SendBatchResponse()
             # The whole batch in one engine call: one group commit, atomic together.
-            results = self._engine.send_batch_async(specs).result()
-            response = pb.SendBatchResponse()
-            add = response.results.add  # built in place: 0.6 instead of 1.3 us a message
-            for result in results:
-                if result.existed:  # rare: keep the common case at two fields
-                    add(
-                        message_id=result.message_id,
-                        deliver_at_ms=result.deliver_at_ms,
-                        existed=True,
-                        existing_state=int(result.existing_state),
-                    )
-                else:
-                    add(message_id=result.message_id, deliver_at_ms=result.deliver_at_ms)
-            return response
+            return send_batch_response(self._engine.send_batch_async(specs).result())
 
     def Cancel(self, request: pb.CancelRequest, context: grpc.ServicerContext) -> pb.CancelResponse:
         with rpc_errors(context, "Cancel"):
