@@ -15,6 +15,7 @@ import json
 import multiprocessing
 import os
 import pickle
+import shutil
 import tempfile
 import time
 
@@ -48,7 +49,8 @@ def _timed(function, repeat: int) -> float:
 
 def main() -> None:
     context = multiprocessing.get_context("spawn")
-    path = os.path.join(tempfile.mkdtemp(prefix="tw-ipc-bench-"), "s.sock")
+    socket_dir = tempfile.mkdtemp(prefix="tw-ipc-bench-")
+    path = os.path.join(socket_dir, "s.sock")
     parent, child = context.Pipe()
     process = context.Process(target=_serve, args=(path, child))
     process.start()
@@ -60,6 +62,7 @@ def main() -> None:
         parent.send(True)
         process.join(10)
         client.close()
+        shutil.rmtree(socket_dir, ignore_errors=True)
     print(json.dumps(figures))
 
 
