@@ -361,6 +361,5 @@ class AckOp(Op):
         (holding the GIL) was the writer's bottleneck under load.
         """
         unique = list(dict.fromkeys(self.message_ids))
-        raws = ctx.store.lookup_many(batch, [message_id.encode() for message_id in unique])
         expire_at_ms = now_ms + ctx.retention_ms
-        return ctx.store.stage_acks(batch, self.topic, unique, raws, now_ms, expire_at_ms)
+        return ctx.store.stage_acks(batch, self.topic, unique, now_ms, expire_at_ms)

@@ -176,6 +176,7 @@ def trace_event(event: TraceEvent) -> pb.TraceEvent:
 
 
 def send_batch_response(results: list[SendResult]) -> pb.SendBatchResponse:
+    """A SendBatch's answer, one result a message in the order sent."""
     response = pb.SendBatchResponse()
     add = response.results.add  # built in place: 0.6 instead of 1.3 us a message
     for result in results:

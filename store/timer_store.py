@@ -167,12 +167,13 @@ class TimerStore(TimerReads):
         batch.count_deltas[bucket] = batch.count_deltas.get(bucket, 0) - 1
 
     def stage_acks(
-        self, batch: StagedBatch, topic: str, message_ids: list[str], raws: list[bytes | None],
-        now_ms: int, expire_at_ms: int,
+        self, batch: StagedBatch, topic: str, message_ids: list[str], now_ms: int,
+        expire_at_ms: int,
     ) -> list[str]:  # fmt: skip
-        """Retire the FIRED timers of `topic` among `message_ids` (each with its record as
-        this batch leaves it, in `raws`): ready entry out, record ACKED, expiry scheduled.
-        Returns the ids retired; unknown ids, other states and other topics' are skipped.
+        """Retire the FIRED timers of `topic` among `message_ids` (distinct ids; their
+        records as this batch leaves them, in one multi-get): ready entry out, record
+        ACKED, expiry scheduled. Returns the ids retired; unknown ids, other states and
+        other topics' are skipped.
 
         The hot path of Ack, one loop for the whole call: the topic is compared as the
         record holds it (length and bytes, no decode) and every key's constant part is
@@ -187,13 +188,14 @@ class TimerStore(TimerReads):
         is_fired, ready_seq, as_acked = records.is_fired, records.record_ready_seq, records.as_acked
         pack_seq = keys.U64.pack
         acked = []
-        for message_id, raw in zip(message_ids, raws, strict=True):
+        encoded = [message_id.encode() for message_id in message_ids]
+        raws = self.lookup_many(batch, encoded)
+        for message_id, key, raw in zip(message_ids, encoded, raws, strict=True):
             if raw is None or not is_fired(raw) or raw[start:end] != topic_block:
                 continue
             seq = ready_seq(raw)
             ready[ready_prefix + pack_seq(seq)] = None
             retired.append(seq)
-            key = message_id.encode()
             overlay[key] = as_acked(raw, now_ms)
             expiry[expiry_time + key] = b""
             acked.append(message_id)
