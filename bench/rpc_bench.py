@@ -56,7 +56,7 @@ def main() -> None:
         Delivered(FiredTimer(seq, records.decode_delivery(message_id, record)), 1)
         for seq, (message_id, record) in enumerate(zip(op.message_ids, fired, strict=True))
     ]
-    ack_ids = ids.take(ACK_IDS, now_ms)
+    ack_ids = ids.take([now_ms] * ACK_IDS)
     repeat = 3_000
     figures = {
         "send_batch_to_specs_us": _us_per(lambda: specs_from_proto(messages), repeat, BATCH),

@@ -28,7 +28,7 @@ def prepare_sends(
         )  # fmt: skip
     deliver_times_ms = validate_sends(specs, now_ms, settings)
     client_ids = any(spec.message_id for spec in specs)
-    message_ids = ids.take(len(specs), now_ms)
+    message_ids = ids.take(deliver_times_ms)
     if client_ids:
         message_ids = [s.message_id or made for s, made in zip(specs, message_ids, strict=True)]
     op = SendOp(

@@ -4,14 +4,12 @@ Restart and a failed WAL sync: test_engine_recovery.py."""
 
 from __future__ import annotations
 
-import itertools
 import threading
 
 import pytest
 from helpers.engines import T0, delay, engine_factory, wheel_count
 
 from engine.engine import Engine
-from engine.ids import MessageIds
 from engine.system_clock import SystemClock
 from wheels.clock import VirtualClock
 from wheels.domain import (
@@ -38,44 +36,6 @@ def clock():
 def make_engine(tmp_path, clock):
     with engine_factory(tmp_path / "data", clock) as make:
         yield make
-
-
-def test_server_made_ids_are_unique_across_threads():
-    ids = MessageIds()
-    taken: list[list[str]] = [[] for _ in range(4)]
-
-    def take(slot: list[str]) -> None:
-        for size in range(1, 200):
-            slot.extend(ids.take(size, 1_795_000_000_000))
-
-    threads = [threading.Thread(target=take, args=(slot,)) for slot in taken]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    every = [message_id for slot in taken for message_id in slot]
-    assert len(every) == 4 * sum(range(1, 200))
-    assert len(set(every)) == len(every)
-    assert all(len(i) == 32 and i == i.upper() and int(i, 16) >= 0 for i in every)
-
-
-def test_server_made_ids_are_the_send_time_then_80_random_bits():
-    """Unguessable: below the time, no bit is fixed or counts up, so one id predicts
-    nothing about the next one sent in the same millisecond.
-
-    Each of the 80 low bits is set in 30%..70% of 4,000 ids (a fair bit strays past that
-    with odds around 1e-140); a prefix + counter scheme has bits that are always 0 or 1.
-    """
-    now_ms = 1_795_344_000_123
-    taken = MessageIds().take(2_000, now_ms) + MessageIds().take(2_000, now_ms)
-    assert {i[:12] for i in taken} == {f"{now_ms:012X}"}  # sorts by send time
-    assert MessageIds().take(1, now_ms + 1)[0] > max(taken)
-    ids = [int(i, 16) for i in taken]
-    for bit in range(80):
-        share = sum(i >> bit & 1 for i in ids) / len(ids)
-        assert 0.3 < share < 0.7, f"bit {bit} is set in {share:.0%} of the ids"
-    consecutive = {(a ^ b) >> 40 & (2**40 - 1) for a, b in itertools.pairwise(ids)}
-    assert 0 not in consecutive  # no two neighbours share the upper half of their randomness
 
 
 def test_timers_are_placed_by_delay_and_stay_in_the_hour_wheel_beyond_a_day(make_engine):
