@@ -13,7 +13,8 @@ One sync at a time, each covering every commit handed over before it started; co
 handed over while one runs wait for the next, so syncs group as commits do. The writer
 keeps its group commits as large as before: while a sync runs it does not commit queued
 operations alone, only what falls due (engine/writer.py, `_sleep_until_due`), and this
-thread wakes it (`on_idle`) once nothing is left to sync.
+thread tells it (`on_idle`) once nothing is left to sync; the writer wakes for that only
+when operations wait (`Writer._wake`).
 
 A failed sync is fatal, as it was in the writer: the commits it covered are applied but
 maybe not durable. Their operations, and every one handed over later, fail with

@@ -254,8 +254,8 @@ class Writer:
 
     def _wake(self) -> None:
         """The syncer is idle: commit what waited for it. Nothing urgent queued, nothing
-        to do: the writer sleeps on until its next due time (a wake per sync was 150 of
-        the server's 8,000 context switches a second at 5,000 sends/s)."""
+        to do: the writer sleeps on until its next due time (these wakes, and those for
+        ops queued during a sync, were a third of the writer's at 5,000 sends/s)."""
         with self._cond:
             if self._queued_urgent or self._stopping or self._syncer.failure is not None:
                 self._cond.notify()
