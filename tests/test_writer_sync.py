@@ -18,7 +18,7 @@ from helpers.unsynced_fire_child import CountingSyncs
 
 from engine.engine import Engine
 from wheels.clock import VirtualClock
-from wheels.domain import State
+from wheels.domain import ShuttingDown, State
 from wheels.settings import HOUR_MS, MINUTE_MS, Settings
 from wheels.trace import TraceKind
 
@@ -166,8 +166,8 @@ class CountingCondition(threading.Condition):
 def test_the_writer_is_woken_only_when_it_can_commit(tmp_path, clock):
     """An op queued while a WAL sync runs does not wake the writer (it commits queued ops
     only after the sync); the sync's end does. A sync that leaves nothing queued does not
-    wake it either: those wakes were a sixth of the writer's context switches at 5,000
-    sends/s (docs/benchmarks.md, 2026-11-28, evening)."""
+    wake it either: with those, a third of the writer's wakes at 5,000 sends/s did
+    nothing (docs/benchmarks.md, 2026-11-28, evening)."""
     engine = Engine(Settings(data_dir=str(tmp_path / "d"), sync_writes=True), clock,
                     background=False)  # fmt: skip
     writer = engine._writer
@@ -191,4 +191,38 @@ def test_the_writer_is_woken_only_when_it_can_commit(tmp_path, clock):
     finally:
         held.released.set()
         database.db = held.inner
+        engine.close()
+
+
+class FailingSyncs:
+    """The real Rdict, except that every `flush_wal` fails (the disk is gone)."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    def flush_wal(self, sync: bool = True) -> None:
+        raise OSError("injected: the disk is gone")
+
+
+def test_a_failed_sync_wakes_the_writer_to_stop(tmp_path, clock):
+    """A failed sync is fatal: the syncer wakes the writer with nothing queued, so it
+    stops at once rather than at its next due time."""
+    engine = Engine(Settings(data_dir=str(tmp_path / "d"), sync_writes=True), clock,
+                    background=False)  # fmt: skip
+    writer = engine._writer
+    wakes = writer._cond = CountingCondition()
+    writer.start()
+    database = engine.store.database
+    database.db = FailingSyncs(database.db)
+    try:
+        with pytest.raises(ShuttingDown, match="syncing the WAL failed"):
+            engine.send(delay(HOUR_MS))
+        writer._syncer._thread.join(WAIT_S)  # its last act is to tell the writer
+        assert wakes.notified == 2  # the send's, and the failed sync's
+        assert engine.health.failed.wait(WAIT_S)
+    finally:
+        database.db = database.db.inner
         engine.close()
