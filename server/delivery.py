@@ -207,9 +207,9 @@ class DeliveryHub:
         settling: list[tuple[str, Subscriber]] = []
         if arrived_at is not None:
             with arrived_at.cond:
-                settling = arrived_at.settle(message_ids)
-                if settling:
-                    arrived_at.cond.notify_all()  # room freed
+                settling, unblocked = arrived_at.settle(message_ids)
+                if unblocked:
+                    arrived_at.cond.notify_all()  # room for a subscriber that had none
         try:
             acked = self.engine.ack(topic, message_ids)
         except BaseException:
@@ -221,8 +221,8 @@ class DeliveryHub:
             dispatcher = self._topics.get(topic)
         if dispatcher is not None:
             with dispatcher.cond:
-                dispatcher.forget(message_ids)
-                dispatcher.cond.notify_all()  # room freed
+                if dispatcher.forget(message_ids):
+                    dispatcher.cond.notify_all()
             with self._lock:
                 self._free_if_idle(dispatcher)
         return len(acked)

@@ -56,6 +56,14 @@ class Entry:
     deadline_ms: int = 0
 
 
+def unblocks(owner: Subscriber) -> bool:
+    """Whether one message leaving `owner`'s flight gives it room it had none of: only
+    then can its waiting stream take more than before. A wake that finds nothing to do
+    costs two thread switches and a turn of the GIL; at 5,000 sends/s every ack made two
+    (docs/benchmarks.md, 2026-11-28, night)."""
+    return owner.in_flight >= owner.max_in_flight
+
+
 class TopicDispatcher:
     """The dispatcher of one topic; every field is guarded by `cond`."""
 
@@ -65,6 +73,7 @@ class TopicDispatcher:
         self.cond = threading.Condition()
         self.cursor = 0  # last fire sequence read from the store
         self.dirty = True  # the store may hold fired messages after the cursor
+        self.short_of_bytes = False  # the last refill stopped at the hub's byte budget
         self.entries: dict[str, Entry] = {}
         self.fresh: deque[str] = deque()
         self.redeliver: deque[str] = deque()
@@ -101,10 +110,12 @@ class TopicDispatcher:
         read one message whatever its size). Reads go on while they return something,
         since a read cut at its byte budget leaves more behind."""
         settings = self.hub.settings
+        self.short_of_bytes = False
         while self.dirty and len(self.fresh) < wanted:
             room_bytes = self.hub.delivery_room_bytes()
             if room_bytes <= 0 and self.entries:
-                return  # the hub holds its budget: acks will free it (dirty stays set)
+                self.short_of_bytes = True  # acks will free the budget (dirty stays set)
+                return
             limit = min(max(wanted - len(self.fresh), settings.delivery_batch_max), MAX_FETCH)
             max_bytes = max(min(room_bytes, settings.delivery_batch_bytes), 1)
             fetched = self.hub.engine.fetch_deliveries(self.name, self.cursor, limit, max_bytes)
@@ -171,18 +182,22 @@ class TopicDispatcher:
                 recorder.delivered(batch, metrics.wall_ms() + settings.clock_offset_ms)
         return batch
 
-    def settle(self, message_ids: list[str]) -> list[tuple[str, Subscriber]]:
+    def settle(self, message_ids: list[str]) -> tuple[list[tuple[str, Subscriber]], bool]:
         """An Ack for these arrived: those in flight leave their owner (its room is free
         again) but stay tracked, owned by nobody and in no queue, so neither an ack
-        deadline nor the end of the stream fails them. Returns (id, owner) of each."""
+        deadline nor the end of the stream fails them. Returns (id, owner) of each, and
+        whether a subscriber that had no room has some now (`unblocks`)."""
         settled = []
+        unblocked = False
         for message_id in message_ids:
             entry = self.entries.get(message_id)
             if entry is not None and entry.owner is not None:
-                settled.append((message_id, entry.owner))
-                entry.owner.in_flight -= 1
+                owner = entry.owner
+                settled.append((message_id, owner))
+                unblocked = unblocked or unblocks(owner)
+                owner.in_flight -= 1
                 entry.owner = None
-        return settled
+        return settled, unblocked
 
     def unsettle(self, settled: list[tuple[str, Subscriber]]) -> None:
         """The Ack failed (e.g. refused as invalid): each entry is in flight at its owner
@@ -193,12 +208,20 @@ class TopicDispatcher:
                 entry.owner = owner
                 owner.in_flight += 1
 
-    def forget(self, message_ids: list[str]) -> None:
-        """Acked: stop tracking (and free the owner's room)."""
+    def forget(self, message_ids: list[str]) -> bool:
+        """Acked: stop tracking (and free the owner's room). Returns whether a waiting
+        subscriber may now take more: one that had no room has some, or bodies left the
+        byte budget that the last `refill` stopped at."""
+        wakes = False
+        freed_bytes = False
         for message_id in message_ids:
             entry = self.untrack(message_id)
-            if entry is not None and entry.owner is not None:
-                entry.owner.in_flight -= 1
+            if entry is not None:
+                freed_bytes = True
+                if entry.owner is not None:
+                    wakes = wakes or unblocks(entry.owner)
+                    entry.owner.in_flight -= 1
+        return wakes or (freed_bytes and self.short_of_bytes)
 
     def wait_s(self, now_ms: int, until_s: float) -> float:
         """How long a subscriber may sleep: to its stream check or the next ack deadline."""

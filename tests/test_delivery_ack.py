@@ -6,6 +6,8 @@ waiting on the group commit and its fsync."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from engine.engine import Engine
@@ -91,3 +93,35 @@ def test_a_message_whose_ack_is_in_progress_is_not_failed_by_its_stream_ending(h
     assert hub.ack("jobs", [message_id]) == 1
     assert seen_inside == []  # not handed to the other subscriber as a failed attempt
     assert take(hub, other) == []
+
+
+class CountingCondition(threading.Condition):
+    """A dispatcher's condition, counting the notifications that wake its subscribers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.notified = 0
+
+    def notify(self, n: int = 1) -> None:  # notify_all calls it too
+        self.notified += 1
+        super().notify(n)
+
+
+def test_an_ack_wakes_the_subscribers_only_when_it_gives_room_to_one_that_had_none(hub):
+    """A subscriber with room that waits has nothing to take: an Ack waking it (twice,
+    on arrival and once durable) made it take nothing, two thread switches each time."""
+    sent = fire(hub, 5)
+    roomy = hub.subscribe("jobs", 10)
+    assert [m for m, _ in take(hub, roomy)] == sent
+    wakes = hub._topics["jobs"].cond = CountingCondition()
+    hub.ack("jobs", sent[:2])
+    assert wakes.notified == 0  # `roomy` had room before and after
+    full = hub.subscribe("jobs", 2)
+    later = fire(hub, 2)
+    assert [m for m, _ in take(hub, full)] == later  # now it has no room
+    wakes.notified = 0  # the fire woke them
+    hub.ack("jobs", later[:1])
+    assert wakes.notified == 1  # on arrival: `full` has room again; not again once durable
+    assert take(hub, full) == []  # nothing else fired: room, no work
+    hub.ack("jobs", sent[2:])
+    assert wakes.notified == 1
