@@ -6,9 +6,8 @@ waiting on the group commit and its fsync."""
 
 from __future__ import annotations
 
-import threading
-
 import pytest
+from helpers.wakes import CountingCondition
 
 from engine.engine import Engine
 from server.delivery import DeliveryHub
@@ -93,18 +92,6 @@ def test_a_message_whose_ack_is_in_progress_is_not_failed_by_its_stream_ending(h
     assert hub.ack("jobs", [message_id]) == 1
     assert seen_inside == []  # not handed to the other subscriber as a failed attempt
     assert take(hub, other) == []
-
-
-class CountingCondition(threading.Condition):
-    """A dispatcher's condition, counting the notifications that wake its subscribers."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.notified = 0
-
-    def notify(self, n: int = 1) -> None:  # notify_all calls it too
-        self.notified += 1
-        super().notify(n)
 
 
 def test_an_ack_wakes_the_subscribers_only_when_it_gives_room_to_one_that_had_none(hub):

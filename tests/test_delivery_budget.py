@@ -5,6 +5,7 @@ acks make room again, and a topic holding nothing still gets one message of any 
 from __future__ import annotations
 
 import pytest
+from helpers.wakes import CountingCondition
 
 from engine.engine import Engine
 from server.delivery import DeliveryHub
@@ -43,6 +44,19 @@ def test_reads_stop_at_the_byte_budget_and_acks_make_room(hub):
     second = hub.next_batch(subscriber, timeout_s=0)
     assert [d.fired.timer.message_id for d in second] == sent[3:5]
     assert hub.held_bytes == 3 * BODY
+
+
+def test_an_ack_freeing_bytes_a_read_stopped_at_wakes_the_subscriber(hub):
+    """Its subscriber has room, so the Ack's arrival does not wake it; once the Ack is
+    durable its bodies leave the budget, and the read that stopped there can go on."""
+    sent = fire(hub, "jobs", 10)
+    subscriber = hub.subscribe("jobs", 10)
+    assert len(hub.next_batch(subscriber, timeout_s=0)) == 3
+    assert hub.next_batch(subscriber, timeout_s=0) == []  # short of bytes, not of room
+    wakes = hub._topics["jobs"].cond = CountingCondition()
+    assert hub.ack("jobs", sent[:1]) == 1
+    assert wakes.notified == 1
+    assert [d.fired.timer.message_id for d in hub.next_batch(subscriber, timeout_s=0)] == [sent[3]]
 
 
 def test_a_topic_holding_nothing_gets_one_message_over_the_budget(hub):

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from helpers.engines import T0, delay
 from helpers.unsynced_fire_child import CountingSyncs
+from helpers.wakes import CountingCondition
 
 from engine.engine import Engine
 from wheels.clock import VirtualClock
@@ -149,18 +150,6 @@ def test_fires_do_not_wait_for_a_wal_sync_and_its_send_waits_for_it(tmp_path, cl
             held.released.set()
             database.db = held.inner
             engine.close()
-
-
-class CountingCondition(threading.Condition):
-    """The writer's condition, counting the notifications that wake its thread."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.notified = 0
-
-    def notify(self, n: int = 1) -> None:
-        self.notified += 1
-        super().notify(n)
 
 
 def test_the_writer_is_woken_only_when_it_can_commit(tmp_path, clock):
