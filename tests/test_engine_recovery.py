@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 from helpers.engines import T0, delay, wheel_count
+from helpers.failing_syncs import FailingSyncs
 
 from engine.engine import Engine
 from store.rocks import WalSyncFailed
@@ -65,19 +66,6 @@ def test_reopen_fires_what_became_overdue_while_down(tmp_path, clock):
         reopened.close()
 
 
-class _WalSyncFails:
-    """The real Rdict, except that syncing the WAL fails (a disk going away)."""
-
-    def __init__(self, inner) -> None:
-        self.inner = inner
-
-    def __getattr__(self, name: str):
-        return getattr(self.inner, name)
-
-    def flush_wal(self, sync: bool = True) -> None:
-        raise OSError("injected: the disk is gone")
-
-
 def test_a_failed_wal_sync_stops_the_writer_and_keeps_the_applied_state(tmp_path, clock):
     """After `write`, a failed sync leaves the batch applied: the writer must neither roll
     its state back (it would reuse fire sequence numbers) nor go on as if durable."""
@@ -87,7 +75,7 @@ def test_a_failed_wal_sync_stops_the_writer_and_keeps_the_applied_state(tmp_path
     try:
         first = engine.send(delay(1_000))
         queued = engine.send_batch_async([delay(5_000)])
-        database.db = _WalSyncFails(database.db)
+        database.db = FailingSyncs(database.db)
         clock.advance(1_000)
         with pytest.raises(WalSyncFailed, match="the disk is gone"):
             engine.step()  # fires `first` and applies the queued send, but cannot sync

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from helpers.engines import T0, delay
+from helpers.failing_syncs import FailingSyncs
 from helpers.unsynced_fire_child import CountingSyncs
 from helpers.wakes import CountingCondition
 
@@ -181,19 +182,6 @@ def test_the_writer_is_woken_only_when_it_can_commit(tmp_path, clock):
         held.released.set()
         database.db = held.inner
         engine.close()
-
-
-class FailingSyncs:
-    """The real Rdict, except that every `flush_wal` fails (the disk is gone)."""
-
-    def __init__(self, inner) -> None:
-        self.inner = inner
-
-    def __getattr__(self, name: str):
-        return getattr(self.inner, name)
-
-    def flush_wal(self, sync: bool = True) -> None:
-        raise OSError("injected: the disk is gone")
 
 
 def test_a_failed_sync_wakes_the_writer_to_stop(tmp_path, clock):
