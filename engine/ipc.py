@@ -150,21 +150,26 @@ class CallClient:
         self._closed = False
 
     def call(self, method: str, *args: object) -> object:
+        return self.begin(method, *args).result()
+
+    def begin(self, method: str, *args: object) -> PendingCall:
+        """Send a call and return at once; its answer is read by `result()`. The caller
+        does other work meanwhile (a Subscribe stream sends one batch while the delivery
+        process picks the next: `RemoteHub.batches`)."""
         connection = self._take()
         try:
             connection.send((method, args))
-            ok, value = connection.recv()
         except (EOFError, OSError) as exc:
             self._drop(connection)
             raise PeerUnavailable(f"the {self._peer} process is not available ({exc!r})") from exc
+        return PendingCall(self, connection)
+
+    def _answered(self, connection: Connection) -> None:
         with self._lock:
             if self._closed:
                 connection.close()
             else:
                 self._idle.append(connection)
-        if ok:
-            return value
-        raise unpack_error(value)
 
     def _take(self) -> Connection:
         while True:
@@ -203,6 +208,29 @@ class CallClient:
         for connection in connections:
             with contextlib.suppress(OSError):
                 socket.socket(fileno=os.dup(connection.fileno())).shutdown(socket.SHUT_RDWR)
+
+
+class PendingCall:
+    """A call sent and not yet answered; its connection is lent to it until `result()`.
+
+    `result()` must be called once (the answer is on the connection, and a connection
+    holding an unread answer cannot carry another call)."""
+
+    def __init__(self, client: CallClient, connection: Connection) -> None:
+        self._client = client
+        self._connection = connection
+
+    def result(self) -> object:
+        try:
+            ok, value = self._connection.recv()
+        except (EOFError, OSError) as exc:
+            self._client._drop(self._connection)
+            peer = self._client._peer
+            raise PeerUnavailable(f"the {peer} process is not available ({exc!r})") from exc
+        self._client._answered(self._connection)
+        if ok:
+            return value
+        raise unpack_error(value)
 
 
 def _readable(connection: Connection) -> bool:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import structlog
 
@@ -142,6 +142,14 @@ class DeliveryHub:
             self.trace.flush()  # first: a failed attempt is traced before its dead-lettering
             if dispatcher.dying:  # ack timeouts that ran out of attempts
                 attempts.move_dead_letters(self.engine, dispatcher)
+
+    def batches(self, subscriber: Subscriber) -> Iterator[list[Delivered]]:
+        """`next_batch` after `next_batch` until the subscriber is closed: [] every
+        `IDLE_WAKE_S` with nothing to deliver, so the stream can check on its client.
+        The Subscribe stream reads this, in process or across processes
+        (`server.remote_hub.RemoteHub.batches`, which reads one batch ahead)."""
+        while (batch := self.next_batch(subscriber)) is not None:
+            yield batch
 
     def _next_batch(
         self, dispatcher: TopicDispatcher, subscriber: Subscriber, timeout_s: float

@@ -11,6 +11,7 @@ use separate connections, so acks in progress still complete while the worker dr
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 
 from engine.ipc import CallClient, PeerUnavailable
 from server.delivery import IDLE_WAKE_S, Delivered
@@ -43,17 +44,38 @@ class RemoteHub:
         number = self._streams.call("subscribe", topic, max_in_flight, identity, name)
         return RemoteSubscriber(number, self._unary)
 
-    def next_batch(
-        self, subscriber: RemoteSubscriber, timeout_s: float = IDLE_WAKE_S
-    ) -> list[Delivered] | None:
+    def batches(self, subscriber: RemoteSubscriber) -> Iterator[list[Delivered]]:
+        """`DeliveryHub.batches` across the process boundary, one batch read ahead.
+
+        The next batch is asked for before this one is yielded, so the delivery process
+        (and the engine behind it) pick it while this process decodes, builds and sends
+        this one; asked for after, the three processes took turns, each idle while
+        another worked (a burst delivered at about 47,000 messages a second with no
+        process busy; docs/benchmarks.md, 2026-11-28, late night). A batch read ahead is
+        in flight at the subscriber from the moment it is taken, within its
+        `max_in_flight` like any other. A stream that ends with one read ahead closes
+        its subscriber first, so the delivery process answers at once; the messages in
+        it are redelivered when the stream is released, as any it had in flight.
+        """
         self._check_open()
-        rows = self._streams.call("next_batch", subscriber.number, timeout_s)
-        if rows is None:
-            return None
-        return [
-            Delivered(FiredTimer(seq, records.decode_delivery(message_id, raw)), attempt)
-            for seq, message_id, raw, attempt in rows
-        ]
+        pending = self._streams.begin("next_batch", subscriber.number, IDLE_WAKE_S)
+        try:
+            while True:
+                call, pending = pending, None
+                rows = call.result()
+                if rows is None:
+                    return
+                self._check_open()
+                pending = self._streams.begin("next_batch", subscriber.number, IDLE_WAKE_S)
+                yield [
+                    Delivered(FiredTimer(seq, records.decode_delivery(message_id, raw)), attempt)
+                    for seq, message_id, raw, attempt in rows
+                ]
+        finally:
+            if pending is not None:
+                subscriber.close()
+                with contextlib.suppress(ShuttingDown):  # gone: nothing to read back
+                    pending.result()
 
     def release(self, subscriber: RemoteSubscriber) -> None:
         with contextlib.suppress(PeerUnavailable):  # gone, and its subscribers with it
@@ -74,7 +96,7 @@ class RemoteHub:
         return self._unary.call("subscriber_count")
 
     def close(self) -> None:
-        """End this worker's streams: a stream blocked in next_batch sees ShuttingDown.
+        """End this worker's streams: a stream waiting for a batch sees ShuttingDown.
         Its subscribers are released by the delivery process as their connections end."""
         self._closed = True
         self._streams.close()

@@ -297,12 +297,13 @@ class TimerService(pb_grpc.TimerServiceServicer):
             )
             # Runs when the stream ends in any way (client gone, cancelled, deadline).
             context.add_callback(subscriber.close)
+            batches = self._hub.batches(subscriber)
             try:
-                while context.is_active():
-                    batch = self._hub.next_batch(subscriber)
-                    if batch is None:
+                for batch in batches:
+                    if not context.is_active():
                         return
                     if batch:
                         yield delivery_batch(batch)
             finally:
+                batches.close()  # first: a batch read ahead comes back before the release
                 self._hub.release(subscriber)

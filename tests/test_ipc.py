@@ -114,3 +114,17 @@ def test_a_call_in_progress_when_the_server_closes_sees_peer_unavailable(tmp_pat
     thread.join(10)
     client.close()
     assert len(errors) == 1 and isinstance(errors[0], PeerUnavailable), errors
+
+
+def test_a_call_begun_is_answered_later_and_its_connection_carries_the_next(served):
+    recorder, client, _ = served
+    blocked = client.begin("block")
+    assert recorder.entered.wait(10)
+    # Begun calls hold their connections: another call meanwhile gets one of its own.
+    other = client.begin("echo", "other")
+    assert other.result() == ("other",)
+    recorder.release.set()
+    assert blocked.result() == "released"
+    assert client.call("echo", "next") == ("next",)  # no answer left unread on either
+    with pytest.raises(InvalidArgument, match="has a space"):
+        client.begin("bad_field").result()

@@ -1,0 +1,119 @@
+"""server.remote_hub: a worker's Subscribe stream reading from the delivery process, over
+a real unix socket to a real `DeliveryHost` (its hub on real RocksDB, in virtual time).
+The stream asks for its next batch before it hands this one on, so the delivery process
+picks one while the worker sends the other; a stream that ends with a batch read ahead
+gives it back to the topic."""
+
+from __future__ import annotations
+
+import secrets
+import threading
+
+import pytest
+from conftest import WAIT_S
+
+from engine.engine import Engine
+from engine.host import EngineHost
+from engine.ipc import CallClient, CallServer
+from engine.remote import RemoteEngine
+from server.delivery import DeliveryHub
+from server.delivery_host import DeliveryHost
+from server.remote_hub import RemoteHub
+from wheels.clock import VirtualClock
+from wheels.domain import SendSpec, When, WhenKind
+from wheels.settings import Settings
+
+
+class CountedHost:
+    """A DeliveryHost whose answered `next_batch` calls the test can wait for."""
+
+    def __init__(self, hub: DeliveryHub) -> None:
+        self._host = DeliveryHost(hub)
+        self._cond = threading.Condition()
+        self.batches_taken = 0
+
+    def handle(self, method, args, context):
+        answer = self._host.handle(method, args, context)
+        if method == "next_batch":
+            with self._cond:
+                self.batches_taken += 1
+                self._cond.notify_all()
+        return answer
+
+    def wait_taken(self, count: int) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: self.batches_taken >= count, WAIT_S)
+
+
+@pytest.fixture
+def served(tmp_path):
+    """(the hub, the host's counter, a worker's RemoteHub of it): processes as in
+    `serve --workers N`, here threads of this one, each side over its own unix socket."""
+    clock = VirtualClock()
+    settings = Settings(data_dir=str(tmp_path / "data"), sync_writes=False, delivery_batch_max=2)
+    engine = Engine(settings, clock, background=False)
+    engine_host = EngineHost(engine)
+    authkey = secrets.token_bytes(32)
+    engine_path, delivery_path = str(tmp_path / "engine.sock"), str(tmp_path / "delivery.sock")
+    engine_server = CallServer(engine_path, authkey, engine_host.handle, "engine")
+    remote_engine = RemoteEngine(settings, CallClient(engine_path, authkey, "engine"), clock)
+    hub = DeliveryHub(remote_engine, settings, clock.now_ms, background=False)
+    host = CountedHost(hub)
+    delivery_server = CallServer(delivery_path, authkey, host.handle, "delivery")
+    remote = RemoteHub(delivery_path, authkey)
+    try:
+        yield engine, hub, host, remote
+    finally:
+        remote.close()
+        remote.disconnect()
+        delivery_server.close()
+        hub.close()
+        remote_engine.close()
+        engine_server.close()
+        engine_host.close()
+        engine.close()
+
+
+def fire(engine: Engine, count: int) -> list[str]:
+    specs = [SendSpec("jobs", b"x", When(WhenKind.DELAY, 0)) for _ in range(count)]
+    return [result.message_id for result in engine.send_batch(specs)]
+
+
+def ids(batch) -> list[str]:
+    return [delivered.fired.timer.message_id for delivered in batch]
+
+
+def test_the_next_batch_is_taken_while_the_stream_still_holds_this_one(served):
+    engine, _, host, remote = served
+    sent = fire(engine, 6)
+    subscriber = remote.subscribe("jobs", 10)
+    batches = remote.batches(subscriber)
+
+    assert ids(next(batches)) == sent[:2]
+    # The stream has not asked for more, yet the delivery process took the next batch.
+    assert host.wait_taken(2), "the next batch was not read ahead"
+    assert ids(next(batches)) == sent[2:4]
+    assert ids(next(batches)) == sent[4:]
+    batches.close()
+    remote.release(subscriber)
+
+
+def test_a_stream_that_ends_with_a_batch_read_ahead_gives_it_back(served):
+    engine, hub, host, remote = served
+    sent = fire(engine, 4)
+    first = remote.subscribe("jobs", 10)
+    batches = remote.batches(first)
+    assert ids(next(batches)) == sent[:2]
+    assert host.wait_taken(2)  # sent[2:] are in flight at `first`, read ahead
+
+    batches.close()  # the stream ends as the service ends it: then it is released
+    remote.release(first)
+
+    second = remote.subscribe("jobs", 10)
+    again = remote.batches(second)
+    redelivered = next(again) + next(again)
+    assert sorted(ids(redelivered)) == sorted(sent)  # all four, the read-ahead ones too
+    assert {delivered.attempt for delivered in redelivered} == {2}
+    again.close()
+    remote.release(second)
+    assert hub.unacked() == 4  # given back, not lost or acked
