@@ -62,8 +62,6 @@ from wheels.validation import (
 
 log = structlog.get_logger("timerwheel.engine")
 
-FIRED_CACHE_ENTRIES = 200_000  # and at most Settings.fired_cache_bytes
-
 
 class Engine:
     def __init__(self, settings: Settings, clock: Clock, *, background: bool = True) -> None:
@@ -86,9 +84,7 @@ class Engine:
         self._lookups = TimerLookups(settings, self._store, self._scheduler)
         self._ids = MessageIds()
         self.export_slot = ExportSlot()
-        self._fired_cache = FiredCache(
-            self._scheduler.state.fire_seq, FIRED_CACHE_ENTRIES, settings.fired_cache_bytes
-        )
+        self._fired_cache = FiredCache(self._scheduler.state.fire_seq, settings.fired_cache_bytes)
         self._counts = PendingCounts(self._database)
         self._clock_watch = ClockWatch(clock, settings.clock_step_threshold_ms)
         self._clock_watch.check_resume(self._scheduler.now_ms)

@@ -11,10 +11,13 @@ A read after `after_seq >= floor` sees every fired entry of the topic above `aft
 
 Bounds: a reader's fetch after `after_seq` means it holds everything up to there, so
 those entries are dropped (and the floor rises to `after_seq`, so a later read from an
-earlier cursor goes to RocksDB); and when the cache as a whole exceeds `max_entries` or
-`max_bytes` (a topic nobody reads), the largest topic by bytes is dropped and falls back to
-reads from RocksDB. Bytes, not only entries: 200 fired 3 MiB bodies are 600 MiB. An entry
-is charged its record and id plus ENTRY_OVERHEAD_BYTES for the tuple and deque slot.
+earlier cursor goes to RocksDB); and when the cache as a whole exceeds `max_bytes` (a topic
+nobody reads, a burst delivery cannot keep up with), the largest topic by bytes is dropped
+and falls back to reads from RocksDB. Bytes, not entries: 200 fired 3 MiB bodies are 600
+MiB, and a million 32 B ones about 280 MiB, since an entry is charged its record and id
+plus ENTRY_OVERHEAD_BYTES for the tuple and deque slot. (A cap of 200,000 entries beside
+the bytes, until 2026-11-28, made `fired_cache_bytes` above ~56 MiB useless for small
+bodies; docs/benchmarks.md, 2026-11-28, late night, has what a larger cache buys.)
 
 Retired entries: an entry acked (or moved to its dead-letter topic) is no longer in the
 `ready` column family, so the cache must not hand it out either. A reader's cursor does
@@ -39,15 +42,13 @@ def entry_bytes(entry: FiredEntry) -> int:
 
 
 class FiredCache:
-    def __init__(self, start_seq: int, max_entries: int, max_bytes: int) -> None:
+    def __init__(self, start_seq: int, max_bytes: int) -> None:
         self._start_seq = start_seq
-        self._max_entries = max_entries
         self._max_bytes = max_bytes
         self._topics: dict[str, deque[FiredEntry]] = {}
         self._topic_bytes: dict[str, int] = {}
         self._floors: dict[str, int] = {}
         self._retired: dict[str, set[int]] = {}  # per topic: cached seqs acked or moved
-        self._size = 0
         self._bytes = 0
         self._lock = threading.Lock()
 
@@ -61,14 +62,13 @@ class FiredCache:
                 self._topics.setdefault(topic, deque()).extend(entries)
                 added = sum(map(entry_bytes, entries))
                 self._topic_bytes[topic] = self._topic_bytes.get(topic, 0) + added
-                self._size += len(entries)
                 self._bytes += added
             for topic, seqs in (retired or {}).items():
                 entries = self._topics.get(topic)
                 if entries:  # only what is cached: older sequences are not served from here
                     first = entries[0][0]
                     self._retired.setdefault(topic, set()).update(s for s in seqs if s >= first)
-            while self._size > self._max_entries or self._bytes > self._max_bytes:
+            while self._bytes > self._max_bytes:
                 self._drop_largest()
 
     @property
@@ -94,7 +94,6 @@ class FiredCache:
                 dropped = entries.popleft()
                 self._topic_bytes[topic] -= entry_bytes(dropped)
                 self._bytes -= entry_bytes(dropped)
-                self._size -= 1
                 if retired:
                     retired.discard(dropped[0])
             # What was dropped is no longer here: an earlier cursor must go to RocksDB.
@@ -107,7 +106,6 @@ class FiredCache:
         entries = self._topics.pop(topic)
         self._retired.pop(topic, None)
         self._bytes -= self._topic_bytes.pop(topic)
-        self._size -= len(entries)
         if entries:
             self._floors[topic] = entries[-1][0]
 

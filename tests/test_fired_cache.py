@@ -24,7 +24,7 @@ def seqs(fired) -> list[int]:
 
 
 def test_serves_what_was_fired_since_start_in_order():
-    cache = FiredCache(start_seq=10, max_entries=100, max_bytes=10**9)
+    cache = FiredCache(start_seq=10, max_bytes=10**9)
     cache.add({"t": [entry(11), entry(13)], "u": [entry(12, "u")]})
     assert seqs(read(cache, "t", 10, 10)) == [11, 13]
     assert [f.timer.message_id for f in read(cache, "u", 10, 10)] == ["m12"]
@@ -32,7 +32,7 @@ def test_serves_what_was_fired_since_start_in_order():
 
 
 def test_cursors_before_the_start_go_to_the_store():
-    cache = FiredCache(start_seq=10, max_entries=100, max_bytes=10**9)
+    cache = FiredCache(start_seq=10, max_bytes=10**9)
     cache.add({"t": [entry(11)]})
     assert read(cache, "t", 9, 10) is None
     assert read(cache, "never-fired", 3, 10) is None
@@ -40,7 +40,7 @@ def test_cursors_before_the_start_go_to_the_store():
 
 
 def test_a_read_drops_what_the_reader_holds_and_earlier_cursors_fall_back():
-    cache = FiredCache(start_seq=0, max_entries=100, max_bytes=10**9)
+    cache = FiredCache(start_seq=0, max_bytes=10**9)
     cache.add({"t": [entry(1), entry(2), entry(3)]})
     assert seqs(read(cache, "t", 2, 10)) == [3]
     assert read(cache, "t", 0, 10) is None  # 1 and 2 were dropped: not complete from 0
@@ -48,7 +48,7 @@ def test_a_read_drops_what_the_reader_holds_and_earlier_cursors_fall_back():
 
 
 def test_over_the_bound_the_largest_topic_is_dropped_to_the_store():
-    cache = FiredCache(start_seq=0, max_entries=3, max_bytes=10**9)
+    cache = FiredCache(start_seq=0, max_bytes=3 * entry_bytes(entry(1, "big")))
     cache.add(
         {"big": [entry(1, "big"), entry(2, "big"), entry(3, "big")], "small": [entry(4, "small")]}
     )
@@ -64,7 +64,7 @@ def test_over_the_byte_bound_the_largest_topic_by_bytes_is_dropped():
     big = [(seq, mid, raw + b"x" * 10_000) for seq, mid, raw in big]  # same record, padded
     small = [entry(seq, "small") for seq in (3, 4, 5)]
     bound = sum(map(entry_bytes, small)) + entry_bytes(big[0]) + 1
-    cache = FiredCache(start_seq=0, max_entries=100, max_bytes=bound)
+    cache = FiredCache(start_seq=0, max_bytes=bound)
     cache.add({"small": small})
     cache.add({"big": big})
     assert read(cache, "big", 0, 10) is None  # two padded records went over: dropped
@@ -73,7 +73,7 @@ def test_over_the_byte_bound_the_largest_topic_by_bytes_is_dropped():
 
 
 def test_bytes_are_released_as_readers_move_on():
-    cache = FiredCache(start_seq=0, max_entries=100, max_bytes=10**9)
+    cache = FiredCache(start_seq=0, max_bytes=10**9)
     entries = [entry(1), entry(2), entry(3)]
     cache.add({"t": entries})
     assert cache.bytes == sum(map(entry_bytes, entries))
@@ -84,7 +84,7 @@ def test_bytes_are_released_as_readers_move_on():
 def test_retired_entries_are_never_served_again_even_to_a_reader_starting_over():
     """A dispatcher freed while idle (or a restarted delivery process) reads from 0
     again: what was acked or dead-lettered meanwhile must not come back."""
-    cache = FiredCache(start_seq=0, max_entries=100, max_bytes=10**9)
+    cache = FiredCache(start_seq=0, max_bytes=10**9)
     cache.add({"t": [entry(1), entry(2), entry(3), entry(4)]})
     assert seqs(read(cache, "t", 0, 10)) == [1, 2, 3, 4]
     cache.add({}, {"t": [1, 3], "u": [9]})  # acked; "u" has nothing cached: ignored
@@ -97,7 +97,7 @@ def test_retired_entries_are_never_served_again_even_to_a_reader_starting_over()
 
 
 def test_a_read_stops_at_its_byte_budget_with_one_entry_at_least():
-    cache = FiredCache(start_seq=0, max_entries=100, max_bytes=10**9)
+    cache = FiredCache(start_seq=0, max_bytes=10**9)
     cache.add({"t": [entry(1), entry(2), entry(3)]})
     size = len(entry(1)[2])
     assert seqs(read(cache, "t", 0, 10, max_bytes=2 * size)) == [1, 2]
