@@ -76,7 +76,8 @@ class DeliveryHub:
         self._fired: queue.SimpleQueue[set[str] | None] = queue.SimpleQueue()
         self.trace = DeliveryTrace(engine)
         self._held_bytes = 0  # bodies all dispatchers track (Settings.max_delivery_bytes)
-        self._held_lock = threading.Lock()
+        self._held_lock = threading.Lock()  # a leaf: taken with a dispatcher's cond held
+        self._short_of_bytes: set[TopicDispatcher] = set()  # their reads wait for the budget
         # Messages fired before this instant may have been delivered by an earlier hub
         # (before a restart): their attempt counts are read back (restore_attempts).
         self._started_at_ms = engine.now_ms()
@@ -229,8 +230,12 @@ class DeliveryHub:
             dispatcher = self._topics.get(topic)
         if dispatcher is not None:
             with dispatcher.cond:
+                held_before = dispatcher.held_bytes
                 if dispatcher.forget(message_ids):
                     dispatcher.cond.notify_all()
+                freed = dispatcher.held_bytes < held_before
+            if freed:
+                self._wake_waiting_for_bytes(dispatcher)
             with self._lock:
                 self._free_if_idle(dispatcher)
         return len(acked)
@@ -268,6 +273,29 @@ class DeliveryHub:
         """What the dispatchers may still read before they hold `max_delivery_bytes`."""
         with self._held_lock:
             return self.settings.max_delivery_bytes - self._held_bytes
+
+    def wait_for_bytes(self, dispatcher: TopicDispatcher) -> None:
+        """`dispatcher`'s reads stopped at the budget: bytes any topic frees wake it."""
+        with self._held_lock:
+            self._short_of_bytes.add(dispatcher)
+
+    def stop_waiting_for_bytes(self, dispatcher: TopicDispatcher) -> None:
+        with self._held_lock:
+            self._short_of_bytes.discard(dispatcher)
+
+    def _wake_waiting_for_bytes(self, freed_by: TopicDispatcher) -> None:
+        """Bodies acked in `freed_by` (which woke its own subscribers) left the budget
+        that every dispatcher shares: the others whose reads stopped at it may go on.
+        Without this they waited for an ack of their own topic, or `IDLE_WAKE_S`. Each
+        is woken under its own cond, after ours is released: two conds are never held
+        at once. A dispatcher that stops at the budget looks at it again once
+        registered (`TopicDispatcher.refill`), so bytes freed meanwhile are not missed."""
+        with self._held_lock:
+            waiting = [d for d in self._short_of_bytes if d is not freed_by]
+        for dispatcher in waiting:
+            with dispatcher.cond:
+                if dispatcher.short_of_bytes:
+                    dispatcher.cond.notify_all()
 
     @property
     def held_bytes(self) -> int:
@@ -349,6 +377,7 @@ class DeliveryHub:
             idle = not (dispatcher.subscribers or dispatcher.entries or dispatcher.dying)
         if idle and self._topics.get(dispatcher.name) is dispatcher:
             del self._topics[dispatcher.name]
+            self.stop_waiting_for_bytes(dispatcher)
 
     def _run(self) -> None:
         """Fired topics from the writer -> dirty dispatchers, subscribers woken."""

@@ -110,12 +110,16 @@ class TopicDispatcher:
         read one message whatever its size). Reads go on while they return something,
         since a read cut at its byte budget leaves more behind."""
         settings = self.hub.settings
-        self.short_of_bytes = False
+        self.stop_waiting_for_bytes()
         while self.dirty and len(self.fresh) < wanted:
             room_bytes = self.hub.delivery_room_bytes()
             if room_bytes <= 0 and self.entries:
-                self.short_of_bytes = True  # acks will free the budget (dirty stays set)
-                return
+                if self.short_of_bytes:
+                    return  # acks, of any topic, will free the budget (dirty stays set)
+                self.short_of_bytes = True
+                self.hub.wait_for_bytes(self)
+                continue  # look again: bytes freed before the hub knew we wait wake nobody
+            self.stop_waiting_for_bytes()
             limit = min(max(wanted - len(self.fresh), settings.delivery_batch_max), MAX_FETCH)
             max_bytes = max(min(room_bytes, settings.delivery_batch_bytes), 1)
             fetched = self.hub.engine.fetch_deliveries(self.name, self.cursor, limit, max_bytes)
@@ -129,6 +133,11 @@ class TopicDispatcher:
             self.fresh.extend(m for m, _ in self.hub.restore_attempts(self, new))
             if fetched:
                 self.cursor = fetched[-1].seq
+
+    def stop_waiting_for_bytes(self) -> None:
+        if self.short_of_bytes:
+            self.short_of_bytes = False
+            self.hub.stop_waiting_for_bytes(self)
 
     def track(self, message_id: str, entry: Entry) -> None:
         self.track_many([(message_id, entry)])

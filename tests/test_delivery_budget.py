@@ -59,6 +59,28 @@ def test_an_ack_freeing_bytes_a_read_stopped_at_wakes_the_subscriber(hub):
     assert [d.fired.timer.message_id for d in hub.next_batch(subscriber, timeout_s=0)] == [sent[3]]
 
 
+def test_an_ack_in_one_topic_wakes_a_read_of_another_stopped_at_the_budget(hub):
+    """The budget is the hub's, so bytes one topic's ack frees let another's read go on:
+    its subscriber is woken then, not at its next idle check (IDLE_WAKE_S)."""
+    jobs = fire(hub, "jobs", 2)
+    fire(hub, "reports", 3)
+    busy = hub.subscribe("jobs", 10)
+    reader = hub.subscribe("reports", 10)
+    assert len(hub.next_batch(busy, timeout_s=0)) == 2
+    assert len(hub.next_batch(reader, timeout_s=0)) == 1  # 3 x 1,000 B: the budget
+    assert hub.next_batch(reader, timeout_s=0) == []  # short of bytes, not of room
+    reports_wakes = hub._topics["reports"].cond = CountingCondition()
+    assert hub.ack("jobs", jobs[:1]) == 1
+    assert reports_wakes.notified == 1
+    assert len(hub.next_batch(reader, timeout_s=0)) == 1  # the freed 1,000 B
+    hub.ack("jobs", jobs[1:])
+    assert reports_wakes.notified == 2
+    assert len(hub.next_batch(reader, timeout_s=0)) == 1
+    assert hub.next_batch(reader, timeout_s=0) == []  # nothing left: no more wakes due
+    hub.ack("jobs", jobs)  # acked already: frees nothing
+    assert reports_wakes.notified == 2
+
+
 def test_a_topic_holding_nothing_gets_one_message_over_the_budget(hub):
     fire(hub, "jobs", 5)
     busy = hub.subscribe("jobs", 10)
