@@ -83,15 +83,21 @@ def ids(batch) -> list[str]:
     return [delivered.fired.timer.message_id for delivered in batch]
 
 
-def test_the_next_batch_is_taken_while_the_stream_still_holds_this_one(served):
-    engine, _, host, remote = served
-    sent = fire(engine, 6)
+def stream_reading_ahead(engine, host, remote, count: int):
+    """`count` messages fired and a stream of them that has handed on its first batch:
+    (the ids sent, its subscriber, its batches), the next batch already taken for it."""
+    sent = fire(engine, count)
     subscriber = remote.subscribe("jobs", 10)
     batches = remote.batches(subscriber)
-
     assert ids(next(batches)) == sent[:2]
     # The stream has not asked for more, yet the delivery process took the next batch.
     assert host.wait_taken(2), "the next batch was not read ahead"
+    return sent, subscriber, batches
+
+
+def test_the_next_batch_is_taken_while_the_stream_still_holds_this_one(served):
+    engine, _, host, remote = served
+    sent, subscriber, batches = stream_reading_ahead(engine, host, remote, 6)
     assert ids(next(batches)) == sent[2:4]
     assert ids(next(batches)) == sent[4:]
     batches.close()
@@ -100,12 +106,7 @@ def test_the_next_batch_is_taken_while_the_stream_still_holds_this_one(served):
 
 def test_a_stream_that_ends_with_a_batch_read_ahead_gives_it_back(served):
     engine, hub, host, remote = served
-    sent = fire(engine, 4)
-    first = remote.subscribe("jobs", 10)
-    batches = remote.batches(first)
-    assert ids(next(batches)) == sent[:2]
-    assert host.wait_taken(2)  # sent[2:] are in flight at `first`, read ahead
-
+    sent, first, batches = stream_reading_ahead(engine, host, remote, 4)  # sent[2:] ahead
     batches.close()  # the stream ends as the service ends it: then it is released
     remote.release(first)
 
