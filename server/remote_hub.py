@@ -74,7 +74,10 @@ class RemoteHub:
         finally:
             if pending is not None:
                 subscriber.close()
-                with contextlib.suppress(ShuttingDown):  # gone: nothing to read back
+                # Read back only to free the connection: the stream ends either way, so
+                # an error (the peer gone; anything else the delivery process has logged)
+                # must not keep the caller from releasing the subscriber.
+                with contextlib.suppress(Exception):
                     pending.result()
 
     def release(self, subscriber: RemoteSubscriber) -> None:

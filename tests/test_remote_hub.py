@@ -31,13 +31,17 @@ class CountedHost:
         self._host = DeliveryHost(hub)
         self._cond = threading.Condition()
         self.batches_taken = 0
+        self.fail_from = 0  # > 0: the n-th next_batch and later fail, as a bug would
 
     def handle(self, method, args, context):
-        answer = self._host.handle(method, args, context)
+        failing = method == "next_batch" and 0 < self.fail_from <= self.batches_taken + 1
+        answer = None if failing else self._host.handle(method, args, context)
         if method == "next_batch":
             with self._cond:
                 self.batches_taken += 1
                 self._cond.notify_all()
+        if failing:
+            raise RuntimeError("injected")
         return answer
 
     def wait_taken(self, count: int) -> bool:
@@ -118,3 +122,16 @@ def test_a_stream_that_ends_with_a_batch_read_ahead_gives_it_back(served):
     again.close()
     remote.release(second)
     assert hub.unacked() == 4  # given back, not lost or acked
+
+
+def test_a_read_ahead_that_fails_does_not_keep_the_stream_from_ending(served):
+    engine, _, host, remote = served
+    sent = fire(engine, 4)
+    host.fail_from = 2
+    subscriber = remote.subscribe("jobs", 10)
+    batches = remote.batches(subscriber)
+    assert ids(next(batches)) == sent[:2]
+    assert host.wait_taken(2)  # the read ahead has failed in the delivery process
+    batches.close()  # the failure is not raised out of the stream's end
+    remote.release(subscriber)
+    assert remote.subscriber_count() == 0
