@@ -40,9 +40,7 @@ def decode_messages(
     created: list[int] = []
     body: list[int] = []
     states: list[int] = []
-    timer_keys: list[bytes] = []
     summary = records.record_summary
-    time_bound = keys.U64.pack  # keys.time_bound, without a Python call per row
     for message_id, raw in items:
         state, deliver_at_ms, created_at_ms, topic, body_bytes = summary(raw)
         ids.append(message_id)
@@ -51,7 +49,6 @@ def decode_messages(
         created.append(created_at_ms)
         body.append(body_bytes)
         states.append(state)
-        timer_keys.append(time_bound(deliver_at_ms) + message_id)
     state_codes = pa.array(states, pa.int8())
     return pa.table(
         {
@@ -61,7 +58,7 @@ def decode_messages(
             "created_at_ms": pa.array(created, pa.int64()),
             "body_bytes": pa.array(body, pa.int64()),
             "state": _STATE_NAMES.take(state_codes),
-            "wheel": _wheels(timer_keys, state_codes, wheel_keys, wheel_names),
+            "wheel": _wheels(keys.wheel_keys(deliver, ids), state_codes, wheel_keys, wheel_names),
         }
     )
 

@@ -228,9 +228,6 @@ class TimerServer:
         """Why the server cannot go on (its writer stopped for good), or None."""
         return self.engine.health.failure
 
-    def wait_stopped(self, timeout_s: float | None = None) -> bool:
-        return self._stopped.wait(timeout_s)
-
     def __enter__(self) -> TimerServer:
         return self.start()
 

@@ -80,9 +80,9 @@ class PendingCounts:
 
         The send hot path: with deliver times spread over weeks nearly every timer of a
         batch has a minute of its own, so this runs once per timer. Hence the plain loop
-        with local names and the topic sliced in place (``keys.count_key_topic``'s rule).
+        with local names and the topic sliced in place (``keys.COUNT_TOPIC_END``).
         """
-        get, topic_end = self._values.get, -(keys.TIME_BYTES + 1)
+        get, topic_end = self._values.get, keys.COUNT_TOPIC_END
         minutes: dict[bytes, int] = {}
         topic_deltas: dict[bytes, int] = {}
         for key, delta in batch.count_deltas.items():

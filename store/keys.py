@@ -47,6 +47,7 @@ from __future__ import annotations
 import base64
 import binascii
 import struct
+from collections.abc import Sequence
 
 from wheels.scheduler import TimerKey
 
@@ -105,6 +106,15 @@ def wheel_key(deliver_at_ms: int, message_id: str) -> bytes:
     return U64.pack(deliver_at_ms) + message_id.encode()
 
 
+def wheel_keys(deliver_times_ms: list[int], message_ids: list[bytes]) -> list[bytes]:
+    """`wheel_key` of many timers at once, ids already UTF-8 (no call per key)."""
+    pack = U64.pack
+    return [
+        pack(t_ms) + message_id
+        for t_ms, message_id in zip(deliver_times_ms, message_ids, strict=True)
+    ]
+
+
 def encode_timer_key(key: TimerKey) -> bytes:
     return wheel_key(key.deliver_at_ms, key.message_id)
 
@@ -154,8 +164,13 @@ def trace_prefix(message_id: bytes) -> bytes:
     return message_id + TOPIC_SEPARATOR
 
 
-def trace_key(message_id: bytes, seq: int) -> bytes:
-    return message_id + TOPIC_SEPARATOR + U64.pack(seq)
+def trace_keys(message_ids: Sequence[bytes], first_seq: int) -> list[bytes]:
+    """The trace keys of events of `message_ids`, in order, numbered from `first_seq`."""
+    pack = U64.pack
+    return [
+        message_id + TOPIC_SEPARATOR + pack(seq)
+        for seq, message_id in enumerate(message_ids, first_seq)
+    ]
 
 
 def ready_seq(raw: bytes) -> int:
@@ -188,6 +203,6 @@ def count_keys(topic: bytes, deliver_at_ms: int) -> tuple[bytes, bytes]:
     return bucket, count_total_key(topic)
 
 
-def count_key_topic(key: bytes) -> bytes:
-    """The topic of a minute counter key."""
-    return key[: -(TIME_BYTES + 1)]
+# A minute counter key's topic is `key[:COUNT_TOPIC_END]` (a slice, not a call: the send
+# path's counters run once per timer, store.counts).
+COUNT_TOPIC_END = -(TIME_BYTES + len(TOPIC_SEPARATOR))

@@ -1,6 +1,6 @@
 """The `trace` column family: the events of a message's life its record cannot hold.
 
-What is stored here, one key per event (``store.keys.trace_key``): each cascade, a fire
+What is stored here, one key per event (``store.keys.trace_keys``): each cascade, a fire
 straight out of an upper wheel, each delivery attempt and each failed one, a reschedule,
 a replacement, a dead-lettering. Sent, fired, acked and cancelled are times the record
 already has; `wheels.trace.assemble` merges both into the trace `Get` returns.
@@ -91,12 +91,12 @@ class TraceLog:
         are skipped, never reused: gaps are harmless, order is what counts."""
         if not batch.trace:
             return
-        writes, pack, separator = batch.writes[keys.CF_TRACE], keys.U64.pack, keys.TOPIC_SEPARATOR
         seq = self._next_seq
-        for message_id, event in batch.trace:
-            writes[message_id + separator + pack(seq)] = event
-            seq += 1
-        batch.writes[keys.CF_META][keys.META_TRACE_SEQ] = pack(seq)
+        message_ids, events = zip(*batch.trace, strict=True)
+        trace_keys = keys.trace_keys(message_ids, seq)
+        batch.writes[keys.CF_TRACE].update(zip(trace_keys, events, strict=True))
+        seq += len(trace_keys)
+        batch.writes[keys.CF_META][keys.META_TRACE_SEQ] = keys.encode_u64(seq)
         self._next_seq = seq
         batch.trace = []
 
