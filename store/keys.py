@@ -106,7 +106,7 @@ def wheel_key(deliver_at_ms: int, message_id: str) -> bytes:
     return U64.pack(deliver_at_ms) + message_id.encode()
 
 
-def wheel_keys(deliver_times_ms: list[int], message_ids: list[bytes]) -> list[bytes]:
+def wheel_keys(deliver_times_ms: Sequence[int], message_ids: Sequence[bytes]) -> list[bytes]:
     """`wheel_key` of many timers at once, ids already UTF-8 (no call per key)."""
     pack = U64.pack
     return [
