@@ -106,12 +106,12 @@ class SliceWriter:
         out of the record (`records.DELIVER_AT_TIME_BOUND`), and a file's time range is
         kept as those bytes (they compare as the times do) and decoded when it closes."""
         sinks = [self._message_sink(index, 0) for index in range(self.slice_count)]
-        time_bytes = records.DELIVER_AT_TIME_BOUND
+        time_bytes, wheel_key_at = records.DELIVER_AT_TIME_BOUND, keys.wheel_key_at
         max_rows = self.max_rows
         done = 0
         for message_id, raw in items:
             time_bound = raw[time_bytes]
-            sink = sinks[bisect_right(boundaries, time_bound + message_id)]
+            sink = sinks[bisect_right(boundaries, wheel_key_at(time_bound, message_id))]
             rows = sink.rows
             if rows == max_rows or (not rows % 1024 and sink.size() >= MAX_FILE_BYTES):
                 self._finish(sink)

@@ -47,7 +47,7 @@ from __future__ import annotations
 import base64
 import binascii
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from wheels.scheduler import TimerKey
 
@@ -115,6 +115,29 @@ def wheel_keys(deliver_times_ms: Sequence[int], message_ids: Sequence[bytes]) ->
     ]
 
 
+def wheel_key_at(time_bytes: bytes, message_id: bytes) -> bytes:
+    """The wheel key of `message_id` at a time already encoded as `time_bound` encodes it
+    (cut out of a record by `records.DELIVER_AT_TIME_BOUND`, say: no decode and re-encode)."""
+    return time_bytes + message_id
+
+
+def expiry_keys(expire_at_ms: int, message_ids: Sequence[bytes]) -> list[bytes]:
+    """The `expiry` keys of many messages retired at one time (the time packed once)."""
+    bound = U64.pack(expire_at_ms)
+    return [bound + message_id for message_id in message_ids]
+
+
+def wheel_key_ids(wheel_keys_: Iterable[bytes]) -> list[bytes]:
+    """The message ids (UTF-8) of wheel or expiry keys, in order."""
+    return [key[TIME_BYTES:] for key in wheel_keys_]
+
+
+def wheel_key_times_ms(wheel_keys_: Iterable[bytes]) -> list[int]:
+    """The time part of wheel or expiry keys, in order (`key_time_ms` of many)."""
+    unpack = U64.unpack_from
+    return [unpack(key)[0] for key in wheel_keys_]
+
+
 def encode_timer_key(key: TimerKey) -> bytes:
     return wheel_key(key.deliver_at_ms, key.message_id)
 
@@ -159,6 +182,17 @@ def ready_key(topic: str, seq: int) -> bytes:
     return topic.encode() + TOPIC_SEPARATOR + U64.pack(seq)
 
 
+def ready_keys(topic: bytes, seqs: Iterable[int]) -> list[bytes]:
+    """`ready_key` of many fire seqs of one topic (UTF-8 already; the prefix made once)."""
+    prefix, pack = topic + TOPIC_SEPARATOR, U64.pack
+    return [prefix + pack(seq) for seq in seqs]
+
+
+def ready_key_topic(raw: bytes) -> bytes:
+    """The topic (UTF-8) of a ready key: everything before its first 0x00."""
+    return raw.split(TOPIC_SEPARATOR, 1)[0]
+
+
 def trace_prefix(message_id: bytes) -> bytes:
     """Every trace key of one message starts with this."""
     return message_id + TOPIC_SEPARATOR
@@ -191,6 +225,15 @@ TOTAL_MARK = b"\x01"  # sorts after every topic + 0x00 + minute key of the same 
 def count_bucket_key(topic: bytes, bucket_start_ms: int) -> bytes:
     """The `counts` key of one minute of one topic."""
     return topic + TOPIC_SEPARATOR + U64.pack(bucket_start_ms)
+
+
+def count_bucket_keys(topics: Sequence[bytes], deliver_times_ms: Sequence[int]) -> list[bytes]:
+    """The minute counter of each of many timers (topic i due at time i), in order."""
+    pack, separator, bucket_ms = U64.pack, TOPIC_SEPARATOR, COUNT_BUCKET_MS
+    return [
+        topic + separator + pack(t_ms - t_ms % bucket_ms)
+        for topic, t_ms in zip(topics, deliver_times_ms, strict=True)
+    ]
 
 
 def count_total_key(topic: bytes) -> bytes:

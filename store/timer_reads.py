@@ -167,7 +167,7 @@ class TimerReads:
         previous_key = b""  # the last key on the page: where the next page continues
         for start in range(0, len(wheel_keys), LIST_READ_CHUNK):
             chunk = wheel_keys[start : start + LIST_READ_CHUNK]
-            ids = [key[keys.TIME_BYTES :] for key in chunk]
+            ids = keys.wheel_key_ids(chunk)
             for key, message_id, raw in zip(chunk, ids, self._messages.get(ids), strict=True):
                 if raw is None:
                     continue
@@ -221,9 +221,9 @@ class TimerReads:
             key = next((k for k, _ in self._range(self._ready, lo, None)), None)
             if key is None:
                 return topics
-            topic_bytes = key.split(keys.TOPIC_SEPARATOR, 1)[0]
-            topics.append(topic_bytes.decode())
-            lo = keys.prefix_end(topic_bytes + keys.TOPIC_SEPARATOR)
+            topic = keys.ready_key_topic(key).decode()
+            topics.append(topic)
+            lo = keys.prefix_end(keys.ready_prefix(topic))
 
     def estimate_keys(self, family: str) -> int:
         value = self.database.families[family].property_int_value("rocksdb.estimate-num-keys")

@@ -21,7 +21,6 @@ from wheels.scheduler import SchedulerState
 from wheels.trace import TraceEvent, TraceKind
 from wheels.wheel import LEVELS
 
-_BUCKET_MS = keys.COUNT_BUCKET_MS
 _FINAL_STATES = (State.ACKED, State.CANCELLED)
 
 
@@ -55,16 +54,14 @@ class TimerStore(TimerReads):
         deliver_times_ms: list[int], topics: list[bytes], wheels: list[str],
     ) -> None:  # fmt: skip
         """`stage_schedule` for a batch of sends: the hot path of SendBatch."""
-        writes, pack_time = batch.writes, keys.U64.pack
         batch.records.update(zip(message_ids, records_, strict=True))
-        wheel_writes = {name: writes[family] for name, family in keys.CF_WHEEL.items()}
-        deltas, separator, bucket_ms = batch.count_deltas, keys.TOPIC_SEPARATOR, _BUCKET_MS
-        for message_id, deliver_at_ms, topic, wheel in zip(
-            message_ids, deliver_times_ms, topics, wheels, strict=True
+        wheel_writes = {name: batch.writes[family] for name, family in keys.CF_WHEEL.items()}
+        for key, topic, wheel in zip(
+            keys.wheel_keys(deliver_times_ms, message_ids), topics, wheels, strict=True
         ):
-            time_bytes = pack_time(deliver_at_ms)
-            wheel_writes[wheel][time_bytes + message_id] = topic
-            bucket = topic + separator + pack_time(deliver_at_ms - deliver_at_ms % bucket_ms)
+            wheel_writes[wheel][key] = topic
+        deltas = batch.count_deltas
+        for bucket in keys.count_bucket_keys(topics, deliver_times_ms):
             deltas[bucket] = deltas.get(bucket, 0) + 1
         batch.operations += len(message_ids)
 
@@ -85,27 +82,28 @@ class TimerStore(TimerReads):
         """Cascade: keys out of `upper`, into `lower`, unchanged; a CASCADED event each."""
         batch.writes[keys.CF_WHEEL[lower]].update(entries)
         batch.writes[keys.CF_WHEEL[upper]].update(dict.fromkeys(key for key, _ in entries))
-        event, start = cascaded_event(upper, lower, now_ms), keys.TIME_BYTES
-        batch.trace.extend((key[start:], event) for key, _ in entries)
+        event = cascaded_event(upper, lower, now_ms)
+        moved_ids = keys.wheel_key_ids(key for key, _ in entries)
+        batch.trace.extend((message_id, event) for message_id in moved_ids)
         batch.operations += len(entries)
 
     def stage_fire(
         self, batch: StagedBatch, wheel: str, entries: list[WheelEntry], first_seq: int, now_ms: int
     ) -> int:
         """Fire wheel entries: key out, `ready` entry in, record FIRED. Returns seqs used."""
-        ids = [key[keys.TIME_BYTES :] for key, _ in entries]
+        wheel_keys = [key for key, _ in entries]
+        ids = keys.wheel_key_ids(wheel_keys)
         raws = self.lookup_many(batch, ids)
-        wheel_writes, ready_writes = batch.writes[keys.CF_WHEEL[wheel]], batch.writes[keys.CF_READY]
-        overlay, pack_seq, separator = batch.records, keys.U64.pack, keys.TOPIC_SEPARATOR
+        buckets = keys.count_bucket_keys(
+            [topic for _, topic in entries], keys.wheel_key_times_ms(wheel_keys)
+        )
+        batch.writes[keys.CF_WHEEL[wheel]].update(dict.fromkeys(wheel_keys))
+        overlay, deltas = batch.records, batch.count_deltas
         per_topic: dict[bytes, list[tuple[int, bytes, bytes]]] = {}
-        deltas, unpack_time = batch.count_deltas, keys.U64.unpack_from
         seq = first_seq
-        for (key, topic), message_id, raw in zip(entries, ids, raws, strict=True):
-            wheel_writes[key] = None
+        for (_, topic), message_id, raw, bucket in zip(entries, ids, raws, buckets, strict=True):
             if raw is None or not records.is_scheduled(raw):
                 continue  # a stale key; cancel removes keys atomically, so this is defensive
-            deliver_at_ms = unpack_time(key)[0]
-            bucket = topic + separator + pack_seq(deliver_at_ms - deliver_at_ms % _BUCKET_MS)
             deltas[bucket] = deltas.get(bucket, 0) - 1
             if records.is_series(raw):  # fires an occurrence instead (engine.series)
                 batch.series_due.append((message_id, raw, topic.decode(), seq))
@@ -113,13 +111,17 @@ class TimerStore(TimerReads):
                 continue
             fired = records.as_fired(raw, now_ms, seq)
             overlay[message_id] = fired
-            ready_writes[topic + separator + pack_seq(seq)] = message_id
             fired_of_topic = per_topic.get(topic)
             if fired_of_topic is None:
                 fired_of_topic = per_topic[topic] = []
             fired_of_topic.append((seq, message_id, fired))
             seq += 1
+        ready_writes = batch.writes[keys.CF_READY]
         for topic, fired_of_topic in per_topic.items():
+            ready_keys = keys.ready_keys(topic, [seq for seq, _, _ in fired_of_topic])
+            ready_writes.update(
+                zip(ready_keys, [message_id for _, message_id, _ in fired_of_topic], strict=True)
+            )
             name = topic.decode()
             batch.fired_topics.add(name)
             batch.fired_entries.setdefault(name, []).extend(fired_of_topic)
@@ -176,30 +178,30 @@ class TimerStore(TimerReads):
         other topics' are skipped.
 
         The hot path of Ack, one loop for the whole call: the topic is compared as the
-        record holds it (length and bytes, no decode) and every key's constant part is
-        made once (about 2 us a message less than a call per message: docs/benchmarks.md,
+        record holds it (length and bytes, no decode) and the keys are made afterwards, many
+        at a time (about 2 us a message less than a call per message: docs/benchmarks.md,
         "2026-11-28, midday").
         """
         topic_block, start = records.topic_block(topic), records.HEADER_BYTES
         end = start + len(topic_block)
-        ready_prefix, expiry_time = keys.ready_prefix(topic), keys.time_bound(expire_at_ms)
-        ready, expiry = batch.writes[keys.CF_READY], batch.writes[keys.CF_EXPIRY]
-        overlay, retired = batch.records, []
+        overlay, retired, acked, acked_keys = batch.records, [], [], []
         is_fired, ready_seq, as_acked = records.is_fired, records.record_ready_seq, records.as_acked
-        pack_seq = keys.U64.pack
-        acked = []
         encoded = [message_id.encode() for message_id in message_ids]
         raws = self.lookup_many(batch, encoded)
         for message_id, key, raw in zip(message_ids, encoded, raws, strict=True):
             if raw is None or not is_fired(raw) or raw[start:end] != topic_block:
                 continue
-            seq = ready_seq(raw)
-            ready[ready_prefix + pack_seq(seq)] = None
-            retired.append(seq)
+            retired.append(ready_seq(raw))
             overlay[key] = as_acked(raw, now_ms)
-            expiry[expiry_time + key] = b""
             acked.append(message_id)
+            acked_keys.append(key)
         if retired:
+            batch.writes[keys.CF_READY].update(
+                dict.fromkeys(keys.ready_keys(topic.encode(), retired))
+            )
+            batch.writes[keys.CF_EXPIRY].update(
+                dict.fromkeys(keys.expiry_keys(expire_at_ms, acked_keys), b"")
+            )
             batch.retired.setdefault(topic, []).extend(retired)
         batch.operations += len(acked)
         return acked
@@ -210,7 +212,7 @@ class TimerStore(TimerReads):
         Returns the key to resume from when `limit` was reached, else None.
         """
         entries = list(islice(self._range(self._expiry, lo, keys.time_bound(now_ms + 1)), limit))
-        ids = [key[keys.TIME_BYTES :] for key, _ in entries]
+        ids = keys.wheel_key_ids(key for key, _ in entries)
         expiry_writes = batch.writes[keys.CF_EXPIRY]
         for (key, _), message_id, raw in zip(
             entries, ids, self.lookup_many(batch, ids), strict=True

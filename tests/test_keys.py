@@ -74,3 +74,44 @@ def test_a_minute_counter_key_slices_to_its_topic():
     minute, total = keys.count_keys(b"orders", 90_061_000)
     assert minute[: keys.COUNT_TOPIC_END] == b"orders"
     assert total == keys.count_total_key(b"orders")
+
+
+topics = st.text(alphabet="ABCabc0123_.%|-", min_size=1, max_size=20)
+
+
+@given(st.lists(st.tuples(times, ids), max_size=20))
+def test_wheel_key_ids_and_times_undo_wheel_keys(timers):
+    made = keys.wheel_keys([t_ms for t_ms, _ in timers], [i.encode() for _, i in timers])
+    assert keys.wheel_key_ids(made) == [message_id.encode() for _, message_id in timers]
+    assert keys.wheel_key_times_ms(made) == [t_ms for t_ms, _ in timers]
+
+
+@given(times, ids)
+def test_wheel_key_at_a_time_cut_from_bytes_is_the_wheel_key(t_ms, message_id):
+    at = keys.wheel_key_at(keys.time_bound(t_ms), message_id.encode())
+    assert at == keys.wheel_key(t_ms, message_id)
+
+
+@given(times, st.lists(ids, max_size=20))
+def test_expiry_keys_sort_by_time_and_give_back_their_ids(t_ms, message_ids):
+    raw_ids = [message_id.encode() for message_id in message_ids]
+    made = keys.expiry_keys(t_ms, raw_ids)
+    assert made == [keys.wheel_key(t_ms, message_id) for message_id in message_ids]
+    assert all(keys.time_bound(t_ms) < key < keys.time_bound(t_ms + 1) for key in made)
+    assert keys.wheel_key_ids(made) == raw_ids
+
+
+@given(topics, st.lists(st.integers(0, 2**64 - 1), max_size=20))
+def test_ready_keys_of_many_are_each_one_ready_key_of_their_topic(topic, seqs):
+    made = keys.ready_keys(topic.encode(), seqs)
+    assert made == [keys.ready_key(topic, seq) for seq in seqs]
+    assert all(keys.ready_key_topic(key) == topic.encode() for key in made)
+    assert [keys.ready_seq(key) for key in made] == seqs
+
+
+@given(st.lists(st.tuples(topics, times), max_size=20))
+def test_count_bucket_keys_are_each_timers_minute_counter(timers):
+    made = keys.count_bucket_keys([t.encode() for t, _ in timers], [t_ms for _, t_ms in timers])
+    assert made == [keys.count_keys(t.encode(), t_ms)[0] for t, t_ms in timers]
+    topics_back = [key[: keys.COUNT_TOPIC_END] for key in made]
+    assert topics_back == [t.encode() for t, _ in timers]
