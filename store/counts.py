@@ -56,7 +56,9 @@ class PendingCounts:
         if database.families[keys.CF_META].get(keys.META_COUNTS_BUILT) is None:
             self._build()
         # Topics with pending timers (their total key), so a forecast need not scan.
-        self._topics = {key[:-1] for key in self._values if _is_total(key)}
+        self._topics = {
+            keys.count_total_topic(key) for key in self._values if keys.is_count_total_key(key)
+        }
 
     def _build(self) -> None:
         """Count an older store's wheels once (each wheel key holds its topic)."""
@@ -110,7 +112,7 @@ class PendingCounts:
             for key in emptied:
                 del values[key]
             for key, value in changes.totals.items():
-                topic = key[:-1]
+                topic = keys.count_total_topic(key)
                 if value > 0:
                     values[key] = value
                     self._topics.add(topic)
@@ -160,8 +162,3 @@ class PendingCounts:
         )
         count = sum(keys.decode_u64(value) for _, value in islice(items, None))
         return count, lo_ms, hi_ms
-
-
-def _is_total(key: bytes) -> bool:
-    """A topic's total key (topic + 0x01); a minute key holds the 0x00 separator."""
-    return key.endswith(keys.TOTAL_MARK) and keys.TOPIC_SEPARATOR not in key

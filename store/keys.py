@@ -240,6 +240,16 @@ def count_total_key(topic: bytes) -> bytes:
     return topic + TOTAL_MARK
 
 
+def count_total_topic(key: bytes) -> bytes:
+    """The topic (UTF-8) of a total counter key."""
+    return key[: -len(TOTAL_MARK)]
+
+
+def is_count_total_key(key: bytes) -> bool:
+    """A topic's total key (topic + 0x01); a minute key holds the 0x00 separator."""
+    return key.endswith(TOTAL_MARK) and TOPIC_SEPARATOR not in key
+
+
 def count_keys(topic: bytes, deliver_at_ms: int) -> tuple[bytes, bytes]:
     """The minute and total counters a timer of `topic` due at `deliver_at_ms` is in."""
     bucket = count_bucket_key(topic, deliver_at_ms - deliver_at_ms % COUNT_BUCKET_MS)

@@ -115,3 +115,10 @@ def test_count_bucket_keys_are_each_timers_minute_counter(timers):
     assert made == [keys.count_keys(t.encode(), t_ms)[0] for t, t_ms in timers]
     topics_back = [key[: keys.COUNT_TOPIC_END] for key in made]
     assert topics_back == [t.encode() for t, _ in timers]
+
+
+@given(topics, times)
+def test_a_total_counter_key_is_told_from_a_minute_key(topic, t_ms):
+    minute, total = keys.count_keys(topic.encode(), t_ms)
+    assert keys.is_count_total_key(total) and not keys.is_count_total_key(minute)
+    assert keys.count_total_topic(total) == topic.encode()
