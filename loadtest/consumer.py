@@ -3,10 +3,10 @@
 Each stream thread stamps a DeliveryBatch with the wall clock the moment it arrives
 (`time.time_ns()`: the same clock the producers used for deliver times, since every
 process runs on this machine), tallies it, then hands its ids to the stream's
-`timerwheel.AckSender`, which acks as `timerwheel.Client.consume` does: one Ack call on
-the wire at a time, gathering for `ack_linger_ms` (the scenario's; 0 sends whatever came
-while the last call was out). The sum of the server's Ack answers is the `acked` figure
-of the accounting.
+`timerwheel.AckSender`, which acks as `timerwheel.Client.consume` does: gathering for
+`ack_linger_ms` (the scenario's), another call beside an unanswered one only once that
+has been out a whole linger, up to 4 on the wire (timerwheel/acks.py). The sum of the
+server's Ack answers is the `acked` figure of the accounting.
 
 The process stops when the harness sets `channels.stop` (or at its hard deadline): the
 streams are cancelled, the acks still waiting are sent, and the merged tally goes back

@@ -12,8 +12,9 @@ async client; an async handler is awaited). When it returns, the message is acke
 it raises, it is nacked (delivered again, `attempt` + 1) and the error is logged. A
 handler may settle a message itself first with `message.ack()` or `message.nack()`; the
 first settlement wins. Acks and nacks are sent in batches by one sender, so a fast
-handler does not cost an RPC per message: one call on the wire at a time, gathering for
-`ack_linger_ms` (default 10) once something waits (timerwheel/acks.py says why). With
+handler does not cost an RPC per message: gathering for `ack_linger_ms` (default 10) once
+something waits, and another call on the wire only once the last has been out a whole
+linger (timerwheel/acks.py says why). With
 `concurrency=1` messages are handled in delivery order.
 
 Stopping: `consume` returns when `stop` is set (also while the topic is idle: the sync
@@ -42,9 +43,11 @@ import structlog
 
 from timerwheel.acks import (
     DEFAULT_ACK_LINGER_MS,
+    MAX_ACK_CALLS_ON_WIRE,
     AckSender,
     Settlements,
     check_linger_ms,
+    gate_wait_s,
     in_calls,
 )
 from timerwheel.types import RemoteError
@@ -232,20 +235,51 @@ async def consume_async(
                 message.ack()
 
     async def send_settled() -> int:
-        """Settlements in batches as timerwheel.acks.AckSender sends them; returns acked."""
-        acked = 0
+        """Settlements in batches as timerwheel.acks.AckSender sends them (the linger,
+        the gate, up to MAX_ACK_CALLS_ON_WIRE batches on the wire); returns acked."""
+        loop = asyncio.get_running_loop()
+        calls: set[asyncio.Task[int]] = set()
+        newest: asyncio.Task[int] | None = None
+        newest_sent_at = 0.0  # loop.time() when the newest call went
+        acked, errors = 0, []
+
+        def gate_wait() -> float | None:
+            out_s = None if newest is None or newest.done() else loop.time() - newest_sent_at
+            return gate_wait_s(len(calls), out_s, linger_s, MAX_ACK_CALLS_ON_WIRE)
+
+        def returned(task: asyncio.Task[int]) -> None:
+            nonlocal acked
+            calls.discard(task)
+            if task.cancelled():
+                return
+            if task.exception() is not None:
+                errors.append(task.exception())
+            else:
+                acked += task.result()
+
+        async def send(acks: list[str], nacks: dict[str, list[str]]) -> int:
+            sent = sum([await client.ack(topic, ids) for ids in in_calls(acks)])
+            for reason, message_ids in nacks.items():
+                await client.nack(topic, message_ids, reason)
+            return sent
+
         while True:
             await arrived.wait()
+            while not handled.is_set() and (wait_s := gate_wait()) != 0.0:
+                await asyncio.wait(calls, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED)
             if linger_s and not handled.is_set():  # gather more; the end cuts it short
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(handled.wait(), linger_s)
             arrived.clear()
             acks, nacks = settlements.take()
-            for ids in in_calls(acks):
-                acked += await client.ack(topic, ids)
-            for reason, message_ids in nacks.items():
-                await client.nack(topic, message_ids, reason)
+            if acks or nacks:
+                newest, newest_sent_at = asyncio.create_task(send(acks, nacks)), loop.time()
+                newest.add_done_callback(returned)
+                calls.add(newest)
             if handled.is_set() and not settlements.waiting:
+                await asyncio.gather(*calls, return_exceptions=True)  # every call answered
+                if errors:
+                    raise errors[0]
                 return acked
 
     reader = asyncio.create_task(read())
