@@ -8,7 +8,8 @@ sync server is one thread per open Subscribe stream, so streams run on a pool of
 own (server.stream_pool: `max_subscribers` threads, and `grpc_workers` more on which the
 delivery hub refuses streams beyond `max_subscribers`), while unary calls run on
 `grpc_workers` threads: subscribers can never take the threads unary calls need, and
-unary calls never run 288 at once.
+unary calls never run 288 at once. Ack and Nack run on `settle_workers` threads of their
+own (server.settle_pool), so a consumer's acks never wait behind queued sends.
 
 Shutdown (`stop`, run on SIGTERM by `timerwheel serve`): health goes NOT_SERVING; the
 delivery hub ends the Subscribe streams (un-acked messages stay in the store and are
@@ -39,6 +40,7 @@ from server.guard import RequestGuard
 from server.metrics_http import MetricsEndpoint, ScrapeGauges
 from server.protection import UNPROTECTED, Protection, listen, load_protection, log_protection
 from server.service import TimerService
+from server.settle_pool import SettlePool
 from server.stream_pool import StreamPool
 from timerwheel.v1 import timerwheel_pb2 as pb
 from timerwheel.v1 import timerwheel_pb2_grpc as pb_grpc
@@ -94,6 +96,7 @@ def build_grpc_server(
     # RESOURCE_EXHAUSTED): the streams' pool has grpc_workers threads more for those.
     stream_threads = settings.max_subscribers + settings.grpc_workers
     stream_pool = ThreadPoolExecutor(stream_threads, thread_name_prefix="grpc-stream")
+    settle_pool = ThreadPoolExecutor(settings.settle_workers, thread_name_prefix="grpc-settle")
     server = grpc.server(
         unary_pool,
         maximum_concurrent_rpcs=settings.max_concurrent_rpcs,  # beyond: RESOURCE_EXHAUSTED
@@ -102,8 +105,12 @@ def build_grpc_server(
             ("grpc.max_send_message_length", -1),
             ("grpc.so_reuseport", 1 if reuse_port else 0),
         ],
-        # StreamPool first: it wraps what the guard returns, so the pool it sets is seen.
-        interceptors=[StreamPool(stream_pool), RequestGuard(protection.tokens, engine.topic_of)],
+        # The pools first: they wrap what the guard returns, so the pool they set is seen.
+        interceptors=[
+            StreamPool(stream_pool),
+            SettlePool(settle_pool),
+            RequestGuard(protection.tokens, engine.topic_of),
+        ],
     )
     pb_grpc.add_TimerServiceServicer_to_server(TimerService(engine, hub), server)
     admin = TimerAdmin(engine, hub, protection.security, stats_root_pid)
@@ -113,7 +120,7 @@ def build_grpc_server(
     reflection.enable_server_reflection(
         (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
-    return GrpcServer(server, health_servicer, (unary_pool, stream_pool))
+    return GrpcServer(server, health_servicer, (unary_pool, stream_pool, settle_pool))
 
 
 def set_serving(health_servicer: health.HealthServicer, serving: bool = True) -> None:

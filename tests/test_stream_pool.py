@@ -35,7 +35,10 @@ def test_a_stopped_server_ends_its_pools_threads(make_server):
     server = make_server(grpc_workers=2, max_subscribers=4)
     with TimerClient(server.target, timeout_s=WAIT_S) as client:
         client.service.Send(pb.SendRequest(topic="t", delay_ms=60_000))
-    ours = [t for t in threading.enumerate() if t.name.startswith(("grpc-unary", "grpc-stream"))]
+        client.ack("t", ["no-such-id"])  # a thread of the settle pool too
+    pools = ("grpc-unary", "grpc-stream", "grpc-settle")
+    ours = [t for t in threading.enumerate() if t.name.startswith(pools)]
+    assert {t.name.split("_")[0] for t in ours} >= {"grpc-unary", "grpc-settle"}
     server.stop(grace_s=1.0)
     for thread in ours:
         thread.join(WAIT_S)

@@ -116,6 +116,9 @@ class Settings:
     # thread of a second pool for its lifetime (server.stream_pool), so streams can never
     # starve unary calls.
     grpc_workers: int = 32
+    # Ack and Nack run on threads of their own (server.settle_pool): a consumer's acks
+    # never wait behind queued sends.
+    settle_workers: int = 8
     max_subscribers: int = 256
     max_request_bytes: int = 16 * 1024 * 1024  # largest request (a SendBatch) accepted
     shutdown_grace_ms: int = 10 * SECOND_MS  # SIGTERM: how long in-flight calls may finish
@@ -250,7 +253,8 @@ _POSITIVE_FIELDS = (
     "cascade_chunk", "fire_chunk", "sweep_chunk", "max_group_ops", "max_queued_ops",
     "max_unacked", "ack_timeout_ms", "max_in_flight_default", "block_cache_bytes",
     "write_buffer_bytes", "wheel_write_buffer_bytes", "max_in_flight_limit",
-    "delivery_batch_max", "delivery_batch_bytes", "grpc_workers", "max_subscribers",
+    "delivery_batch_max", "delivery_batch_bytes", "grpc_workers", "settle_workers",
+    "max_subscribers",
     "max_request_bytes", "shutdown_grace_ms", "fired_cache_bytes", "max_list_bytes",
     "max_delivery_bytes",
     "max_ack_ids", "max_inflight_request_bytes", "max_concurrent_rpcs",

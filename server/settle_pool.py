@@ -1,0 +1,45 @@
+"""Acks and Nacks on threads of their own, so a consumer's settlements never wait behind sends.
+
+A subscriber's room (its `max_in_flight`) comes back when its Ack reaches the delivery
+hub (`TopicDispatcher.settle`). On the server's one pool of `grpc_workers` threads, an
+Ack waited in the pool's queue behind every Send queued before it, and under load each
+of those Sends holds its thread until its group commit: with producers keeping 256
+requests outstanding at 40,000 messages a second, Acks were answered after 450-600 ms,
+so the consumer's window of 5,000 was held shut and delivery ran at about 10,000 a
+second while the sends went on (docs/benchmarks.md, 2026-11-29, late morning).
+
+So Ack and Nack run on a pool of `settle_workers` threads of their own, through grpcio's
+per-method pool (a behaviour's `experimental_thread_pool` attribute, as
+`server.stream_pool` does for streams): they wait only behind other settlements. They
+still go through the request guard and the same servicer methods; only the thread they
+run on changes.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+
+SETTLE_METHODS = frozenset({"/timerwheel.v1.TimerService/Ack", "/timerwheel.v1.TimerService/Nack"})
+
+
+class SettlePool(grpc.ServerInterceptor):
+    """Puts Ack and Nack calls on `pool`; every other unary call keeps the server's."""
+
+    def __init__(self, pool: ThreadPoolExecutor) -> None:
+        self._pool = pool
+
+    def intercept_service(self, continuation, details):
+        handler = continuation(details)
+        if handler is None or details.method not in SETTLE_METHODS:
+            return handler
+        behaviour = handler.unary_unary
+
+        def on_the_settle_pool(request, context):
+            return behaviour(request, context)
+
+        on_the_settle_pool.experimental_thread_pool = self._pool
+        return grpc.unary_unary_rpc_method_handler(
+            on_the_settle_pool, handler.request_deserializer, handler.response_serializer
+        )
