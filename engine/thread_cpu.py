@@ -33,7 +33,8 @@ PYTHON_KINDS = (
     ("timerwheel-writer", "writer"),
     ("timerwheel-wal-sync", "wal_sync"),  # the WAL's fsyncs, behind the writer
     ("timerwheel-delivery", "delivery"),
-    ("grpc-unary", "grpc_calls"),  # unary handlers: Send(Batch), Ack, Get, List, Stats...
+    ("grpc-unary", "grpc_calls"),  # unary handlers: Send(Batch), Get, List, Stats...
+    ("grpc-settle", "grpc_calls"),  # and Ack and Nack, on a pool of their own
     ("grpc-stream", "grpc_streams"),  # Subscribe streams
     ("engine-conn", "engine_calls"),  # `serve --workers`: the engine's calls from others
     ("MainThread", "main"),

@@ -25,6 +25,7 @@ linux_only = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/sel
         ("timerwheel-wal-sync", "wal_sync"),
         ("timerwheel-delivery", "delivery"),
         ("grpc-unary_12", "grpc_calls"),
+        ("grpc-settle_3", "grpc_calls"),
         ("grpc-stream_0", "grpc_streams"),
         ("engine-conn", "engine_calls"),
         ("MainThread", "main"),
