@@ -91,6 +91,7 @@ class Tally:
     # receive - fired_at (first attempts): the delivery's share of the delay error
     lag_ms: Counter = field(default_factory=Counter)
     early_ms: Counter = field(default_factory=Counter)  # deliver - receive, when received early
+    ack_ms: Counter = field(default_factory=Counter)  # an Ack batch sent -> answered
     # By the second of the deliver time (epoch s): the worst delay error and fire lateness
     # of first attempts due in it, so a report can say when the tail happened.
     worst_delay_ms: dict[int, int] = field(default_factory=dict)
@@ -101,6 +102,10 @@ class Tally:
     foreign: int = 0  # bodies the harness did not write
     acked: int = 0  # the server's Ack answers, summed
     last_received_ms: int = 0
+
+    def ack_answered(self, round_trip_ms: int, ids: int) -> None:
+        """`AckSender`'s `on_answer`: one Ack batch answered after `round_trip_ms`."""
+        self.ack_ms[round_trip_ms] += 1
 
     def add(self, deliveries: Iterable, received_ms: int) -> None:
         """Record a DeliveryBatch's deliveries, all received at `received_ms` (wall clock)."""

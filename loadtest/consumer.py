@@ -50,7 +50,7 @@ class Stream:
         self.tally = Tally()
         self.error: str | None = None
         self._on_batch = on_batch
-        self.acks = AckSender(client, topic, plan.ack_linger_ms)
+        self.acks = AckSender(client, topic, plan.ack_linger_ms, on_answer=self.tally.ack_answered)
         self.subscription = client.subscribe(topic, plan.max_in_flight)
         self.thread = threading.Thread(target=self._run, name=f"stream-{topic}", daemon=True)
         self.thread.start()
@@ -79,13 +79,14 @@ class Stream:
 
 def merge_tallies(tallies: list[Tally]) -> dict:
     """One process's streams as the result the harness merges (bytes, encoded HDR)."""
-    delay, fire, lag, early = Counter(), Counter(), Counter(), Counter()
+    delay, fire, lag, early, ack = Counter(), Counter(), Counter(), Counter(), Counter()
     seen: dict[int, list[bytes]] = {}
     for tally in tallies:
         delay.update(tally.delay_ms)
         fire.update(tally.fire_ms)
         lag.update(tally.lag_ms)
         early.update(tally.early_ms)
+        ack.update(tally.ack_ms)
         for producer, counts in tally.seen.items():
             seen.setdefault(producer, []).append(bytes(counts))
     usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -96,6 +97,7 @@ def merge_tallies(tallies: list[Tally]) -> dict:
         "fire_ms": histogram_of(fire).encode(),
         "lag_ms": histogram_of(lag).encode(),
         "early_ms": histogram_of(early).encode(),
+        "ack_ms": histogram_of(ack).encode(),
         "worst_delay_ms": merge_worst(t.worst_delay_ms for t in tallies),
         "worst_fire_ms": merge_worst(t.worst_fire_ms for t in tallies),
         "early": sum(early.values()),

@@ -9,7 +9,9 @@ Units are in the names: `_ms` integer milliseconds, `_us` microseconds, `_bytes`
   user sees); `fire_lateness_ms`: the server's fire time - deliver time (the Delivery's
   `fired_at_ms`); `delivery_lag_ms`: consumer receive time - the server's fire time (what
   delivery adds: the hub, the stream, the consumer's process); `early_ms`: how early, for
-  receipts before the deliver time.
+  receipts before the deliver time; `ack_round_trip_ms`: a consumer's Ack batch sent ->
+  answered (a subscriber's room comes back when its Ack reaches the server, so slow
+  answers mean Acks queued on the way there).
 * `timeline`: per second of deliver time, counted from the first due second, the worst
   delay error and fire lateness of the first receipts due in it (`delay_max_ms`,
   `fire_max_ms`) and the server's CPU in that wall-clock second (`server_cpu_percent`,
@@ -61,6 +63,7 @@ def figures(
         "fire_lateness_ms": _merged(outcome["consumers"], "fire_ms"),
         "delivery_lag_ms": _merged(outcome["consumers"], "lag_ms"),
         "early_ms": _merged(outcome["consumers"], "early_ms"),
+        "ack_round_trip_ms": _merged(outcome["consumers"], "ack_ms"),
         "delivery": _delivery(outcome),
         "timeline": timeline_rows,
         "seconds_at_ceiling": at_ceiling(timeline_rows),

@@ -121,6 +121,7 @@ def details(fig: dict) -> str:
     """The accounting and the figures the main table has no column for."""
     acc, send, server, delivery = fig["accounting"], fig["send"], fig["server"], fig["delivery"]
     fire, lag, intended = fig["fire_lateness_ms"], fig["delivery_lag_ms"], send["from_intended_us"]
+    ack = fig["ack_round_trip_ms"]
     load = fig["machine"]["load_before"]
     items = [
         ("offered rate reached", _rate_verdict(send)),
@@ -141,6 +142,8 @@ def details(fig: dict) -> str:
          f"{fire['p50']} / {fire['p99']} / {fire['p999']} / {fire['max']} ms"),
         ("delivery lag (server fire -> consumer receipt) P50 / P99 / P999 / max",
          f"{lag['p50']} / {lag['p99']} / {lag['p999']} / {lag['max']} ms"),
+        ("consumers' Ack calls, sent -> answered, P50 / P99 / max (a window's room comes "
+         "back when its Ack arrives)", f"{ack['p50']} / {ack['p99']} / {ack['max']} ms"),
         ("worst seconds of deliver time (from the first due: delay error max / fire "
          "lateness max; CPU then: the server, its writer, RocksDB's threads, the whole "
          "machine with the harness)", _worst_seconds(fig["timeline"])),

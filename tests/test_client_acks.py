@@ -78,6 +78,28 @@ def test_settlements_within_the_linger_go_in_one_call_and_close_sends_them_at_on
     assert sender.acked == 3 and sender.error is None
 
 
+def test_each_answered_batch_is_reported_with_its_round_trip_and_ids():
+    client = RecordingClient()
+    client.release.clear()
+    answers: list[tuple[int, int]] = []
+    sender = AckSender(
+        client,
+        "orders",
+        linger_ms=0,
+        max_ids=2,
+        on_answer=lambda ms, ids: answers.append((ms, ids)),
+    )
+    sender.ack(["1", "2", "3"])
+    assert client.wait_on_wire(1)
+    time.sleep(0.05)  # the answer is held this long: the round trip must show it
+    client.release.set()
+    sender.nack(["4"], "bad")
+    sender.close()
+    reports = dict((ids, ms) for ms, ids in answers)
+    assert sorted(reports) == [1, 3]  # one report a batch (its calls together), any order
+    assert reports[3] >= 50
+
+
 @pytest.mark.parametrize(
     ("calls_on_wire", "newest_out_s", "expected"),
     [

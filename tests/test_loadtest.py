@@ -94,6 +94,9 @@ def test_smoke_scenario_spawned_server_accounts_for_every_message(tmp_path, caps
     assert acc["lost"] == 0 and acc["early"] == 0 and acc["unexpected"] == 0
     assert fig["delay_error_ms"]["count"] == planned  # every message timed once
     assert fig["early_ms"]["count"] == 0
+    acks = fig["ack_round_trip_ms"]  # every Ack batch the consumer sent, timed
+    assert 1 <= acks["count"] <= planned and 0 < acks["p50"] <= acks["max"] < 30_000
+    assert "- consumers' Ack calls, sent -> answered, P50 / P99 / max" in table
     timeline = fig["timeline"]  # per second of deliver time: its worst
     assert [row["second"] for row in timeline] == list(range(len(timeline)))
     assert max(row["delay_max_ms"] for row in timeline) == fig["delay_error_ms"]["max"]

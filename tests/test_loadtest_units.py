@@ -273,6 +273,7 @@ def fake_figures(**accounting_changes) -> dict:
                  "max_behind_schedule_ms": 3},
         "delay_error_ms": delay, "fire_lateness_ms": delay,
         "delivery_lag_ms": {**delay, "p999": 7, "max": 8},
+        "ack_round_trip_ms": {**delay, "p50": 3, "p99": 11, "max": 12},
         "delivery": {"span_ms": 61_000},
         "timeline": [
             {"second": 0, "delay_max_ms": 4, "fire_max_ms": 1, "server_cpu_percent": None},

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
@@ -132,11 +132,15 @@ class AckSender:
 
     A batch's calls run on one of `max_calls` call threads, so several can be on the
     wire. A failed call is kept in `error` (the first one) and the sender goes on.
+    `on_answer(round_trip_ms, ids)`, if given, is called once each batch is answered
+    (or has failed), one call at a time: how long a server takes to answer Acks is what
+    holds a consumer's window (docs/architecture.md, "The gRPC front").
     """
 
     def __init__(
         self, client: Client, topic: str, linger_ms: int = DEFAULT_ACK_LINGER_MS,
         max_ids: int = MAX_IDS_PER_ACK, max_calls: int = MAX_ACK_CALLS_ON_WIRE,
+        on_answer: Callable[[int, int], None] | None = None,
     ) -> None:  # fmt: skip
         self.client = client
         self.topic = topic
@@ -145,6 +149,7 @@ class AckSender:
         self.max_calls = check_whole("max_calls", max_calls)
         self.settlements = Settlements()
         self.settlements.wake = self._wake
+        self._on_answer = on_answer
         self.acked = 0  # confirmed by the server
         self.error: RemoteError | None = None
         self._cond = threading.Condition()
@@ -212,6 +217,7 @@ class AckSender:
     def _call(self, number: int, acks: list[str], nacks: dict[str, list[str]]) -> None:
         acked = 0
         error = None
+        sent_at = time.monotonic()
         try:
             for ids in in_calls(acks, self.max_ids):
                 acked += self.client.ack(self.topic, ids)
@@ -227,3 +233,6 @@ class AckSender:
                 if number == self._sent:
                     self._newest_sent_at = None
                 self._cond.notify()
+                if self._on_answer is not None:
+                    ids = len(acks) + sum(map(len, nacks.values()))
+                    self._on_answer(round((time.monotonic() - sent_at) * 1000), ids)
