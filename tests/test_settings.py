@@ -38,6 +38,7 @@ def test_defaults_are_the_documented_ones():
         ({"cascade_pace_percent": 91}, "cascade_pace_percent=91"),
         ({"cascade_pace_percent": -1}, "cascade_pace_percent=-1"),
         ({"workers": -1}, "workers=-1"),
+        ({"settle_workers": 0}, "settle_workers=0"),
         ({"workers": 1000}, "workers=1000"),
     ],
 )
