@@ -21,6 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 
+from server.stream_pool import on_pool
+
 SETTLE_METHODS = frozenset({"/timerwheel.v1.TimerService/Ack", "/timerwheel.v1.TimerService/Nack"})
 
 
@@ -34,12 +36,8 @@ class SettlePool(grpc.ServerInterceptor):
         handler = continuation(details)
         if handler is None or details.method not in SETTLE_METHODS:
             return handler
-        behaviour = handler.unary_unary
-
-        def on_the_settle_pool(request, context):
-            return behaviour(request, context)
-
-        on_the_settle_pool.experimental_thread_pool = self._pool
         return grpc.unary_unary_rpc_method_handler(
-            on_the_settle_pool, handler.request_deserializer, handler.response_serializer
+            on_pool(handler.unary_unary, self._pool),
+            handler.request_deserializer,
+            handler.response_serializer,
         )

@@ -31,6 +31,16 @@ _HANDLER_OF = {  # (request streaming, response streaming) -> factory, behaviour
 }
 
 
+def on_pool(behaviour, pool: ThreadPoolExecutor):
+    """`behaviour` (a method handler's function) run on `pool` instead of the server's."""
+
+    def on_its_pool(request_or_iterator, context):
+        return behaviour(request_or_iterator, context)
+
+    on_its_pool.experimental_thread_pool = pool
+    return on_its_pool
+
+
 class StreamPool(grpc.ServerInterceptor):
     """Puts every streaming method's calls on `pool`; unary calls keep the server's."""
 
@@ -42,12 +52,8 @@ class StreamPool(grpc.ServerInterceptor):
         if handler is None or not (handler.request_streaming or handler.response_streaming):
             return handler
         factory, attribute = _HANDLER_OF[handler.request_streaming, handler.response_streaming]
-        behaviour = getattr(handler, attribute)
-
-        def on_the_stream_pool(request_or_iterator, context):
-            return behaviour(request_or_iterator, context)
-
-        on_the_stream_pool.experimental_thread_pool = self._pool
         return factory(
-            on_the_stream_pool, handler.request_deserializer, handler.response_serializer
+            on_pool(getattr(handler, attribute), self._pool),
+            handler.request_deserializer,
+            handler.response_serializer,
         )

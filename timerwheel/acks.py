@@ -20,11 +20,12 @@ settlements are batched in time instead:
 
 Why the gate matters: the server hands a subscriber no more than its window
 (`max_in_flight`) of un-acked messages, and frees room when an Ack arrives. With one
-call on the wire, a consumer takes at most a window per (linger + Ack round trip); at
-40,000/s with a window of 5,000 and Acks answered after 100 ms or more of commit queue,
-delivery fell 17-18 s behind the producers (docs/benchmarks.md, 2026-11-29).
+call on the wire, a consumer takes at most a window per (linger + Ack round trip). At
+40,000/s with the server's default window of 1,000 and Acks answered after 45-80 ms, the
+gate let a consumer take a fifth more a second; with the server at its ceiling it also
+makes 15-20% more Ack calls (docs/benchmarks.md, 2026-11-29, late morning).
 
-Calls go in calls of at most `MAX_IDS_PER_ACK` ids, the server's default limit. Closing
+Ids go in calls of at most `MAX_IDS_PER_ACK`, the server's default limit. Closing
 the sender cuts the linger and the gate short: what waits is sent at once, and close()
 returns once every call has been answered. A message settled but not yet sent when its
 process dies is delivered again, as any un-acked one: delivery stays at least once.
