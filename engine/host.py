@@ -25,7 +25,7 @@ import structlog
 from engine import metrics
 from engine.engine import Engine
 from engine.gil import set_switch_interval
-from engine.heap import freeze_startup_heap
+from engine.heap import prepare_heap_for_serving
 from engine.ipc import CallContext, CallServer, PackedError, pack_error
 from engine.ops import SendOp
 from engine.proc import become_child, wait_for_stop
@@ -127,7 +127,7 @@ def run_engine_process(
     server = CallServer(socket_path, authkey, host.handle, "engine")
     ready.send(("ready", {}))
     log.info("engine_process_ready", socket=socket_path)
-    freeze_startup_heap()
+    prepare_heap_for_serving()
     set_switch_interval(settings.gil_switch_interval_ms)
     try:
         stopped = wait_for_stop(stop, parent_pid, engine.writer_running)

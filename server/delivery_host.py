@@ -20,7 +20,7 @@ import structlog
 
 from engine import metrics
 from engine.gil import set_switch_interval
-from engine.heap import freeze_startup_heap
+from engine.heap import prepare_heap_for_serving
 from engine.ipc import CallClient, CallContext, CallServer
 from engine.proc import become_child, wait_for_stop
 from engine.remote import RemoteEngine
@@ -122,7 +122,7 @@ def run_delivery_process(
         raise SystemExit(1) from exc
     server = CallServer(socket_path, authkey, DeliveryHost(hub).handle, "delivery")
     ready.send(("ready", {}))
-    freeze_startup_heap()
+    prepare_heap_for_serving()
     set_switch_interval(settings.gil_switch_interval_ms)
     try:
         stopped = wait_for_stop(stop, parent_pid)

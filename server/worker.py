@@ -18,7 +18,7 @@ import structlog
 
 from engine import metrics
 from engine.gil import set_switch_interval
-from engine.heap import freeze_startup_heap
+from engine.heap import prepare_heap_for_serving
 from engine.ipc import CallClient
 from engine.proc import become_child, wait_for_stop
 from engine.remote import RemoteEngine
@@ -62,7 +62,7 @@ def run_worker_process(
     set_serving(health)
     ready.send(("ready", {"port": port}))
     log.info("worker_ready", worker=index, port=port)
-    freeze_startup_heap()
+    prepare_heap_for_serving()
     set_switch_interval(settings.gil_switch_interval_ms)
     try:
         stopped = wait_for_stop(stop, parent_pid)

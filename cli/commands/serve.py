@@ -185,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _serve_in_process(settings, security, args, stop: threading.Event, received: list[str]) -> int:
     from engine.gil import set_switch_interval
-    from engine.heap import freeze_startup_heap
+    from engine.heap import prepare_heap_for_serving
     from server.app import TimerServer  # heavy imports after the cheap checks
     from server.supervisor import check_port
 
@@ -200,7 +200,7 @@ def _serve_in_process(settings, security, args, stop: threading.Event, received:
         if args.port_file:
             _write_port_file(args.port_file, server.port)
         _write_port_files(args, server)
-        freeze_startup_heap()  # after the port files: a waiting client is not held up
+        prepare_heap_for_serving()  # after the port files: a waiting client is not held up
         set_switch_interval(settings.gil_switch_interval_ms)
         failed = server.engine.health.failed
         while not stop.wait(0.25) and not failed.is_set():
