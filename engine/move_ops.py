@@ -9,7 +9,7 @@ from engine.ops import Op, PreparedSend, WriterContext, stage_new, stage_trace, 
 from store import extras as extras_cf
 from store import records
 from store.batch import StagedBatch
-from wheels.domain import FailedPrecondition, NotFound, SendSpec, State, When
+from wheels.domain import FailedPrecondition, NotFound, State, When
 from wheels.trace import TraceEvent, TraceKind, assemble
 from wheels.validation import dead_letter_topic
 
@@ -46,8 +46,8 @@ class RescheduleOp(Op):
             moved = records.encode_extras(options, number, self.deliver_at_ms)
             extras_cf.stage_extras(batch, self.message_id.encode(), moved)
         record = records.with_schedule(raw, self.when, self.deliver_at_ms)
-        spec = SendSpec(records.record_topic(raw), b"", self.when)
-        moved = PreparedSend(spec, self.message_id, self.deliver_at_ms, True, record)
+        topic = records.record_topic(raw)
+        moved = PreparedSend(None, self.message_id, self.deliver_at_ms, True, record, topic)
         wheel = stage_new(ctx, batch, moved, now_ms, sent=False)
         event = TraceEvent(
             TraceKind.RESCHEDULED, now_ms, wheel=wheel, deliver_at_ms=self.deliver_at_ms

@@ -33,13 +33,17 @@ from wheels.trace import TraceEvent, TraceKind
 
 
 class PreparedSend(NamedTuple):
-    """One send of a `SendOp`, as the slow path (client-chosen ids) handles it."""
+    """One send of a `SendOp`, as the one-by-one paths handle it (client-chosen ids,
+    sends already due)."""
 
-    spec: SendSpec
+    # None in the engine's process for an op of server-made ids: only ops with a client's
+    # id need the request to compare (`SendOp.__getstate__`).
+    spec: SendSpec | None
     message_id: str
     deliver_at_ms: int
     client_chose_id: bool
     record: bytes
+    topic: str
     extras: bytes | None = None  # its `extras` entry (send options), if any
 
 
@@ -100,10 +104,11 @@ class SendOp(Op):
     with a few list operations rather than per-send objects.
     """
 
-    specs: list[SendSpec] = field(default_factory=list)
+    specs: list[SendSpec] = field(default_factory=list)  # see __getstate__
     message_ids: list[str] = field(default_factory=list)
     deliver_times_ms: list[int] = field(default_factory=list)
     records: list[bytes] = field(default_factory=list)
+    topics: list[str] = field(default_factory=list)
     client_ids: bool = False  # some spec carries a client-chosen id
     extras: list[bytes | None] | None = None  # per send, when some carry options
 
@@ -114,7 +119,7 @@ class SendOp(Op):
 
     @property
     def weight(self) -> int:
-        return len(self.specs)
+        return len(self.message_ids)
 
     def apply(self, ctx: WriterContext, batch: StagedBatch, now_ms: int) -> list[SendResult]:
         if not self.client_ids:
@@ -148,22 +153,32 @@ class SendOp(Op):
             results.append(item)
         return results
 
-    # Across processes, the specs travel as plain tuples: pickling a list of tuples runs
-    # in C (0.2 us a message), pickling the SendSpecs calls Python for each one and each
-    # of its enums (~4 us). No properties travel as None (the shared empty mapping of
+    # Across processes, an op of server-made ids leaves its specs behind: the writer
+    # stores its columns (each body is in its record) and needs nothing else of a request
+    # but its topic. Rebuilding the SendSpecs in the engine's process took 0.8 us a
+    # message of its GIL, and their bodies crossed twice (docs/benchmarks.md, 2026-11-29
+    # midday). An op with a client's id needs them (a repeated id is compared with the
+    # stored request), and they travel as plain tuples: pickling a list of tuples runs in
+    # C (0.2 us a message), pickling the SendSpecs calls Python for each one and each of
+    # its enums (~4 us). No properties travel as None (the shared empty mapping of
     # `NO_PROPERTIES` does not pickle).
     def __getstate__(self) -> dict:
         state = super().__getstate__()
-        state["specs"] = [
-            (s.topic, s.body, int(s.when.kind), s.when.value, s.properties or None, s.message_id,
-             int(s.if_exists))
-            for s in self.specs
-        ]  # fmt: skip
+        state["specs"] = None
+        if self.client_ids:
+            state["specs"] = [
+                (s.topic, s.body, int(s.when.kind), s.when.value, s.properties or None,
+                 s.message_id, int(s.if_exists))
+                for s in self.specs
+            ]  # fmt: skip
         return state
 
     def __setstate__(self, state: dict) -> None:
         rows = state.pop("specs")
         super().__setstate__(state)
+        if rows is None:
+            self.specs = []
+            return
         kinds = {int(kind): kind for kind in WhenKind}
         policies = {int(policy): policy for policy in IfExists}  # IfExists(n): 0.35 us each
         self.specs = [
@@ -179,14 +194,25 @@ class SendOp(Op):
         ]
 
     def prepared(self) -> list[PreparedSend]:
-        extras = self.extras or [None] * len(self.specs)
+        count = len(self.message_ids)
+        specs = self.specs or [None] * count  # none: server-made ids, across processes
+        extras = self.extras or [None] * count
         return [
-            PreparedSend(spec, message_id, deliver_at_ms, bool(spec.message_id), record, extra)
-            for spec, message_id, deliver_at_ms, record, extra in zip(
-                self.specs,
+            PreparedSend(
+                spec,
+                message_id,
+                deliver_at_ms,
+                bool(spec and spec.message_id),
+                record,
+                topic,
+                extra,
+            )
+            for spec, message_id, deliver_at_ms, record, topic, extra in zip(
+                specs,
                 self.message_ids,
                 self.deliver_times_ms,
                 self.records,
+                self.topics,
                 extras,
                 strict=True,
             )
@@ -263,7 +289,7 @@ def _stage_all_new(ctx: WriterContext, batch: StagedBatch, op: SendOp, now_ms: i
     placed = list(map(records.with_placement, op.records, wheels))
     ctx.store.stage_schedule_many(
         batch, message_ids, placed, op.deliver_times_ms,
-        [spec.topic.encode() for spec in op.specs], wheels,
+        [topic.encode() for topic in op.topics], wheels,
     )  # fmt: skip
     if op.extras:
         for message_id, extras in zip(message_ids, op.extras, strict=True):
@@ -290,14 +316,14 @@ def stage_new(
     if wheel is None and records.is_series(send.record):  # first occurrence due: fire it
         batch.records[message_id] = send.record
         seq = ctx.scheduler.take_fire_seqs(1)
-        batch.series_due.append((message_id, send.record, send.spec.topic, seq))
+        batch.series_due.append((message_id, send.record, send.topic, seq))
         fire_due_series(ctx, batch, now_ms)
     elif wheel is None:  # already due: fire at once, never through a wheel
         seq = ctx.scheduler.take_fire_seqs(1)
         fired = records.with_transition(send.record, State.FIRED, fired_at_ms=now_ms, ready_seq=seq)
-        ctx.store.stage_fire_new(batch, message_id, fired, send.spec.topic, seq)
+        ctx.store.stage_fire_new(batch, message_id, fired, send.topic, seq)
     else:
-        topic = send.spec.topic.encode()
+        topic = send.topic.encode()
         ctx.store.stage_schedule(
             batch, message_id, send.record, send.deliver_at_ms, topic, wheel.name
         )

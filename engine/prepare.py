@@ -33,7 +33,8 @@ def prepare_sends(
         message_ids = [s.message_id or made for s, made in zip(specs, message_ids, strict=True)]
     op = SendOp(
         specs=specs, message_ids=message_ids, deliver_times_ms=deliver_times_ms,
-        records=encode_new_many(specs, deliver_times_ms, now_ms), client_ids=client_ids,
+        records=encode_new_many(specs, deliver_times_ms, now_ms),
+        topics=[spec.topic for spec in specs], client_ids=client_ids,
     )  # fmt: skip
     with_options = [index for index, spec in enumerate(specs) if spec.options]
     if with_options:  # flagged records, and their `extras` entries (store.records)

@@ -17,7 +17,7 @@ from engine.ipc import CallClient, CallServer, unpack_error
 from engine.prepare import prepare_sends
 from engine.remote import RemoteEngine
 from engine.system_clock import SystemClock
-from wheels.domain import AlreadyExists, SendSpec, When, WhenKind
+from wheels.domain import AlreadyExists, SendOptions, SendSpec, State, When, WhenKind
 from wheels.settings import Settings
 
 IN_AN_HOUR = When(WhenKind.DELAY, 3_600_000)
@@ -69,6 +69,27 @@ def test_submit_sends_many_answers_each_op_alone(hosted):
     assert engine.get("a2").body == b"x"
     assert engine.get(result.message_id).topic == "t"
     assert engine.get("taken").body == b"first"  # the refused op changed nothing
+
+
+def test_server_made_ids_cross_without_their_specs_and_are_stored_whole(hosted):
+    """An op of server-made ids reaches the engine without its SendSpecs (engine.ops,
+    `SendOp.__getstate__`): the due-at-once and the scheduled send are each stored with
+    their topic, body and options."""
+    engine, calls, settings = hosted
+    specs = [
+        SendSpec("due", b"now", When(WhenKind.DELAY, 0)),
+        SendSpec("later", b"in an hour", IN_AN_HOUR, {"k": "v"}),
+        SendSpec("kept", b"retried", IN_AN_HOUR, options=SendOptions(max_attempts=3)),
+    ]
+    op = prepare_sends(specs, engine.now_ms(), settings, MessageIds())
+    [(ok, results)] = calls.call("submit_sends_many", [op])
+
+    assert ok and [r.message_id for r in results] == op.message_ids
+    due, later, kept = (engine.get(r.message_id) for r in results)
+    assert (due.topic, due.body, due.state) == ("due", b"now", State.FIRED)
+    assert (later.topic, later.body, later.state) == ("later", b"in an hour", State.SCHEDULED)
+    assert later.properties == {"k": "v"}
+    assert engine.max_attempts(kept.message_id) == 3
 
 
 def test_anything_but_send_ops_is_refused_before_any_is_queued(hosted):

@@ -34,6 +34,22 @@ def test_a_send_op_crosses_processes_with_every_spec_as_it_was(tmp_path):
     assert not copy.future.done() and copy.future is not op.future
 
 
+def test_an_op_of_server_made_ids_crosses_without_its_specs(tmp_path):
+    """The engine needs only the columns and each topic: every body crosses once, in its
+    record, and the writer's weight and topics are as they were."""
+    specs = [SendSpec(f"t{i % 2}", f"body-{i:03}".encode(), When(WhenKind.DELAY, 5_000))
+             for i in range(50)]  # fmt: skip
+    op = prepare_sends(specs, NOW_MS, Settings(data_dir=str(tmp_path)), MessageIds())
+
+    wire = pickle.dumps(op)
+    copy = pickle.loads(wire)
+
+    assert all(wire.count(spec.body) == 1 for spec in specs)
+    assert copy.specs == []
+    assert (copy.weight, copy.topics, copy.records) == (50, op.topics, op.records)
+    assert [send.topic for send in copy.prepared()] == [spec.topic for spec in specs]
+
+
 def test_specs_are_immutable():
     spec = SendSpec("orders", b"x", When(WhenKind.DELAY, 1))
     with pytest.raises(AttributeError):
