@@ -104,7 +104,7 @@ class SendOp(Op):
     with a few list operations rather than per-send objects.
     """
 
-    specs: list[SendSpec] = field(default_factory=list)  # see __getstate__
+    specs: list[SendSpec] = field(default_factory=list)  # [] across processes: __getstate__
     message_ids: list[str] = field(default_factory=list)
     deliver_times_ms: list[int] = field(default_factory=list)
     records: list[bytes] = field(default_factory=list)
@@ -155,13 +155,13 @@ class SendOp(Op):
 
     # Across processes, an op of server-made ids leaves its specs behind: the writer
     # stores its columns (each body is in its record) and needs nothing else of a request
-    # but its topic. Rebuilding the SendSpecs in the engine's process took 0.8 us a
-    # message of its GIL, and their bodies crossed twice (docs/benchmarks.md, 2026-11-29
-    # midday). An op with a client's id needs them (a repeated id is compared with the
-    # stored request), and they travel as plain tuples: pickling a list of tuples runs in
-    # C (0.2 us a message), pickling the SendSpecs calls Python for each one and each of
-    # its enums (~4 us). No properties travel as None (the shared empty mapping of
-    # `NO_PROPERTIES` does not pickle).
+    # but its topic. Unpickling the op with its SendSpecs took 0.52 us a message of the
+    # engine's GIL against 0.11 without, and their bodies crossed twice (bench.ipc_bench,
+    # docs/benchmarks.md 2026-11-29 midday). An op with a client's id needs them (a
+    # repeated id is compared with the stored request), and they travel as plain tuples:
+    # pickling a list of tuples runs in C (0.2 us a message), pickling the SendSpecs calls
+    # Python for each one and each of its enums (~4 us). No properties travel as None (the
+    # shared empty mapping of `NO_PROPERTIES` does not pickle).
     def __getstate__(self) -> dict:
         state = super().__getstate__()
         state["specs"] = None
