@@ -4,9 +4,9 @@
 
 Measures, with a real unix socket between two processes (a CallServer in a child process):
 an empty call's round trip; a SendBatch of 100 prepared sends (`SendOp`, pickled as the
-worker sends it) for the sender and the receiver; 500 fired rows as the engine hands them
-to the delivery process; and the records' decode that the delivery and worker processes
-then do. Prints one JSON line; docs/architecture.md cites it.
+worker sends it) for the sender and the receiver, and the engine's answer to it; 500
+fired rows as the engine hands them to the delivery process; and the records' decode
+that the delivery and worker processes then do. Prints one JSON line; docs/architecture.md cites it.
 """
 
 from __future__ import annotations
@@ -78,12 +78,28 @@ def _measure(client: CallClient) -> dict:
                   When(WhenKind.DELAY, 5_000), now_ms, 0, 0, 1)  # fmt: skip
     record = records.encode_timer(timer)
     rows = [(seq, timer.message_id.encode(), record) for seq in range(500)]
+    results = op.results_as_prepared()
+    answer = pickle.dumps((True, op.packed_results(results)), protocol=5)
+
+    def engine_answers() -> bytes:
+        return pickle.dumps((True, op.packed_results(op.results_as_prepared())))
+
     repeat = 2_000
     return {
         "empty_call_round_trip_us": _per(_timed(lambda: client.call("x", None), repeat), repeat),
         "send_batch_100_round_trip_us": _per(_timed(lambda: client.call("x", op), 500), 500),
         "send_op_pickle_us_per_message": _per(_timed(lambda: pickle.dumps(op), 500), 500 * 100),
         "send_op_unpickle_us_per_message": _per(_timed(lambda: pickle.loads(wire), 500), 500 * 100),
+        # The engine's answer to that op: its results as they cross back (none for
+        # server-made ids: SendOp.packed_results), then made whole in the worker; and
+        # the results pickled whole, as for an op with a client's ids.
+        "send_answer_engine_us_per_message": _per(_timed(engine_answers, 500), 500 * 100),
+        "send_answer_worker_us_per_message": _per(
+            _timed(lambda: op.unpacked_results(pickle.loads(answer)[1]), 500), 500 * 100
+        ),
+        "send_results_whole_engine_us_per_message": _per(
+            _timed(lambda: pickle.dumps((True, op.results_as_prepared())), 500), 500 * 100
+        ),
         "fired_rows_500_round_trip_us": _per(_timed(lambda: client.call("x", rows), 500), 500),
         "record_decode_us": _per(
             _timed(lambda: records.decode_timer(timer.message_id, record), 100_000), 100_000

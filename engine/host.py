@@ -83,7 +83,7 @@ class EngineHost:
                 queued.append(self._engine.submit_sends(op))
             except TimerwheelError as exc:  # refused before queuing (Overloaded)
                 queued.append(pack_error(exc))
-        return [_answer(item) for item in queued]
+        return [_answer(op, item) for op, item in zip(ops, queued, strict=True)]
 
     def _wait_fired(self, timeout_s: float) -> set[str]:
         with self._cond:
@@ -97,11 +97,11 @@ class EngineHost:
             self._cond.notify_all()
 
 
-def _answer(item: Future | PackedError) -> Answer:
+def _answer(op: SendOp, item: Future | PackedError) -> Answer:
     if not isinstance(item, Future):
         return (False, item)
     try:
-        return (True, item.result())
+        return (True, op.packed_results(item.result()))
     except TimerwheelError as exc:
         return (False, pack_error(exc))
 

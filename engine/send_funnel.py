@@ -29,8 +29,9 @@ from engine.ipc import PackedError, RemoteFailure, pack_error, unpack_error
 from engine.ops import SendOp
 from wheels.domain import SendResult
 
-# One op's answer: (True, its results) or (False, its error, packed to cross a process).
-Answer = tuple[bool, "list[SendResult] | PackedError"]
+# One op's answer: (True, its results as `SendOp.packed_results` packs them) or
+# (False, its error, packed to cross a process).
+Answer = tuple[bool, "list[SendResult] | PackedError | None"]
 Carry = Callable[[list[SendOp]], list[Answer]]
 
 
@@ -65,7 +66,7 @@ class SendFunnel:
             self._lead_turn()
         ok, value = waiter.answer
         if ok:
-            return value
+            return op.unpacked_results(value)
         raise unpack_error(value)
 
     def _lead_turn(self) -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from engine.ids import MessageIds
 from engine.prepare import prepare_sends
-from wheels.domain import NO_PROPERTIES, IfExists, SendSpec, When, WhenKind
+from wheels.domain import NO_PROPERTIES, IfExists, SendResult, SendSpec, State, When, WhenKind
 from wheels.settings import Settings
 
 NOW_MS = 1_700_000_000_000
@@ -48,6 +48,33 @@ def test_an_op_of_server_made_ids_crosses_without_its_specs(tmp_path):
     assert copy.specs == []
     assert (copy.weight, copy.topics, copy.records) == (50, op.topics, op.records)
     assert [send.topic for send in copy.prepared()] == [spec.topic for spec in specs]
+
+
+def test_results_of_server_made_ids_cross_back_as_nothing_and_are_made_again(tmp_path):
+    """The engine answers an op of server-made ids with None (`SendOp.packed_results`):
+    the worker holds the ids and times it prepared, which are the results."""
+    settings = Settings(data_dir=str(tmp_path))
+    specs = [SendSpec("t", b"x", When(WhenKind.DELAY, 5_000 + i)) for i in range(3)]
+    made = prepare_sends(specs, NOW_MS, settings, MessageIds())
+    stored = made.results_as_prepared()
+
+    assert made.packed_results(stored) is None
+    assert made.unpacked_results(None) == stored
+    assert [(r.message_id, r.deliver_at_ms) for r in stored] == list(
+        zip(made.message_ids, made.deliver_times_ms, strict=True)
+    )
+    assert [r.existed for r in stored] == [False] * 3
+
+
+def test_results_of_a_clients_ids_cross_back_as_they_are(tmp_path):
+    """With a client's id a send may find its id taken (an idempotent retry): the
+    engine's results differ from the prepared ones and cross back whole."""
+    specs = [SendSpec("t", b"x", When(WhenKind.DELAY, 5_000), message_id="mine")]
+    op = prepare_sends(specs, NOW_MS, Settings(data_dir=str(tmp_path)), MessageIds())
+    retried = [SendResult("mine", NOW_MS + 1, existed=True, existing_state=State.FIRED)]
+
+    assert op.packed_results(retried) is retried
+    assert op.unpacked_results(retried) is retried
 
 
 def test_specs_are_immutable():
