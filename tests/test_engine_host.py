@@ -123,3 +123,18 @@ def test_concurrent_sends_of_a_remote_engine_are_stored_and_answered_each_alone(
         assert result.message_id == f"m{i}"
         assert engine.get(f"m{i}").body == b"x"
     assert engine.get("taken").body == b"first"
+
+
+def test_a_remote_engines_server_made_ids_are_answered_with_what_was_stored(hosted):
+    """The engine answers them with None (`SendOp.packed_results`); the worker's results,
+    made from what it prepared, name each stored timer with its stored time."""
+    engine, calls, settings = hosted
+    remote = RemoteEngine(settings, calls, SystemClock())
+
+    results = remote.send_batch_async([spec(body=b"one"), spec(body=b"two")]).result()
+
+    assert len({r.message_id for r in results}) == 2
+    for result, body in zip(results, (b"one", b"two"), strict=True):
+        stored = engine.get(result.message_id)
+        assert (stored.body, stored.deliver_at_ms) == (body, result.deliver_at_ms)
+        assert not result.existed
