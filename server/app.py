@@ -42,6 +42,7 @@ from server.protection import UNPROTECTED, Protection, listen, load_protection, 
 from server.service import TimerService
 from server.settle_pool import SettlePool
 from server.stream_pool import StreamPool
+from server.worker_health import WorkerHealth
 from timerwheel.v1 import timerwheel_pb2 as pb
 from timerwheel.v1 import timerwheel_pb2_grpc as pb_grpc
 from wheels.clock import Clock
@@ -81,6 +82,7 @@ class GrpcServer:
 def build_grpc_server(
     settings: Settings, engine: object, hub: object, *, reuse_port: bool = False,
     stats_root_pid: int | None = None, protection: Protection = UNPROTECTED,
+    worker: tuple[int, int] = (0, 1),
 ) -> GrpcServer:  # fmt: skip
     """The gRPC server with every service on it, not yet bound: TimerService and TimerAdmin
     over `engine` and `hub` (in-process objects, or the remote ones of a worker process),
@@ -89,7 +91,8 @@ def build_grpc_server(
 
     `reuse_port`: the worker processes of `timerwheel serve --workers N` all listen on one
     port (SO_REUSEPORT; the kernel spreads connections over them). Off otherwise, so a
-    second server on a busy port fails instead of sharing it.
+    second server on a busy port fails instead of sharing it. `worker`: this server's
+    (index, count) among them, which its health answers tell (server.worker_health).
     """
     unary_pool = ThreadPoolExecutor(settings.grpc_workers, thread_name_prefix="grpc-unary")
     # A stream beyond max_subscribers needs a thread too, to be refused on (the hub's
@@ -115,7 +118,7 @@ def build_grpc_server(
     pb_grpc.add_TimerServiceServicer_to_server(TimerService(engine, hub), server)
     admin = TimerAdmin(engine, hub, protection.security, stats_root_pid)
     pb_grpc.add_TimerAdminServicer_to_server(admin, server)
-    health_servicer = health.HealthServicer()
+    health_servicer = WorkerHealth(*worker)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
         (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server

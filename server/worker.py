@@ -49,8 +49,9 @@ def run_worker_process(
     )
     hub = RemoteHub(delivery_path, authkey)
     built = build_grpc_server(
-        settings, engine, hub, reuse_port=True, stats_root_pid=parent_pid, protection=protection
-    )
+        settings, engine, hub, reuse_port=True, stats_root_pid=parent_pid,
+        protection=protection, worker=(index, settings.workers),
+    )  # fmt: skip
     server, health = built.server, built.health
     address = bind_address(settings.host, settings.port)
     try:

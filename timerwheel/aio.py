@@ -17,13 +17,22 @@ same `RemoteError`. Create it inside the running event loop that will use it.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from timerwheel.acks import DEFAULT_ACK_LINGER_MS
-from timerwheel.connections import one_stub, open_aio_channels
+from timerwheel.connections import (
+    REDIALS_PER_CONNECTION,
+    Place,
+    one_stub,
+    open_aio_channels,
+    place_in,
+    redial_aio_channel,
+    redial_choice,
+)
 from timerwheel.consumer import Message, consume_async
 from timerwheel.credentials import Tls
 from timerwheel.producer import AsyncProducer
@@ -90,9 +99,16 @@ class AsyncClient:
         connections= for one spread over a server's workers)."""
         self.target = with_default_port(target)
         self.timeout_s = timeout_s
-        self.channels = open_aio_channels(self.target, tls, token, CHANNEL_OPTIONS, connections)
-        self.channel = self.channels[0]  # admin and health calls go here
-        self.service = one_stub(tuple(map(pb_grpc.TimerServiceStub, self.channels)))
+        self._use(open_aio_channels(self.target, tls, token, CHANNEL_OPTIONS, connections))
+        self._redial = functools.partial(
+            redial_aio_channel, self.target, tls, token, CHANNEL_OPTIONS
+        )
+        self.connection_workers: list[Place | None] = []  # as Client's
+
+    def _use(self, channels: list[grpc.aio.Channel]) -> None:
+        self.channels = channels
+        self.channel = channels[0]  # admin and health calls go here
+        self.service = one_stub(tuple(map(pb_grpc.TimerServiceStub, channels)))
         self.admin = pb_grpc.TimerAdminStub(self.channel)
         self.health = health_pb2_grpc.HealthStub(self.channel)
 
@@ -223,9 +239,31 @@ class AsyncClient:
         return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
 
     async def wait_ready(self, timeout_s: float = 10.0) -> None:
-        """Wait until every connection is up (raises TimeoutError otherwise)."""
-        ready = [channel.channel_ready() for channel in self.channels]
-        await asyncio.wait_for(asyncio.gather(*ready), timeout_s)
+        """Wait until every connection is up (raises TimeoutError otherwise), then spread
+        several connections over a server's workers, as `Client.wait_ready`."""
+        await asyncio.wait_for(self._ready_and_spread(), timeout_s)
+
+    async def _ready_and_spread(self) -> None:
+        await asyncio.gather(*(channel.channel_ready() for channel in self.channels))
+        if len(self.channels) == 1:
+            return
+        channels = list(self.channels)
+        places = [await _place_of(channel) for channel in channels]
+        for _ in range(REDIALS_PER_CONNECTION * len(channels)):
+            index = redial_choice(places)
+            if index is None:
+                break
+            channel = self._redial()
+            try:
+                await channel.channel_ready()
+                place = await _place_of(channel)
+            except BaseException:
+                await channel.close()
+                raise
+            await channels[index].close()
+            channels[index], places[index] = channel, place
+        self._use(channels)
+        self.connection_workers = places
 
     async def close(self) -> None:
         for channel in self.channels:
@@ -243,3 +281,14 @@ class AsyncClient:
             return await method(request, timeout=timeout)
         except grpc.RpcError as error:
             raise RemoteError.of(error) from None
+
+
+async def _place_of(channel: grpc.aio.Channel) -> Place | None:
+    """The worker that answers on `channel`'s connection, as its health answer says
+    (bounded by `wait_ready`'s timeout)."""
+    call = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest())
+    try:
+        await call
+        return place_in(await call.trailing_metadata())
+    except grpc.RpcError:
+        return None  # no health service: leave the spread as it is

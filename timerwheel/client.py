@@ -23,6 +23,7 @@ connections (timerwheel/connections.py).
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -31,7 +32,15 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from timerwheel.acks import DEFAULT_ACK_LINGER_MS
-from timerwheel.connections import one_stub, open_channels
+from timerwheel.connections import (
+    REDIALS_PER_CONNECTION,
+    Place,
+    one_stub,
+    open_channels,
+    place_in,
+    redial_channel,
+    redial_choice,
+)
 from timerwheel.consumer import Message, consume
 from timerwheel.credentials import Tls
 from timerwheel.producer import Producer
@@ -101,10 +110,17 @@ class Client:
     ) -> None:
         self.target = with_default_port(target)
         self.timeout_s = timeout_s
-        self.channels = open_channels(self.target, tls, token, CHANNEL_OPTIONS, connections)
-        self.channel = self.channels[0]  # admin and health calls go here
+        self._use(open_channels(self.target, tls, token, CHANNEL_OPTIONS, connections))
+        self._redial = functools.partial(redial_channel, self.target, tls, token, CHANNEL_OPTIONS)
+        # The worker each connection reached, (index, count), as `wait_ready` left them
+        # (None where the server did not say); empty before it, or with one connection.
+        self.connection_workers: list[Place | None] = []
+
+    def _use(self, channels: list[grpc.Channel]) -> None:
+        self.channels = channels
+        self.channel = channels[0]  # admin and health calls go here
         # One TimerService stub per connection; `service` takes turns on them.
-        self.service = one_stub(tuple(map(pb_grpc.TimerServiceStub, self.channels)))
+        self.service = one_stub(tuple(map(pb_grpc.TimerServiceStub, channels)))
         self.admin = pb_grpc.TimerAdminStub(self.channel)
         self.health = health_pb2_grpc.HealthStub(self.channel)
 
@@ -260,11 +276,36 @@ class Client:
         return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
 
     def wait_ready(self, timeout_s: float = 10.0) -> None:
-        """Block until every connection is up (raises grpc.FutureTimeoutError otherwise)."""
-        futures = [grpc.channel_ready_future(channel) for channel in self.channels]
+        """Block until every connection is up (raises grpc.FutureTimeoutError otherwise).
+
+        With several connections to a server of several workers, it then spreads them
+        evenly over the workers, dialling again a connection whose worker has two more
+        of them than another (timerwheel.connections); `connection_workers` says where
+        each went. Call it before the client's other calls: a connection dialled again
+        is closed."""
         deadline = time.monotonic() + timeout_s
-        for future in futures:
-            future.result(timeout=max(0.0, deadline - time.monotonic()))
+        for channel in self.channels:
+            _ready(channel, deadline)
+        if len(self.channels) > 1:
+            self._spread(deadline)
+
+    def _spread(self, deadline: float) -> None:
+        channels = list(self.channels)
+        places = [_place_of(channel, deadline) for channel in channels]
+        for _ in range(REDIALS_PER_CONNECTION * len(channels)):
+            index = redial_choice(places)
+            if index is None:
+                break
+            channel = self._redial()
+            try:
+                _ready(channel, deadline)
+            except BaseException:
+                channel.close()
+                raise
+            channels[index].close()
+            channels[index], places[index] = channel, _place_of(channel, deadline)
+        self._use(channels)
+        self.connection_workers = places
 
     def close(self) -> None:
         for channel in self.channels:
@@ -282,6 +323,22 @@ class Client:
             return method(request, timeout=timeout)
         except grpc.RpcError as error:
             raise RemoteError.of(error) from None
+
+
+def _ready(channel: grpc.Channel, deadline: float) -> None:
+    grpc.channel_ready_future(channel).result(timeout=max(0.0, deadline - time.monotonic()))
+
+
+def _place_of(channel: grpc.Channel, deadline: float) -> Place | None:
+    """The worker that answers on `channel`'s connection, as its health answer says."""
+    check = health_pb2_grpc.HealthStub(channel).Check
+    try:
+        _, call = check.with_call(
+            health_pb2.HealthCheckRequest(), timeout=max(0.001, deadline - time.monotonic())
+        )
+    except grpc.RpcError:
+        return None  # no answer in time, or no health service: leave the spread as it is
+    return place_in(call.trailing_metadata())
 
 
 TimerClient = Client  # the name before `timerwheel.Client`; existing callers keep working

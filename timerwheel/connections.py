@@ -4,9 +4,16 @@ A server started with `timerwheel serve --workers N` runs N gRPC processes on on
 (SO_REUSEPORT): the kernel gives each TCP *connection* to one worker, by a hash, and a
 gRPC channel carries all of its calls on one connection. So a client with one channel
 is served by one worker however many there are. `Client(target, connections=K)` opens
-K channels, each on a connection of its own, and its calls take turns on them: K
-connections spread over the workers as the kernel hashes them (a hash, not a balance:
-with few connections two can land on one worker; docs/architecture.md).
+K channels, each on a connection of its own, and its calls take turns on them.
+
+The kernel hashes each connection to a worker: a hash, not a balance, so with few
+connections two can land on one worker while another has none. A server's health answers
+say which worker sent them (`timerwheel-worker: INDEX/COUNT` in the trailing metadata;
+server/worker_health.py), and `Client.wait_ready()` uses that: while one worker has two
+more of the client's connections than another, it dials one of the crowded worker's
+connections again (a new connection is a new draw of the hash), up to
+`REDIALS_PER_CONNECTION` times per connection (`redial_choice` decides which). A server
+that does not say (an older one, a proxy in between) leaves the connections as they are.
 
 Channels to one target in one process share one connection unless each keeps its own
 subchannel pool (`grpc.use_local_subchannel_pool`): that is what makes them separate.
@@ -14,6 +21,7 @@ subchannel pool (`grpc.use_local_subchannel_pool`): that is what makes them sepa
 
 from __future__ import annotations
 
+from collections import Counter
 from itertools import count as counter
 
 import grpc
@@ -21,6 +29,43 @@ import grpc
 from timerwheel.credentials import Tls, open_aio_channel, open_channel
 
 _OWN_CONNECTION = ("grpc.use_local_subchannel_pool", 1)
+WORKER_METADATA_KEY = "timerwheel-worker"
+# Each redial is a fresh draw: with two workers, the chance that a connection needing a
+# move lands on the crowded worker again every time is 2**-8 per connection.
+REDIALS_PER_CONNECTION = 8
+
+Place = tuple[int, int]  # (the worker's index, how many workers the server runs)
+
+
+def worker_place(index: int, count: int) -> str:
+    """The metadata value a worker answers with: "INDEX/COUNT"."""
+    return f"{index}/{count}"
+
+
+def place_in(metadata) -> Place | None:
+    """The (index, count) a health answer's trailing metadata names, or None."""
+    for key, value in metadata or ():
+        if key == WORKER_METADATA_KEY:
+            index, _, count = value.partition("/")
+            if index.isdigit() and count.isdigit() and int(index) < int(count):
+                return int(index), int(count)
+    return None
+
+
+def redial_choice(places: list[Place | None]) -> int | None:
+    """Which connection to dial again so that the connections spread evenly over the
+    server's workers: the last one on a worker that has at least two more of them than
+    another worker has. None once they are even (no worker two ahead of another), or when
+    not every connection's worker is known, or the answers disagree on how many workers
+    there are (a restart in between)."""
+    if not places or None in places or len({count for _, count in places}) != 1:
+        return None
+    count = places[0][1]
+    on_worker = Counter(index for index, _ in places)
+    crowded, most = on_worker.most_common(1)[0]
+    if most - min(on_worker.get(index, 0) for index in range(count)) < 2:
+        return None
+    return max(i for i, (index, _) in enumerate(places) if index == crowded)
 
 
 def check_connections(count: object) -> int:
@@ -36,6 +81,16 @@ def open_channels(
     """`count` channels to `target`, each on a TCP connection of its own."""
     options = _options_for(options, count)
     return [open_channel(target, tls, token, options) for _ in range(count)]
+
+
+def redial_channel(target: str, tls: Tls | bool | None, token: str | None, options: list):
+    """One more channel to `target` on a connection of its own (a redial)."""
+    return open_channel(target, tls, token, [*options, _OWN_CONNECTION])
+
+
+def redial_aio_channel(target: str, tls: Tls | bool | None, token: str | None, options: list):
+    """`redial_channel` for grpc.aio."""
+    return open_aio_channel(target, tls, token, [*options, _OWN_CONNECTION])
 
 
 def open_aio_channels(
