@@ -21,7 +21,7 @@ from server.service import delivery_batch, send_batch_response, specs_from_proto
 from server.subscriber import Delivered
 from store import records
 from timerwheel.v1 import timerwheel_pb2 as pb
-from wheels.domain import FiredTimer, SendResult
+from wheels.domain import SendResult
 from wheels.settings import Settings
 from wheels.validation import validate_message_refs
 
@@ -53,7 +53,7 @@ def main() -> None:
         records.as_fired(record, now_ms, seq) for seq, record in enumerate(op.records, start=1)
     ]
     batch = [
-        Delivered(FiredTimer(seq, records.decode_delivery(message_id, record)), 1)
+        Delivered(records.FiredRecord(seq, message_id, record), 1)
         for seq, (message_id, record) in enumerate(zip(op.message_ids, fired, strict=True))
     ]
     ack_ids = ids.take([now_ms] * ACK_IDS)

@@ -170,7 +170,8 @@ class Recorder(NullRecorder):
 
     def delivered(self, batch, wall_now_ms: int) -> None:
         """A batch of `server.delivery.Delivered` handed to one subscriber."""
-        first = [wall_now_ms - d.fired.timer.deliver_at_ms for d in batch if d.attempt == 1]
+        deliver_at_ms = records.record_deliver_at_ms
+        first = [wall_now_ms - deliver_at_ms(d.fired.record) for d in batch if d.attempt == 1]
         self.deliveries.inc(len(batch))
         if len(first) < len(batch):
             self.redeliveries.inc(len(batch) - len(first))

@@ -27,7 +27,7 @@ from engine.prepare import prepare_sends
 from engine.send_funnel import SendFunnel
 from store import records
 from wheels.clock import Clock
-from wheels.domain import FiredTimer, SendSpec
+from wheels.domain import SendSpec
 from wheels.settings import Settings
 
 log = structlog.get_logger("timerwheel.remote_engine")
@@ -55,14 +55,12 @@ class RemoteEngine:
 
     def fetch_deliveries(
         self, topic: str, after_seq: int, limit: int, max_bytes: int = 0
-    ) -> list[FiredTimer]:
-        """Read undecoded from the engine process and decoded here, off its GIL; each
-        with its record, which the delivery process hands on to the workers."""
+    ) -> list[records.FiredRecord]:
+        """Read from the engine process, undecoded: the delivery process hands each record
+        on to the workers, which decode it into a Delivery."""
         rows = self._calls.call("fetch_fired_raw", topic, after_seq, limit, max_bytes)
-        return [
-            FiredTimer(seq, records.decode_delivery(message_id.decode(), raw), raw)
-            for seq, message_id, raw in rows
-        ]
+        fired = records.FiredRecord
+        return [fired(seq, message_id.decode(), raw) for seq, message_id, raw in rows]
 
     def add_fired_listener(self, listener: Callable[[set[str]], None]) -> None:
         thread = threading.Thread(

@@ -34,6 +34,7 @@ from server.delivery_trace import DeliveryTrace
 from server.dispatcher import Entry, TopicDispatcher
 from server.limits import PerKeyLimit
 from server.subscriber import Delivered, Subscriber
+from store import records
 from wheels.domain import InvalidArgument, Overloaded, ShuttingDown
 from wheels.settings import Settings
 from wheels.validation import validate_nack, validate_topic
@@ -309,7 +310,8 @@ class DeliveryHub:
         (from their traces) carried on: the next attempt after n delivered is n + 1, and
         one already at its last allowed attempt goes to its dead-letter topic. Returns
         the entries to deliver. Call with the dispatcher's lock held."""
-        older = [m for m, e in new if e.fired.timer.fired_at_ms <= self._started_at_ms]
+        started_at_ms, fired_at_ms = self._started_at_ms, records.record_fired_at_ms
+        older = [m for m, e in new if fired_at_ms(e.fired.record) <= started_at_ms]
         made = self.engine.delivery_attempts(older) if older else {}
         if not made:
             return new

@@ -82,7 +82,7 @@ class DeliveryHost:
         batch = self._hub.next_batch(subscriber, timeout_s)
         if batch is None:
             return None
-        return [(d.fired.seq, d.fired.timer.message_id, d.fired.record, d.attempt) for d in batch]
+        return [(d.fired.seq, d.fired.message_id, d.fired.record, d.attempt) for d in batch]
 
     def _release(self, number: int) -> None:
         with self._lock:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 from engine import metrics
 from server import attempts
 from server.subscriber import Delivered, Subscriber
-from wheels.domain import FiredTimer
+from store.records import FiredRecord, record_body_bytes
 
 if TYPE_CHECKING:
     from server.delivery import DeliveryHub
@@ -50,7 +50,8 @@ class Entry:
     None, else in flight at `owner` until `deadline_ms`; owned by nobody and in no queue
     while an Ack of it is being made durable (`settle`)."""
 
-    fired: FiredTimer
+    fired: FiredRecord
+    body_bytes: int  # what it counts against the hub's byte budget (its body's size)
     attempt: int = 1  # the attempt number of its next (or current) delivery
     owner: Subscriber | None = None
     deadline_ms: int = 0
@@ -124,10 +125,11 @@ class TopicDispatcher:
             max_bytes = max(min(room_bytes, settings.delivery_batch_bytes), 1)
             fetched = self.hub.engine.fetch_deliveries(self.name, self.cursor, limit, max_bytes)
             self.dirty = bool(fetched)
+            entries = self.entries
             new = [
-                (fired.timer.message_id, Entry(fired))
+                (fired.message_id, Entry(fired, record_body_bytes(fired.record)))
                 for fired in fetched
-                if fired.timer.message_id not in self.entries
+                if fired.message_id not in entries
             ]
             self.track_many(new)
             self.fresh.extend(m for m, _ in self.hub.restore_attempts(self, new))
@@ -148,7 +150,7 @@ class TopicDispatcher:
         size = 0
         for message_id, entry in new:
             self.entries[message_id] = entry
-            size += len(entry.fired.timer.body)
+            size += entry.body_bytes
         self.held_bytes += size
         self.hub.hold_delivery_bytes(size)
 
@@ -156,7 +158,7 @@ class TopicDispatcher:
         """Stop tracking an entry (acked, dead, gone): its bytes leave the budget."""
         entry = self.entries.pop(message_id, None)
         if entry is not None:
-            size = len(entry.fired.timer.body)
+            size = entry.body_bytes
             self.held_bytes -= size
             self.hub.hold_delivery_bytes(-size)
         return entry
@@ -179,7 +181,7 @@ class TopicDispatcher:
                 entry.deadline_ms = deadline_ms
                 batch.append(Delivered(entry.fired, entry.attempt))
                 ids.append(message_id)
-                body_bytes += len(entry.fired.timer.body)
+                body_bytes += entry.body_bytes
         if ids:
             subscriber.in_flight += len(ids)
             # A tuple of strings: the cyclic GC stops tracking it, so the thousands of

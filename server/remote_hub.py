@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from engine.ipc import CallClient, PeerUnavailable
 from server.delivery import IDLE_WAKE_S, Delivered
 from store import records
-from wheels.domain import FiredTimer, ShuttingDown
+from wheels.domain import ShuttingDown
 
 
 class RemoteSubscriber:
@@ -67,8 +67,9 @@ class RemoteHub:
                     return
                 self._check_open()
                 pending = self._streams.begin("next_batch", subscriber.number, IDLE_WAKE_S)
+                fired = records.FiredRecord  # decoded by the stream (service.delivery_batch)
                 yield [
-                    Delivered(FiredTimer(seq, records.decode_delivery(message_id, raw)), attempt)
+                    Delivered(fired(seq, message_id, raw), attempt)
                     for seq, message_id, raw, attempt in rows
                 ]
         finally:

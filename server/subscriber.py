@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from wheels.domain import FiredTimer
+from store.records import FiredRecord
 
 if TYPE_CHECKING:
     from server.dispatcher import TopicDispatcher
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 class Delivered:
     """One message handed to a subscriber."""
 
-    fired: FiredTimer
+    fired: FiredRecord
     attempt: int
 
 

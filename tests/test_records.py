@@ -47,6 +47,17 @@ def test_delivery_view_has_the_timer_fields_a_delivery_carries(timer):
     )  # fmt: skip
 
 
+@given(timers, st.integers(0, 2**62))
+def test_a_fired_record_tells_the_hub_its_body_size_and_times_and_decodes_on_demand(timer, seq):
+    raw = records.encode_timer(timer)
+    fired = records.FiredRecord(seq, timer.message_id, raw)
+    assert (fired.seq, fired.message_id, fired.record) == (seq, timer.message_id, raw)
+    assert fired.timer == records.decode_delivery(timer.message_id, raw)
+    assert records.record_body_bytes(raw) == len(timer.body)  # with or without properties
+    assert records.record_fired_at_ms(raw) == timer.fired_at_ms
+    assert records.record_deliver_at_ms(raw) == timer.deliver_at_ms
+
+
 @given(timers, st.integers(1, 2**62), st.integers(1, 2**62))
 def test_transition_rewrites_only_state_and_given_timestamps(timer, fired_at_ms, seq):
     raw = records.encode_timer(timer)
