@@ -222,17 +222,22 @@ class TopicDispatcher:
     def forget(self, message_ids: list[str]) -> bool:
         """Acked: stop tracking (and free the owner's room). Returns whether a waiting
         subscriber may now take more: one that had no room has some, or bodies left the
-        byte budget that the last `refill` stopped at."""
+        byte budget that the last `refill` stopped at. The bytes leave the hub's budget
+        once for the whole Ack (its lock per message, as `track_many` says)."""
         wakes = False
-        freed_bytes = False
+        freed = 0
+        pop = self.entries.pop
         for message_id in message_ids:
-            entry = self.untrack(message_id)
+            entry = pop(message_id, None)
             if entry is not None:
-                freed_bytes = True
+                freed += entry.body_bytes
                 if entry.owner is not None:
                     wakes = wakes or unblocks(entry.owner)
                     entry.owner.in_flight -= 1
-        return wakes or (freed_bytes and self.short_of_bytes)
+        if freed:
+            self.held_bytes -= freed
+            self.hub.hold_delivery_bytes(-freed)
+        return wakes or (freed > 0 and self.short_of_bytes)
 
     def wait_s(self, now_ms: int, until_s: float) -> float:
         """How long a subscriber may sleep: to its stream check or the next ack deadline."""
