@@ -20,7 +20,13 @@ from conftest import WAIT_S
 from grpc_health.v1 import health, health_pb2_grpc
 
 import timerwheel
-from timerwheel.connections import TakingTurns, place_in, redial_choice
+from timerwheel.connections import (
+    REDIALS_PER_CONNECTION,
+    TakingTurns,
+    place_in,
+    redial_choice,
+    redials,
+)
 from wheels.domain import State
 
 
@@ -108,6 +114,17 @@ def test_each_method_looked_up_is_the_next_stubs_even_from_many_threads():
 )
 def test_the_connection_to_dial_again_is_one_on_a_worker_two_ahead_of_another(places, expected):
     assert redial_choice(places) == expected
+
+
+def test_redials_follow_the_places_the_caller_learns_and_stop_at_their_bound():
+    places = [(0, 2), (0, 2), (0, 2), (0, 2)]
+    order = []
+    for index in redials(places):
+        order.append(index)
+        places[index] = (1, 2) if len(order) in (2, 3) else (0, 2)  # draws: lose, win, win
+    assert order == [3, 3, 2] and places.count((1, 2)) == 2
+    stuck = [(0, 2), (0, 2)]  # every redial lands on the crowded worker again
+    assert list(redials(stuck)) == [1] * (REDIALS_PER_CONNECTION * 2)
 
 
 @pytest.mark.parametrize(

@@ -25,13 +25,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from timerwheel.acks import DEFAULT_ACK_LINGER_MS
 from timerwheel.connections import (
-    REDIALS_PER_CONNECTION,
     Place,
     one_stub,
     open_aio_channels,
     place_in,
     redial_aio_channel,
-    redial_choice,
+    redials,
 )
 from timerwheel.consumer import Message, consume_async
 from timerwheel.credentials import Tls
@@ -249,10 +248,7 @@ class AsyncClient:
             return
         channels = list(self.channels)
         places = [await _place_of(channel) for channel in channels]
-        for _ in range(REDIALS_PER_CONNECTION * len(channels)):
-            index = redial_choice(places)
-            if index is None:
-                break
+        for index in redials(places):
             channel = self._redial()
             try:
                 await channel.channel_ready()

@@ -33,13 +33,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from timerwheel.acks import DEFAULT_ACK_LINGER_MS
 from timerwheel.connections import (
-    REDIALS_PER_CONNECTION,
     Place,
     one_stub,
     open_channels,
     place_in,
     redial_channel,
-    redial_choice,
+    redials,
 )
 from timerwheel.consumer import Message, consume
 from timerwheel.credentials import Tls
@@ -292,10 +291,7 @@ class Client:
     def _spread(self, deadline: float) -> None:
         channels = list(self.channels)
         places = [_place_of(channel, deadline) for channel in channels]
-        for _ in range(REDIALS_PER_CONNECTION * len(channels)):
-            index = redial_choice(places)
-            if index is None:
-                break
+        for index in redials(places):
             channel = self._redial()
             try:
                 _ready(channel, deadline)

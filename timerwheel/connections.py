@@ -22,6 +22,7 @@ subchannel pool (`grpc.use_local_subchannel_pool`): that is what makes them sepa
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from itertools import count as counter
 
 import grpc
@@ -81,6 +82,17 @@ def open_channels(
     """`count` channels to `target`, each on a TCP connection of its own."""
     options = _options_for(options, count)
     return [open_channel(target, tls, token, options) for _ in range(count)]
+
+
+def redials(places: list[Place | None]) -> Iterator[int]:
+    """The connections to dial again, one at a time, until the spread is even: the caller
+    puts each new connection's place into `places` before asking for the next. At most
+    `REDIALS_PER_CONNECTION` per connection: each redial is a draw, and draws can lose."""
+    for _ in range(REDIALS_PER_CONNECTION * len(places)):
+        index = redial_choice(places)
+        if index is None:
+            return
+        yield index
 
 
 def redial_channel(target: str, tls: Tls | bool | None, token: str | None, options: list):
