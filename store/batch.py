@@ -31,9 +31,9 @@ class StagedBatch:
     writes: dict[str, dict[bytes, bytes | None]] = field(
         default_factory=lambda: {family: {} for family in keys.ALL_COLUMN_FAMILIES}
     )
-    # Committed records read ahead for this batch's operations in one multi-get: every
-    # call into RocksDB gives up the GIL and waits to get it back from the gRPC threads,
-    # so one read for the whole group beats one per operation.
+    # Committed records read ahead for this batch's operations in one read
+    # (store.range_reads): every call into RocksDB gives up the GIL and waits to get it
+    # back from the gRPC threads, so one read for the whole group beats one per operation.
     prefetched: dict[bytes, bytes | None] = field(default_factory=dict)
     fired_topics: set[str] = field(default_factory=set)
     fired_entries: dict[str, list[tuple[int, bytes, bytes]]] = field(default_factory=dict)

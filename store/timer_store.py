@@ -14,6 +14,7 @@ from itertools import islice
 
 from store import keys, records
 from store.batch import StagedBatch
+from store.range_reads import read_records
 from store.timer_reads import TimerReads, WheelEntry
 from store.trace import cascaded_event, encode_event
 from wheels.domain import State
@@ -37,10 +38,11 @@ class TimerStore(TimerReads):
         return self._messages.get(message_id)
 
     def prefetch(self, batch: StagedBatch, message_ids: list[bytes]) -> None:
-        """Read the committed records of `message_ids` into the batch, in one multi-get."""
+        """Read the committed records of `message_ids` into the batch, all at once
+        (store.range_reads: one walk over the neighbours, a multi-get for the rest)."""
         wanted = [i for i in dict.fromkeys(message_ids) if i not in batch.prefetched]
         if wanted:
-            batch.prefetched.update(zip(wanted, self._messages.get(wanted), strict=True))
+            batch.prefetched.update(read_records(self._messages, wanted))
 
     def stage_schedule(
         self, batch: StagedBatch, message_id: bytes, record: bytes, deliver_at_ms: int,
@@ -133,7 +135,7 @@ class TimerStore(TimerReads):
         return seq - first_seq
 
     def lookup_many(self, batch: StagedBatch, ids: list[bytes]) -> list[bytes | None]:
-        """`lookup` for many ids: one multi-get for what is not read yet, overlay on top."""
+        """`lookup` for many ids: one read (`prefetch`) of what is not read yet, overlay on top."""
         if not ids:
             return []
         self.prefetch(batch, [i for i in ids if i not in batch.records])
@@ -173,7 +175,7 @@ class TimerStore(TimerReads):
         expire_at_ms: int,
     ) -> list[str]:  # fmt: skip
         """Retire the FIRED timers of `topic` among `message_ids` (distinct ids; their
-        records as this batch leaves them, in one multi-get): ready entry out, record
+        records as this batch leaves them, read in one go): ready entry out, record
         ACKED, expiry scheduled. Returns the ids retired; unknown ids, other states and
         other topics' are skipped.
 
