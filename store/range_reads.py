@@ -7,7 +7,7 @@ begin with the deliver time (engine.ids), so such a group is mostly one contiguo
 of `messages`. Walking that run with one iterator costs about a third of a multi-get of
 the same keys: 0.30-0.50 against 0.81-1.16 us a record, from SST files or the memtable,
 in groups of 20 to 10,000 (rocksdict 0.3.29, this project's options; docs/benchmarks.md,
-"2026-11-29, night"). A multi-get seeks each key on its own, through the bloom filter,
+"2026-11-29, late evening"). A multi-get seeks each key on its own, through the bloom filter,
 the index and the block, where the iterator steps to the next entry of a block it holds.
 
 The iterator stops early when the run is not contiguous: records that are not wanted

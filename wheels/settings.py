@@ -109,7 +109,7 @@ class Settings:
     # Messages in one DeliveryBatch stream item. Each is a round trip from the stream's
     # worker to the delivery process: with 500 a burst of 1,000,000 was delivered at
     # about 85,000 a second with no process busy; 2,000 took it 0.7-1.5 s shorter
-    # (docs/benchmarks.md, "2026-11-29, night").
+    # (docs/benchmarks.md, "2026-11-29, late evening").
     delivery_batch_max: int = 2_000
     delivery_batch_bytes: int = 1024 * 1024  # body bytes per batch (one message at least)
     # Delivery attempts of a message without an ack before it moves to its dead-letter
