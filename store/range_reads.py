@@ -10,12 +10,13 @@ in groups of 20 to 10,000 (rocksdict 0.3.29, this project's options; docs/benchm
 "2026-11-29, late evening"). A multi-get seeks each key on its own, through the bloom filter,
 the index and the block, where the iterator steps to the next entry of a block it holds.
 
-The iterator stops early when the run is not contiguous: records that are not wanted
-(other topics' timers, client-chosen ids that sort elsewhere, retained ACKED records)
-are read and dropped, at most `max(MIN_SKIPS, wanted // SKIP_FRACTION)` of them and
-`MAX_SKIPPED_BYTES` of their bytes. Every wanted key the walk passed and did not meet is
-absent; the keys it did not reach are read by one multi-get, as before. So a scattered
-group costs at most a quarter more than a multi-get alone, and a contiguous one a third.
+The walk stops early where the run is not contiguous: records that are not wanted (other
+topics' timers, cancelled ones kept for their retention, client-chosen ids that sort
+elsewhere) are read and dropped, and once it has dropped more than it kept, by
+`MIN_SKIPS`, or `MAX_SKIPPED_BYTES` of them, it gives up. Every wanted key it passed and
+did not meet is absent; the keys it did not reach are read by one multi-get, as before.
+So a walk reads at most two records for each one it keeps, about what a multi-get pays
+for that one, and a scattered group costs a multi-get plus at most `MIN_SKIPS` records.
 """
 
 from __future__ import annotations
@@ -23,8 +24,7 @@ from __future__ import annotations
 from rocksdict import ReadOptions
 
 MIN_GROUP = 16  # fewer keys: one multi-get (an iterator's set-up is a few keys' worth)
-MIN_SKIPS = 16
-SKIP_FRACTION = 4
+MIN_SKIPS = 16  # records a walk may drop beyond those it keeps before it gives up
 MAX_SKIPPED_BYTES = 1 << 20  # bodies may be megabytes: never copy many unwanted ones
 
 
@@ -46,12 +46,11 @@ def read_records(family, wanted: list[bytes]) -> dict[bytes, bytes | None]:
 
 def _walk(family, ordered: list[bytes]) -> tuple[dict[bytes, bytes], bytes]:
     """Iterate from the first wanted key towards the last, keeping the wanted records,
-    until the skip budget runs out. Returns them and the last key the walk passed: every
-    key up to it was seen."""
+    until it has dropped `MIN_SKIPS` more than it kept (or too many bytes). Returns them
+    and the last key the walk passed: every key up to it was seen."""
     wanted = set(ordered)
     last = ordered[-1]
-    skips_left = max(MIN_SKIPS, len(ordered) // SKIP_FRACTION)
-    skipped_bytes = 0
+    skipped = skipped_bytes = 0
     found: dict[bytes, bytes] = {}
     # The ReadOptions holds the upper bound's buffer and must outlive the iteration
     # (store.timer_reads._range: rocksdict 0.3.29 borrows it without keeping it alive).
@@ -61,8 +60,8 @@ def _walk(family, ordered: list[bytes]) -> tuple[dict[bytes, bytes], bytes]:
         if key in wanted:
             found[key] = value
             continue
-        skips_left -= 1
+        skipped += 1
         skipped_bytes += len(value)
-        if skips_left < 0 or skipped_bytes > MAX_SKIPPED_BYTES:
+        if skipped > len(found) + MIN_SKIPS or skipped_bytes > MAX_SKIPPED_BYTES:
             return found, key
     return found, last

@@ -11,7 +11,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store import range_reads
 from store.keys import CF_MESSAGES
 from store.range_reads import MAX_SKIPPED_BYTES, MIN_GROUP, MIN_SKIPS, read_records
 from store.rocks import RocksDatabase, RocksTuning
@@ -81,20 +80,31 @@ def test_deleted_and_unknown_keys_the_walk_passes_are_absent_without_a_multi_get
     assert counting.multi_get_keys == []
 
 
-def test_a_scattered_group_walks_within_its_skip_budget_then_multi_gets_the_rest(family):
+def _kept_by_walk(counting: CountingFamily, wanted: list[bytes]) -> int:
+    return len(wanted) - len(counting.multi_get_keys)
+
+
+def test_a_scattered_group_walks_until_it_drops_more_than_it_keeps(family):
     wanted = SERVER_IDS[::10]  # 40 keys, nine unwanted neighbours between each two
     counting = CountingFamily(family)
     assert read_records(counting, wanted) == _expected(family, wanted)
-    skips_allowed = max(MIN_SKIPS, len(wanted) // range_reads.SKIP_FRACTION)
-    assert counting.items_read <= skips_allowed + 1 + len(wanted)
-    assert 0 < len(counting.multi_get_keys) < len(wanted)  # the walk met the first few
+    kept = _kept_by_walk(counting, wanted)
+    assert 0 < kept < len(wanted)  # the walk met the first few, a multi-get the rest
+    assert counting.items_read <= 2 * kept + MIN_SKIPS + 1
+
+
+def test_a_run_with_a_third_of_it_unwanted_is_still_one_walk(family):
+    wanted = [key for index, key in enumerate(SERVER_IDS[:300]) if index % 3]  # cancelled
+    counting = CountingFamily(family)
+    assert read_records(counting, wanted) == _expected(family, wanted)
+    assert counting.multi_get_keys == []
 
 
 def test_ids_that_sort_far_apart_cost_a_bounded_walk(family):
     wanted = SERVER_IDS[:MIN_GROUP] + CLIENT_IDS[:MIN_GROUP]  # client ids sort after "0"-"F"
     counting = CountingFamily(family)
     assert read_records(counting, wanted) == _expected(family, wanted)
-    assert counting.items_read <= MIN_GROUP + MIN_SKIPS + 1
+    assert counting.items_read <= 2 * MIN_GROUP + MIN_SKIPS + 1
     assert set(counting.multi_get_keys) == set(CLIENT_IDS[:MIN_GROUP])
 
 
