@@ -4,9 +4,9 @@ a multi-get for the rest.
 The writer reads records in groups: a fire chunk's (up to 10,000 timers due in the same
 few milliseconds), an Ack's (ids in the order they fired), the sweep's. Server-made ids
 begin with the deliver time (engine.ids), so such a group is mostly one contiguous run
-of `messages`. Walking that run with one iterator costs about a third of a multi-get of
-the same keys: 0.30-0.50 against 0.81-1.16 us a record, from SST files or the memtable,
-in groups of 20 to 10,000 (rocksdict 0.3.29, this project's options; docs/benchmarks.md,
+of `messages`. Walking that run with one iterator costs about half a multi-get of
+the same keys: 0.39-0.73 against 0.67-1.10 us a record, from SST files or the memtable,
+in groups of 20 to 10,000 (`python -m bench.read_bench`; docs/benchmarks.md,
 "2026-11-29, late evening"). A multi-get seeks each key on its own, through the bloom filter,
 the index and the block, where the iterator steps to the next entry of a block it holds.
 
