@@ -398,9 +398,8 @@ class AckOp(Op):
     def apply(self, ctx: WriterContext, batch: StagedBatch, now_ms: int) -> list[str]:
         """Ack what is FIRED on this topic; unknown, repeated or already acked ids are skipped.
 
-        One read for the whole group (`reads`, store.range_reads): acks arrive in
-        batches, and a point get per id (holding the GIL) was the writer's bottleneck
-        under load.
+        One read for the whole group (`reads`): acks arrive in batches, and a point get
+        per id (holding the GIL) was the writer's bottleneck under load.
         """
         unique = list(dict.fromkeys(self.message_ids))
         expire_at_ms = now_ms + ctx.retention_ms
