@@ -388,8 +388,8 @@ class Engine:
 
     def _observe_lateness(self, entries: dict[str, list[tuple[int, bytes, bytes]]]) -> None:
         """One commit's fires into the recent lateness (they share one fired_at)."""
-        lateness_ms = records.record_fire_lateness_ms
         raws = [raw for rows in entries.values() for _, _, raw in rows]
         if raws:
             fired_at_ms = records.record_fired_at_ms(raws[0])
-            self._lateness.observe(fired_at_ms, map(lateness_ms, raws))
+            lateness_ms = map(fired_at_ms.__sub__, records.deliver_times_ms(raws))
+            self._lateness.observe(fired_at_ms, lateness_ms)

@@ -32,13 +32,19 @@ from __future__ import annotations
 import threading
 from collections import deque
 from itertools import islice
+from operator import itemgetter
 
 FiredEntry = tuple[int, bytes, bytes]  # (fire seq, message id, record as committed)
 ENTRY_OVERHEAD_BYTES = 168  # sys.getsizeof: tuple 64, int 28, two empty bytes 66, a deque slot 8
+_SEQ, _ID, _RECORD = itemgetter(0), itemgetter(1), itemgetter(2)
 
 
-def entry_bytes(entry: FiredEntry) -> int:
-    return len(entry[1]) + len(entry[2]) + ENTRY_OVERHEAD_BYTES
+def entries_bytes(entries: list[FiredEntry]) -> int:
+    """What `entries` are charged: each its id and record plus ENTRY_OVERHEAD_BYTES,
+    counted in C with no Python frame per entry (a burst's fire chunk is 10,000 of them;
+    a call per entry was 3% of the engine's CPU there)."""
+    ids, records = map(_ID, entries), map(_RECORD, entries)
+    return sum(map(len, ids)) + sum(map(len, records)) + ENTRY_OVERHEAD_BYTES * len(entries)
 
 
 class FiredCache:
@@ -60,7 +66,7 @@ class FiredCache:
         with self._lock:
             for topic, entries in fired.items():
                 self._topics.setdefault(topic, deque()).extend(entries)
-                added = sum(map(entry_bytes, entries))
+                added = entries_bytes(entries)
                 self._topic_bytes[topic] = self._topic_bytes.get(topic, 0) + added
                 self._bytes += added
             for topic, seqs in (retired or {}).items():
@@ -90,12 +96,15 @@ class FiredCache:
             if not entries:
                 return []
             retired = self._retired.get(topic)
+            dropped = []
             while entries and entries[0][0] <= after_seq:  # the reader holds these
-                dropped = entries.popleft()
-                self._topic_bytes[topic] -= entry_bytes(dropped)
-                self._bytes -= entry_bytes(dropped)
+                dropped.append(entries.popleft())
+            if dropped:
+                freed = entries_bytes(dropped)
+                self._topic_bytes[topic] -= freed
+                self._bytes -= freed
                 if retired:
-                    retired.discard(dropped[0])
+                    retired.difference_update(map(_SEQ, dropped))
             # What was dropped is no longer here: an earlier cursor must go to RocksDB.
             self._floors[topic] = max(after_seq, self._floors.get(topic, self._start_seq))
             live = entries if not retired else (e for e in entries if e[0] not in retired)

@@ -23,8 +23,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import struct
-from collections.abc import Mapping
-from functools import lru_cache
+from collections.abc import Iterable, Iterator, Mapping
+from functools import lru_cache, partial
+from operator import itemgetter
 from typing import NamedTuple
 
 from store.keys import WHEEL_CODES, WHEEL_NAMES
@@ -49,6 +50,8 @@ HEADER_BYTES = _HEADER.size
 _I64 = struct.Struct(">q")
 _DELIVER_AT_OFFSET = 3 + 8 * 1  # after version, state, when_kind, when_value
 _FIRED_AT_OFFSET = 3 + 8 * 3  # after version, state, when_kind, when_value, deliver, created
+_DELIVER_AT_OF = partial(_I64.unpack_from, offset=_DELIVER_AT_OFFSET)
+_FIRST = itemgetter(0)
 _ACKED_AT_OFFSET = 3 + 8 * 4
 _READY_SEQ_OFFSET = 3 + 8 * 6
 _SCHEDULED, _FIRED, _ACKED = int(State.SCHEDULED), int(State.FIRED), int(State.ACKED)
@@ -302,6 +305,13 @@ def with_schedule(raw: bytes, when: When, deliver_at_ms: int) -> bytes:
 def record_fire_lateness_ms(raw: bytes) -> int:
     """fired_at_ms - deliver_at_ms of a FIRED record (two fixed offsets, no full decode)."""
     return _I64.unpack_from(raw, _FIRED_AT_OFFSET)[0] - _I64.unpack_from(raw, _DELIVER_AT_OFFSET)[0]
+
+
+def deliver_times_ms(raws: Iterable[bytes]) -> Iterator[int]:
+    """deliver_at_ms of each record, unpacked in C: no Python frame per record (a fire
+    chunk's lateness, 10,000 records: `record_fire_lateness_ms` each was 2% of the engine's
+    CPU in a burst)."""
+    return map(_FIRST, map(_DELIVER_AT_OF, raws))
 
 
 def record_fired_at_ms(raw: bytes) -> int:

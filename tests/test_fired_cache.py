@@ -1,6 +1,6 @@
 """The fired-record cache: answers only when it is complete above the reader's cursor."""
 
-from engine.fired_cache import FiredCache, entry_bytes
+from engine.fired_cache import ENTRY_OVERHEAD_BYTES, FiredCache, entries_bytes
 from store import records
 from wheels.domain import State, Timer, When, WhenKind
 
@@ -48,7 +48,7 @@ def test_a_read_drops_what_the_reader_holds_and_earlier_cursors_fall_back():
 
 
 def test_over_the_bound_the_largest_topic_is_dropped_to_the_store():
-    cache = FiredCache(start_seq=0, max_bytes=3 * entry_bytes(entry(1, "big")))
+    cache = FiredCache(start_seq=0, max_bytes=3 * entries_bytes([entry(1, "big")]))
     cache.add(
         {"big": [entry(1, "big"), entry(2, "big"), entry(3, "big")], "small": [entry(4, "small")]}
     )
@@ -63,22 +63,22 @@ def test_over_the_byte_bound_the_largest_topic_by_bytes_is_dropped():
     big = [entry(seq, "big") for seq in (1, 2)]
     big = [(seq, mid, raw + b"x" * 10_000) for seq, mid, raw in big]  # same record, padded
     small = [entry(seq, "small") for seq in (3, 4, 5)]
-    bound = sum(map(entry_bytes, small)) + entry_bytes(big[0]) + 1
+    bound = entries_bytes(small) + entries_bytes(big[:1]) + 1
     cache = FiredCache(start_seq=0, max_bytes=bound)
     cache.add({"small": small})
     cache.add({"big": big})
     assert read(cache, "big", 0, 10) is None  # two padded records went over: dropped
     assert seqs(read(cache, "small", 0, 10)) == [3, 4, 5]  # more entries, fewer bytes: kept
-    assert cache.bytes == sum(map(entry_bytes, small))
+    assert cache.bytes == entries_bytes(small)
 
 
 def test_bytes_are_released_as_readers_move_on():
     cache = FiredCache(start_seq=0, max_bytes=10**9)
     entries = [entry(1), entry(2), entry(3)]
     cache.add({"t": entries})
-    assert cache.bytes == sum(map(entry_bytes, entries))
+    assert cache.bytes == entries_bytes(entries)
     read(cache, "t", 2, 10)
-    assert cache.bytes == entry_bytes(entries[2])
+    assert cache.bytes == entries_bytes(entries[2:3])
 
 
 def test_retired_entries_are_never_served_again_even_to_a_reader_starting_over():
@@ -104,3 +104,10 @@ def test_a_read_stops_at_its_byte_budget_with_one_entry_at_least():
     assert seqs(read(cache, "t", 0, 10, max_bytes=2 * size - 1)) == [1, 2]  # reaches it
     assert seqs(read(cache, "t", 0, 10, max_bytes=1)) == [1]  # one at least
     assert seqs(read(cache, "t", 0, 10)) == [1, 2, 3]  # 0: no byte budget
+
+
+def test_an_entry_is_charged_its_id_and_record_and_the_overhead():
+    entries = [entry(1), entry(22, "a-longer-topic")]
+    charged = [len(e[1]) + len(e[2]) + ENTRY_OVERHEAD_BYTES for e in entries]
+    assert entries_bytes(entries) == sum(charged)
+    assert entries_bytes([]) == 0

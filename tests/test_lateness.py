@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from wheels.lateness import BOUNDS_MS, MINUTE_MS, LatenessMinute, RecentLateness
+from bisect import bisect_left
+from collections import Counter
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from wheels.lateness import BOUNDS_MS, MINUTE_MS, LatenessMinute, RecentLateness, bucket_counts
 
 
 def test_percentiles_are_bucket_bounds_capped_by_the_exact_maximum():
@@ -32,3 +38,10 @@ def test_a_late_stamped_commit_joins_the_latest_minute_and_nothing_is_empty():
     recent.observe(2 * MINUTE_MS - 1, [90_000_000])  # beyond the last bound
     (row,) = recent.recent(2 * MINUTE_MS)
     assert row == LatenessMinute(2 * MINUTE_MS, 3, 3, 90_000_000, 90_000_000)
+
+
+@given(st.lists(st.integers(-5, 2 * BOUNDS_MS[-1]) | st.sampled_from(BOUNDS_MS), max_size=200))
+def test_bucket_counts_are_a_search_per_value_counted(values):
+    # bucket i holds (BOUNDS_MS[i - 1], BOUNDS_MS[i]], the last one what is above them all
+    expected = Counter(bisect_left(BOUNDS_MS, value) for value in values)
+    assert bucket_counts(sorted(values)) == dict(expected)

@@ -58,6 +58,12 @@ def test_a_fired_record_tells_the_hub_its_body_size_and_times_and_decodes_on_dem
     assert records.record_deliver_at_ms(raw) == timer.deliver_at_ms
 
 
+@given(st.lists(timers, max_size=20))
+def test_deliver_times_of_many_records_are_each_records_own(many):
+    raws = [records.encode_timer(timer) for timer in many]
+    assert list(records.deliver_times_ms(raws)) == [t.deliver_at_ms for t in many]
+
+
 @given(timers, st.integers(1, 2**62), st.integers(1, 2**62))
 def test_transition_rewrites_only_state_and_given_timestamps(timer, fired_at_ms, seq):
     raw = records.encode_timer(timer)
