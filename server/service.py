@@ -193,20 +193,27 @@ def send_batch_response(results: list[SendResult]) -> pb.SendBatchResponse:
 
 
 def delivery_batch(batch: list[Delivered]) -> pb.DeliveryBatch:
+    """The stream's next message, from the fired records as stored
+    (`FiredRecord.delivery_parts`): each distinct topic decoded once a batch."""
     out = pb.DeliveryBatch()
     add = out.deliveries.add  # built in place: append() would copy each message
+    topics: dict[bytes, str] = {}
     for item in batch:
-        timer = item.fired.timer
+        fired = item.fired
+        stored_topic, body, properties, deliver_at_ms, fired_at_ms = fired.delivery_parts()
+        topic = topics.get(stored_topic)
+        if topic is None:
+            topic = topics[stored_topic] = stored_topic.decode()
         delivery = add(
-            message_id=timer.message_id,
-            topic=timer.topic,
-            body=timer.body,
-            deliver_at_ms=timer.deliver_at_ms,
-            fired_at_ms=timer.fired_at_ms,
+            message_id=fired.message_id,
+            topic=topic,
+            body=body,
+            deliver_at_ms=deliver_at_ms,
+            fired_at_ms=fired_at_ms,
             attempt=item.attempt,
         )
-        if timer.properties:  # properties={} in add() costs ~3 us a message, even empty
-            delivery.properties.update(timer.properties)
+        if properties:  # properties={} in add() costs ~3 us a message, even empty
+            delivery.properties.update(properties)
     return out
 
 

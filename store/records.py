@@ -50,6 +50,7 @@ HEADER_BYTES = _HEADER.size
 _I64 = struct.Struct(">q")
 _DELIVER_AT_OFFSET = 3 + 8 * 1  # after version, state, when_kind, when_value
 _FIRED_AT_OFFSET = 3 + 8 * 3  # after version, state, when_kind, when_value, deliver, created
+_DELIVER_AND_FIRED_AT = struct.Struct(">q8xq")  # from _DELIVER_AT_OFFSET: created_at skipped
 _DELIVER_AT_OF = partial(_I64.unpack_from, offset=_DELIVER_AT_OFFSET)
 _FIRST = itemgetter(0)
 _ACKED_AT_OFFSET = 3 + 8 * 4
@@ -137,14 +138,26 @@ def decode_fired(rows: list[tuple[int, bytes, bytes]]) -> list[FiredTimer]:
 
 def decode_delivery(message_id: str, raw: bytes) -> DeliveryView:
     """What delivering a fired record needs, without building a `Timer` (no enums, no
-    frozen dataclass): 1.2 against 4.5 us a message. The delivery process and the workers
-    decode every fired message, so this is their hot path."""
-    _, _, _, _, deliver_at_ms, _, fired_at_ms, _, _, _ = _HEADER.unpack_from(raw)
-    topic, offset = _decode_str16(raw, HEADER_BYTES)
+    frozen dataclass): 1.2 against 4.5 us a message."""
+    topic, body, properties, deliver_at_ms, fired_at_ms = delivery_parts(raw)
+    return DeliveryView(message_id, topic.decode(), body, properties, deliver_at_ms, fired_at_ms)
+
+
+def delivery_parts(raw: bytes) -> tuple[bytes, bytes, dict[str, str], int, int]:
+    """(topic as stored, body, properties, deliver_at_ms, fired_at_ms) of a fired record:
+    what a Delivery carries besides its id and attempt, the hot path of every worker's
+    stream. Two header fields read, not ten, and the topic left undecoded: a batch's
+    records share it, so the caller decodes it once (`server.service.delivery_batch`:
+    0.92 against 1.38-1.40 us a message for a batch of 2,000, proto built in place)."""
+    deliver_at_ms, fired_at_ms = _DELIVER_AND_FIRED_AT.unpack_from(raw, _DELIVER_AT_OFFSET)
+    (topic_bytes,) = _U16.unpack_from(raw, HEADER_BYTES)
+    start = HEADER_BYTES + _U16.size
+    offset = start + topic_bytes
+    topic = raw[start:offset]
     if raw[offset : offset + 2] == b"\x00\x00":  # no properties: most messages
-        return DeliveryView(message_id, topic, raw[offset + 2 :], {}, deliver_at_ms, fired_at_ms)
+        return topic, raw[offset + 2 :], {}, deliver_at_ms, fired_at_ms
     properties, offset = _decode_properties(raw, offset)
-    return DeliveryView(message_id, topic, raw[offset:], properties, deliver_at_ms, fired_at_ms)
+    return topic, raw[offset:], properties, deliver_at_ms, fired_at_ms
 
 
 class FiredRecord(NamedTuple):
@@ -162,6 +175,10 @@ class FiredRecord(NamedTuple):
     def timer(self) -> DeliveryView:
         """What a Delivery carries, decoded now (store it: each access decodes again)."""
         return decode_delivery(self.message_id, self.record)
+
+    def delivery_parts(self) -> tuple[bytes, bytes, dict[str, str], int, int]:
+        """`delivery_parts` of the record: what a Delivery carries, the topic undecoded."""
+        return delivery_parts(self.record)
 
 
 def record_body_bytes(raw: bytes) -> int:

@@ -58,6 +58,18 @@ def test_a_fired_record_tells_the_hub_its_body_size_and_times_and_decodes_on_dem
     assert records.record_deliver_at_ms(raw) == timer.deliver_at_ms
 
 
+@given(timers)
+def test_delivery_parts_are_the_delivery_view_with_the_topic_as_stored(timer):
+    raw = records.encode_timer(timer)
+    view = records.decode_delivery(timer.message_id, raw)
+    assert records.delivery_parts(raw) == (
+        view.topic.encode(), view.body, view.properties, view.deliver_at_ms, view.fired_at_ms,
+    )  # fmt: skip
+    assert records.FiredRecord(1, timer.message_id, raw).delivery_parts() == (
+        records.delivery_parts(raw)
+    )
+
+
 @given(st.lists(timers, max_size=20))
 def test_deliver_times_of_many_records_are_each_records_own(many):
     raws = [records.encode_timer(timer) for timer in many]
