@@ -18,7 +18,6 @@ import time
 from engine.ids import MessageIds
 from engine.prepare import prepare_sends
 from server.service import delivery_batch, send_batch_response, specs_from_proto
-from server.subscriber import Delivered
 from store import records
 from timerwheel.v1 import timerwheel_pb2 as pb
 from wheels.domain import SendResult
@@ -52,8 +51,8 @@ def main() -> None:
     fired = [
         records.as_fired(record, now_ms, seq) for seq, record in enumerate(op.records, start=1)
     ]
-    batch = [
-        Delivered(records.FiredRecord(seq, message_id, record), 1)
+    batch = [  # rows, as a stream takes them (server.subscriber.DeliveryRow)
+        (seq, message_id, record, 1)
         for seq, (message_id, record) in enumerate(zip(op.message_ids, fired, strict=True))
     ]
     ack_ids = ids.take([now_ms] * ACK_IDS)

@@ -33,7 +33,7 @@ from server import attempts
 from server.delivery_trace import DeliveryTrace
 from server.dispatcher import Entry, TopicDispatcher
 from server.limits import PerKeyLimit
-from server.subscriber import Delivered, Subscriber
+from server.subscriber import Delivered, DeliveryRow, Subscriber, as_rows
 from store import records
 from wheels.domain import InvalidArgument, Overloaded, ShuttingDown
 from wheels.settings import Settings
@@ -145,13 +145,13 @@ class DeliveryHub:
             if dispatcher.dying:  # ack timeouts that ran out of attempts
                 attempts.move_dead_letters(self.engine, dispatcher)
 
-    def batches(self, subscriber: Subscriber) -> Iterator[list[Delivered]]:
-        """`next_batch` after `next_batch` until the subscriber is closed: [] every
-        `IDLE_WAKE_S` with nothing to deliver, so the stream can check on its client.
+    def batches(self, subscriber: Subscriber) -> Iterator[list[DeliveryRow]]:
+        """`next_batch` after `next_batch` until the subscriber is closed, as rows: []
+        every `IDLE_WAKE_S` with nothing to deliver, so the stream can check on its client.
         The Subscribe stream reads this, in process or across processes
         (`server.remote_hub.RemoteHub.batches`, which reads one batch ahead)."""
         while (batch := self.next_batch(subscriber)) is not None:
-            yield batch
+            yield as_rows(batch)
 
     def _next_batch(
         self, dispatcher: TopicDispatcher, subscriber: Subscriber, timeout_s: float

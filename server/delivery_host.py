@@ -26,11 +26,10 @@ from engine.proc import become_child, wait_for_stop
 from engine.remote import RemoteEngine
 from engine.system_clock import SystemClock
 from server.delivery import DeliveryHub, Subscriber
+from server.subscriber import DeliveryRow, as_rows
 from wheels.settings import Settings
 
 log = structlog.get_logger("timerwheel.delivery_host")
-
-DeliveryRow = tuple[int, str, bytes, int]  # fire seq, message id, record, attempt
 
 
 class DeliveryHost:
@@ -80,9 +79,7 @@ class DeliveryHost:
         if subscriber is None:
             return None  # released meanwhile: the stream ends
         batch = self._hub.next_batch(subscriber, timeout_s)
-        if batch is None:
-            return None
-        return [(d.fired.seq, d.fired.message_id, d.fired.record, d.attempt) for d in batch]
+        return None if batch is None else as_rows(batch)
 
     def _release(self, number: int) -> None:
         with self._lock:

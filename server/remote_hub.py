@@ -14,8 +14,8 @@ import contextlib
 from collections.abc import Iterator
 
 from engine.ipc import CallClient, PeerUnavailable
-from server.delivery import IDLE_WAKE_S, Delivered
-from store import records
+from server.delivery import IDLE_WAKE_S
+from server.subscriber import DeliveryRow
 from wheels.domain import ShuttingDown
 
 
@@ -44,7 +44,7 @@ class RemoteHub:
         number = self._streams.call("subscribe", topic, max_in_flight, identity, name)
         return RemoteSubscriber(number, self._unary)
 
-    def batches(self, subscriber: RemoteSubscriber) -> Iterator[list[Delivered]]:
+    def batches(self, subscriber: RemoteSubscriber) -> Iterator[list[DeliveryRow]]:
         """`DeliveryHub.batches` across the process boundary, one batch read ahead.
 
         The next batch is asked for before this one is yielded, so the delivery process
@@ -67,11 +67,7 @@ class RemoteHub:
                     return
                 self._check_open()
                 pending = self._streams.begin("next_batch", subscriber.number, IDLE_WAKE_S)
-                fired = records.FiredRecord  # decoded by the stream (service.delivery_batch)
-                yield [
-                    Delivered(fired(seq, message_id, raw), attempt)
-                    for seq, message_id, raw, attempt in rows
-                ]
+                yield rows  # as the delivery process sent them: the stream decodes them
         finally:
             if pending is not None:
                 subscriber.close()

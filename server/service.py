@@ -17,9 +17,11 @@ from collections.abc import Iterator
 import grpc
 
 from engine.engine import Engine
-from server.delivery import Delivered, DeliveryHub
+from server.delivery import DeliveryHub
 from server.errors import rpc_errors
 from server.limits import ByteBudget, caller_identity
+from server.subscriber import DeliveryRow
+from store.records import delivery_parts
 from timerwheel.v1 import timerwheel_pb2 as pb
 from timerwheel.v1 import timerwheel_pb2_grpc as pb_grpc
 from wheels.domain import (
@@ -192,25 +194,24 @@ def send_batch_response(results: list[SendResult]) -> pb.SendBatchResponse:
     return response
 
 
-def delivery_batch(batch: list[Delivered]) -> pb.DeliveryBatch:
+def delivery_batch(rows: list[DeliveryRow]) -> pb.DeliveryBatch:
     """The stream's next message, from the fired records as stored
-    (`FiredRecord.delivery_parts`): each distinct topic decoded once a batch."""
+    (`store.records.delivery_parts`): each distinct topic decoded once a batch."""
     out = pb.DeliveryBatch()
     add = out.deliveries.add  # built in place: append() would copy each message
     topics: dict[bytes, str] = {}
-    for item in batch:
-        fired = item.fired
-        stored_topic, body, properties, deliver_at_ms, fired_at_ms = fired.delivery_parts()
+    for _, message_id, record, attempt in rows:
+        stored_topic, body, properties, deliver_at_ms, fired_at_ms = delivery_parts(record)
         topic = topics.get(stored_topic)
         if topic is None:
             topic = topics[stored_topic] = stored_topic.decode()
         delivery = add(
-            message_id=fired.message_id,
+            message_id=message_id,
             topic=topic,
             body=body,
             deliver_at_ms=deliver_at_ms,
             fired_at_ms=fired_at_ms,
-            attempt=item.attempt,
+            attempt=attempt,
         )
         if properties:  # properties={} in add() costs ~3 us a message, even empty
             delivery.properties.update(properties)

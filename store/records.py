@@ -176,10 +176,6 @@ class FiredRecord(NamedTuple):
         """What a Delivery carries, decoded now (store it: each access decodes again)."""
         return decode_delivery(self.message_id, self.record)
 
-    def delivery_parts(self) -> tuple[bytes, bytes, dict[str, str], int, int]:
-        """`delivery_parts` of the record: what a Delivery carries, the topic undecoded."""
-        return delivery_parts(self.record)
-
 
 def record_body_bytes(raw: bytes) -> int:
     """The size of the record's body, without decoding the rest: what the delivery hub's

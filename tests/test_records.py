@@ -65,9 +65,6 @@ def test_delivery_parts_are_the_delivery_view_with_the_topic_as_stored(timer):
     assert records.delivery_parts(raw) == (
         view.topic.encode(), view.body, view.properties, view.deliver_at_ms, view.fired_at_ms,
     )  # fmt: skip
-    assert records.FiredRecord(1, timer.message_id, raw).delivery_parts() == (
-        records.delivery_parts(raw)
-    )
 
 
 @given(st.lists(timers, max_size=20))

@@ -6,7 +6,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from server.service import delivery_batch
-from server.subscriber import Delivered
 from store import records
 from wheels.domain import State, Timer, When, WhenKind
 
@@ -27,12 +26,11 @@ fired_timers = st.builds(
 
 @given(st.lists(st.tuples(fired_timers, st.integers(1, 50)), max_size=12))
 def test_each_delivery_carries_its_records_fields_and_its_attempt(items):
-    fired = [
-        records.FiredRecord(timer.ready_seq, timer.message_id, records.encode_timer(timer))
-        for timer, _ in items
+    rows = [
+        (timer.ready_seq, timer.message_id, records.encode_timer(timer), attempt)
+        for timer, attempt in items
     ]
-    batch = [Delivered(record, attempt) for record, (_, attempt) in zip(fired, items, strict=True)]
-    sent = delivery_batch(batch).deliveries
+    sent = delivery_batch(rows).deliveries
     assert [(d.message_id, d.topic, d.body, dict(d.properties)) for d in sent] == [
         (t.message_id, t.topic, t.body, t.properties) for t, _ in items
     ]
