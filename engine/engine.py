@@ -391,5 +391,4 @@ class Engine:
         raws = [raw for rows in entries.values() for _, _, raw in rows]
         if raws:
             fired_at_ms = records.record_fired_at_ms(raws[0])
-            lateness_ms = map(fired_at_ms.__sub__, records.deliver_times_ms(raws))
-            self._lateness.observe(fired_at_ms, lateness_ms)
+            self._lateness.observe(fired_at_ms, records.fire_lateness_ms(raws))

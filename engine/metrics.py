@@ -152,11 +152,8 @@ class Recorder(NullRecorder):
         self.commit_size.observe(weight)
         self.commit_seconds.observe(duration_s)
         if fired_entries:
-            lateness_ms = records.record_fire_lateness_ms
-            lateness = [
-                lateness_ms(record) / 1000 for rows in fired_entries.values()
-                for _, _, record in rows
-            ]  # fmt: skip
+            raws = [record for rows in fired_entries.values() for _, _, record in rows]
+            lateness = [ms / 1000 for ms in records.fire_lateness_ms(raws)]
             self.fires.inc(len(lateness))
             _observe_many(self.fire_lateness, lateness)
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import struct
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from functools import lru_cache, partial
 from operator import itemgetter
 from typing import NamedTuple
@@ -316,16 +316,13 @@ def with_schedule(raw: bytes, when: When, deliver_at_ms: int) -> bytes:
     return _HEADER.pack(*fields) + raw[HEADER_BYTES:]
 
 
-def record_fire_lateness_ms(raw: bytes) -> int:
-    """fired_at_ms - deliver_at_ms of a FIRED record (two fixed offsets, no full decode)."""
-    return _I64.unpack_from(raw, _FIRED_AT_OFFSET)[0] - _I64.unpack_from(raw, _DELIVER_AT_OFFSET)[0]
-
-
-def deliver_times_ms(raws: Iterable[bytes]) -> Iterator[int]:
-    """deliver_at_ms of each record, unpacked in C: no Python frame per record (a fire
-    chunk's lateness, 10,000 records: `record_fire_lateness_ms` each was 2% of the engine's
+def fire_lateness_ms(raws: list[bytes]) -> Iterator[int]:
+    """fired_at_ms - deliver_at_ms of each record of one commit's fires, which share one
+    fired_at_ms (the commit's): read once, each deliver time unpacked in C, no Python
+    frame per record (a fire chunk is 10,000; a call per record was 2% of the engine's
     CPU in a burst)."""
-    return map(_FIRST, map(_DELIVER_AT_OF, raws))
+    fired_at_ms = record_fired_at_ms(raws[0]) if raws else 0
+    return map(fired_at_ms.__sub__, map(_FIRST, map(_DELIVER_AT_OF, raws)))
 
 
 def record_fired_at_ms(raw: bytes) -> int:

@@ -67,10 +67,12 @@ def test_delivery_parts_are_the_delivery_view_with_the_topic_as_stored(timer):
     )  # fmt: skip
 
 
-@given(st.lists(timers, max_size=20))
-def test_deliver_times_of_many_records_are_each_records_own(many):
+@given(st.lists(timers, max_size=20), st.integers(0, 2**62))
+def test_the_fire_lateness_of_one_commits_fires_is_each_records_own(many, fired_at_ms):
+    many = [replace(timer, fired_at_ms=fired_at_ms) for timer in many]  # one commit's
     raws = [records.encode_timer(timer) for timer in many]
-    assert list(records.deliver_times_ms(raws)) == [t.deliver_at_ms for t in many]
+    lateness = [t.fired_at_ms - t.deliver_at_ms for t in many]
+    assert list(records.fire_lateness_ms(raws)) == lateness
 
 
 @given(timers, st.integers(1, 2**62), st.integers(1, 2**62))
