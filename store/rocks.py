@@ -31,6 +31,8 @@ from wheels.domain import StoreUnavailable
 
 log = structlog.get_logger("timerwheel.store")
 
+L0_COMPACTION_TRIGGER = 8  # level-0 files that start a compaction (RocksDB's default: 4)
+
 
 @dataclass(frozen=True)
 class RocksTuning:
@@ -58,6 +60,13 @@ def _options(tuning: RocksTuning, cache: Cache, family: str = "") -> Options:
         tuning.wheel_write_buffer_bytes if random_order else tuning.write_buffer_bytes
     )
     options.set_max_write_buffer_number(2)
+    # Compact level 0 into level 1 once it holds 8 files, not RocksDB's 4: every such
+    # compaction rewrites the overlapping part of level 1, so half as many of them write
+    # about half as much. At 14,000/s the compaction thread took 0.6-0.9 s of CPU a run
+    # against 1.9-2.0 (with `messages`' merged flushes below), and the server 52-53% of
+    # a core against 61-63% (docs/benchmarks.md, "2026-11-30, night"). Reads look in at
+    # most twice as many level-0 files; bloom filters skip most of them.
+    options.set_level_zero_file_num_compaction_trigger(L0_COMPACTION_TRIGGER)
     if family == CF_COUNTS:
         # Counters are rewritten in place: each batch puts a new 8-byte value under keys
         # the memtable mostly holds already (one per topic and minute). Appending a new
@@ -74,6 +83,14 @@ def _options(tuning: RocksTuning, cache: Cache, family: str = "") -> Options:
         # (docs/engine.md, "The fire's reads of the records").
         options.set_memtable_prefix_bloom_ratio(0.1)
         options.set_memtable_whole_key_filtering(True)
+        # Flush two memtables at once, merged: half as many level-0 files, so the
+        # trigger above is reached half as often (and a record fired and acked within
+        # the two keeps only its newest version). With both, a burst of 1,000,000 ran
+        # no compaction at all (1.1-1.2 s of CPU in its window before; the flushes' CPU
+        # the same). The memtables' shared budget (`db_write_buffer_size`) still bounds
+        # their memory.
+        options.set_max_write_buffer_number(3)
+        options.set_min_write_buffer_number_to_merge(2)
     if not family:
         options.set_allow_concurrent_memtable_write(False)
     # One memtable budget for all column families together.

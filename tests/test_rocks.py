@@ -10,6 +10,7 @@ import pytest
 from helpers.wal_sync_child import FailingSync
 from rocksdict import WriteBatch
 
+from store.keys import ALL_COLUMN_FAMILIES
 from store.rocks import RocksDatabase, RocksTuning, WalSyncFailed
 
 
@@ -38,6 +39,18 @@ def test_only_messages_filters_its_memtables_by_whole_key(tmp_path):
     for family in ("wheel_second", "ready", "meta"):  # the filter is for the fire's reads
         options = persisted[f'CFOptions "{family}"']
         assert float(options["memtable_prefix_bloom_size_ratio"]) == 0.0
+
+
+def test_level_0_compacts_at_eight_files_and_messages_flushes_two_memtables_merged(tmp_path):
+    RocksDatabase(str(tmp_path), RocksTuning(sync_writes=False)).close()
+    persisted = _persisted_options(tmp_path)
+    families = [name for name in persisted.sections() if name.startswith("CFOptions")]
+    assert len(families) == len(ALL_COLUMN_FAMILIES) + 1  # and RocksDB's "default"
+    for name in families:
+        assert int(persisted[name]["level0_file_num_compaction_trigger"]) == 8
+        merged = name == 'CFOptions "messages"'  # records are rewritten at fire and ack
+        assert int(persisted[name]["min_write_buffer_number_to_merge"]) == (2 if merged else 1)
+        assert int(persisted[name]["max_write_buffer_number"]) == (3 if merged else 2)
 
 
 def test_a_failed_wal_sync_says_so_and_leaves_the_write_applied(tmp_path):
