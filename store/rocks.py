@@ -62,10 +62,10 @@ def _options(tuning: RocksTuning, cache: Cache, family: str = "") -> Options:
     options.set_max_write_buffer_number(2)
     # Compact level 0 into level 1 once it holds 8 files, not RocksDB's 4: every such
     # compaction rewrites the overlapping part of level 1, so half as many of them write
-    # about half as much. At 14,000/s the compaction thread took 0.6-0.9 s of CPU a run
-    # against 1.9-2.0 (with `messages`' merged flushes below), and the server 52-53% of
-    # a core against 61-63% (docs/benchmarks.md, "2026-11-30, night"). Reads look in at
-    # most twice as many level-0 files; bloom filters skip most of them.
+    # about half as much. With `messages`' merged flushes below, the compaction thread
+    # took 0.5-0.9 s of CPU a 14,000/s run against 1.9-2.0, and 4.0-4.2 s a 40,000/s run
+    # against 12.3-12.4 (docs/benchmarks.md, "2026-11-30, night"). Reads look in up to
+    # twice as many level-0 files; bloom filters skip most of them for point reads.
     options.set_level_zero_file_num_compaction_trigger(L0_COMPACTION_TRIGGER)
     if family == CF_COUNTS:
         # Counters are rewritten in place: each batch puts a new 8-byte value under keys
