@@ -59,7 +59,8 @@ def _options(tuning: RocksTuning, cache: Cache, family: str = "") -> Options:
     options.set_write_buffer_size(
         tuning.wheel_write_buffer_bytes if random_order else tuning.write_buffer_bytes
     )
-    options.set_max_write_buffer_number(2)
+    # `messages` keeps a third memtable: it flushes two at once (below).
+    options.set_max_write_buffer_number(3 if family == CF_MESSAGES else 2)
     # Compact level 0 into level 1 once it holds 8 files, not RocksDB's 4: every such
     # compaction rewrites the overlapping part of level 1, so half as many of them write
     # about half as much. With `messages`' merged flushes below, the compaction thread
@@ -89,7 +90,6 @@ def _options(tuning: RocksTuning, cache: Cache, family: str = "") -> Options:
         # no compaction at all (1.1-1.2 s of CPU in its window before; the flushes' CPU
         # the same). The memtables' shared budget (`db_write_buffer_size`) still bounds
         # their memory.
-        options.set_max_write_buffer_number(3)
         options.set_min_write_buffer_number_to_merge(2)
     if not family:
         options.set_allow_concurrent_memtable_write(False)
