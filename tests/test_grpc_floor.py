@@ -1,0 +1,48 @@
+"""bench/grpc_floor.py, run small: its servers share one port and answer every Send the
+harness's producer offers, it reports the CPU a call of each side, and nothing it started
+is left running."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+pytestmark = pytest.mark.timeout(120)
+REPO = Path(__file__).resolve().parent.parent
+
+
+def floor_processes() -> set[int]:
+    return {
+        p.pid
+        for p in psutil.process_iter(["cmdline"])
+        if any("grpc_floor" in part for part in p.info["cmdline"] or ())
+    }
+
+
+def test_two_servers_on_one_port_answer_every_call_offered():
+    before = floor_processes()
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.grpc_floor", "--servers", "2", "--producers", "2",
+         "--connections", "2", "--rate", "400", "--duration", "1"],
+        cwd=REPO, capture_output=True, text=True, timeout=100,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    assert figures["servers"] == 2 and figures["calls"] == 400
+    assert 0 < figures["calls_per_s"] <= 400 * 1.5
+    assert figures["server_cpu_us_per_call"] > 0 and figures["producer_cpu_us_per_call"] > 0
+    assert floor_processes() - before == set()
+
+
+def test_a_bad_flag_is_refused_with_its_value():
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.grpc_floor", "--servers", "0"],
+        cwd=REPO, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "--servers=0" in done.stderr
