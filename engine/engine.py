@@ -28,7 +28,7 @@ from engine.ops import AckOp, CancelOp, SendOp
 from engine.prepare import prepare_sends
 from engine.store_health import StoreHealth
 from engine.thread_cpu import thread_cpu_seconds
-from engine.trace_ops import DeliveryEvent, TraceBarrier, TraceOp
+from engine.trace_ops import DeliveryEvents, TraceBarrier, TraceOp
 from engine.writer import FiredListener, Writer
 from store import keys, records
 from store.counts import PendingCounts
@@ -219,16 +219,17 @@ class Engine:
         with contextlib.suppress(TimerwheelError):
             self._writer.wait(self._writer.submit(TraceBarrier()))
 
-    def record_trace(self, events: list[DeliveryEvent]) -> bool:
-        """Store delivery events (engine.trace_ops) without waiting for their commit;
-        False when the writer cannot take them now (overloaded, stopping): they are
-        dropped, and the trace misses those attempts."""
-        if not events:
+    def record_trace(self, groups: list[DeliveryEvents]) -> bool:
+        """Store delivery events, in groups (engine.trace_ops), without waiting for their
+        commit; False when the writer cannot take them now (overloaded, stopping): they
+        are dropped, and the trace misses those attempts."""
+        op = TraceOp(groups=groups)
+        if not op.weight:
             return True
         try:
-            self._writer.submit(TraceOp(events=events))
+            self._writer.submit(op)
         except (Overloaded, ShuttingDown) as exc:
-            log.warning("trace_events_dropped", count=len(events), error=str(exc))
+            log.warning("trace_events_dropped", count=op.weight, error=str(exc))
             return False
         return True
 

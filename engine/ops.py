@@ -347,12 +347,7 @@ def stage_new(
 
 def stage_trace(batch: StagedBatch, message_id: str, event: TraceEvent) -> None:
     """One event of a message's life, written with this batch (store.trace)."""
-    stage_encoded_trace(batch, message_id, trace_cf.encode_event(event))
-
-
-def stage_encoded_trace(batch: StagedBatch, message_id: str, value: bytes) -> None:
-    """`stage_trace` of an event already encoded (`store.trace.encode_event`)."""
-    batch.trace.append((message_id.encode(), value))
+    batch.trace.append((message_id.encode(), trace_cf.encode_event(event)))
 
 
 @dataclass

@@ -1,29 +1,34 @@
 """Delivery events for message traces: the writer operation that stores them.
 
 Deliveries happen outside the writer (server.delivery, possibly another process), which
-reports them in batches as plain tuples (id, kind, attempt, text): cheap to pickle
-across processes. The writer stamps them with its clock when it applies them, like
-every other event of a trace, so an attempt's time is when the server recorded it: in
-the writer's next group commit after the delivery (they linger for it: engine.linger),
-and never before the fire or after the ack that the same delivery led to (the
-subscriber's ack is submitted after it).
+reports them in groups: one per subscriber's batch (DELIVERED, the subscriber, the
+batch's ids and their attempts) or per failed attempt (NACKED, why, one id). A group
+crosses between processes as two plain lists, which pickle in C, and is staged with a
+few calls in C for the whole group: one tuple per message on each side (kind, attempt,
+text beside each id) cost the engine 0.64-0.72 us a message to unpickle and stage
+(docs/benchmarks.md, 2026-12-01). The writer stamps the events with its clock when it
+applies them, like every other event of a trace, so an attempt's time is when the server
+recorded it: in the writer's next group commit after the delivery (they linger for it:
+engine.linger), and never before the fire or after the ack that the same delivery led to
+(the subscriber's ack is submitted after it).
 
-The events of one op mostly differ only in their message id (one subscriber's batch:
-DELIVERED, attempt 1), so each distinct (kind, attempt, text) is encoded once and its
-bytes shared: building and encoding a TraceEvent per message cost ~3 us each.
+Each distinct (kind, attempt, text) of a group is encoded once and its bytes shared:
+building and encoding a TraceEvent per message cost ~3 us each.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import ClassVar
 
-from engine.ops import Op, WriterContext, stage_encoded_trace
+from engine.ops import Op, WriterContext
 from store.batch import StagedBatch
 from store.trace import encode_event
 from wheels.trace import TraceEvent, TraceKind
 
-DeliveryEvent = tuple[str, int, int, str]  # (message id, TraceKind, attempt, text)
+# (TraceKind, text, message ids, their attempts): the events of one batch or failed attempt
+DeliveryEvents = tuple[int, str, list[str], list[int]]
 # Under load the writer commits every millisecond for fires anyway; idle, a delivery's
 # events wait this long for an ack to share a commit with (the client gathers acks 10 ms).
 TRACE_LINGER_MS = 10
@@ -31,26 +36,27 @@ TRACE_LINGER_MS = 10
 
 @dataclass
 class TraceOp(Op):
-    """DELIVERED (text: the subscriber) and NACKED (text: why) events of many messages."""
+    """DELIVERED (text: the subscriber) and NACKED (text: why) events of many messages,
+    in groups (`DeliveryEvents`), in the order they happened."""
 
-    events: list[DeliveryEvent] = field(default_factory=list)
+    groups: list[DeliveryEvents] = field(default_factory=list)
     durable: ClassVar[bool] = False  # nobody waits on it (Engine.record_trace)
     linger_ms: ClassVar[int] = TRACE_LINGER_MS  # rides along with the next commit
 
     @property
     def weight(self) -> int:
-        return len(self.events)
+        return sum(len(message_ids) for _, _, message_ids, _ in self.groups)
 
     def apply(self, ctx: WriterContext, batch: StagedBatch, now_ms: int) -> int:
-        encoded: dict[tuple[int, int, str], bytes] = {}
-        for message_id, kind, attempt, text in self.events:
-            value = encoded.get((kind, attempt, text))
-            if value is None:
-                value = encoded[kind, attempt, text] = encode_event(
-                    _event(kind, attempt, text, now_ms)
-                )
-            stage_encoded_trace(batch, message_id, value)
-        return len(self.events)
+        """Stage every event; a message's events keep their order (the groups', then the
+        trace seqs `store.trace.TraceLog.stage` gives in staging order)."""
+        staged = []
+        for kind, text, message_ids, attempts in self.groups:
+            values = {a: encode_event(_event(kind, a, text, now_ms)) for a in set(attempts)}
+            ids = map(str.encode, message_ids)
+            staged.append(zip(ids, map(values.__getitem__, attempts), strict=True))
+        batch.trace.extend(chain.from_iterable(staged))
+        return self.weight
 
 
 def _event(kind: int, attempt: int, text: str, now_ms: int) -> TraceEvent:

@@ -1,9 +1,11 @@
 """Delivery attempts on their way into message traces (engine.trace_ops).
 
-A dispatcher notes each delivery and each failed attempt while it holds its lock (a
-deque append: no I/O under the lock); whoever leaves the dispatcher next (`flush`, from
+A dispatcher notes each batch it delivers and each failed attempt while it holds its
+lock (one deque append a batch, its lists as they are: no I/O and no work a message
+under the lock); whoever leaves the dispatcher next (`flush`, from
 `DeliveryHub.next_batch`, `release` or `nack`) hands what is noted to the engine in
-one call, which does not wait for the commit. Attempt counts thereby survive a restart:
+one call, as groups (`engine.trace_ops.DeliveryEvents`), which does not wait for the
+commit. Attempt counts thereby survive a restart:
 a new hub asks the engine for the attempts of messages that fired before it started
 (`DeliveryHub.restore_attempts`), the only ones an earlier hub may have delivered.
 """
@@ -14,29 +16,31 @@ from collections import deque
 
 from wheels.trace import TraceKind
 
+DELIVERED, NACKED = int(TraceKind.DELIVERED), int(TraceKind.NACKED)
+
 
 class DeliveryTrace:
     def __init__(self, engine) -> None:
         self._engine = engine
-        self._noted: deque[tuple[str, int, int, str]] = deque()
+        self._noted: deque[tuple[int, str, list[str], list[int]]] = deque()
 
     def delivered(self, message_ids: list[str], attempts: list[int], subscriber: str) -> None:
-        kind = int(TraceKind.DELIVERED)
-        self._noted.extend(
-            (message_id, kind, attempt, subscriber)
-            for message_id, attempt in zip(message_ids, attempts, strict=True)
-        )
+        """One batch handed to `subscriber`: the lists are kept as given (the caller
+        hands them over and changes them no more)."""
+        if len(message_ids) != len(attempts):
+            raise ValueError(f"{len(message_ids)} message ids but {len(attempts)} attempts")
+        self._noted.append((DELIVERED, subscriber, message_ids, attempts))
 
     def failed(self, message_id: str, attempt: int, reason: str) -> None:
-        self._noted.append((message_id, int(TraceKind.NACKED), attempt, reason))
+        self._noted.append((NACKED, reason, [message_id], [attempt]))
 
     def flush(self) -> None:
         """Hand what is noted to the engine (any thread; each event goes exactly once)."""
-        events = []
+        groups = []
         try:
             while True:
-                events.append(self._noted.popleft())
+                groups.append(self._noted.popleft())
         except IndexError:
             pass
-        if events:
-            self._engine.record_trace(events)
+        if groups:
+            self._engine.record_trace(groups)

@@ -24,9 +24,9 @@ def test_each_message_gets_its_own_events_from_one_op(tmp_path):
         ))  # fmt: skip
         clock.advance(5)
         engine.record_trace([
-            (a, DELIVERED, 1, "billing-1"), (b, DELIVERED, 1, "billing-1"),
-            (c, DELIVERED, 1, "billing-2"), (a, NACKED, 1, "db down"),
-            (a, DELIVERED, 2, "billing-1"), (b, NACKED, 1, "db down"),
+            (DELIVERED, "billing-1", [a, b], [1, 1]), (DELIVERED, "billing-2", [c], [1]),
+            (NACKED, "db down", [a], [1]), (DELIVERED, "billing-1", [a], [2]),
+            (NACKED, "db down", [b], [1]),
         ])  # fmt: skip
         engine.run_until_idle()
         at = T0 + 5
@@ -42,5 +42,24 @@ def test_each_message_gets_its_own_events_from_one_op(tmp_path):
         assert engine.store.trace.read(c) == [
             TraceEvent(TraceKind.DELIVERED, at, attempt=1, subscriber="billing-2"),
         ]
+    finally:
+        engine.close()
+
+
+def test_one_batch_with_a_redelivery_in_it_gives_each_message_its_attempt(tmp_path):
+    clock = VirtualClock(T0)
+    engine = Engine(Settings(data_dir=str(tmp_path / "d"), sync_writes=False), clock,
+                    background=False)  # fmt: skip
+    try:
+        a, b, c = (r.message_id for r in engine.send_batch(
+            [SendSpec("orders", b"x", When(WhenKind.DELAY, 60_000))] * 3
+        ))  # fmt: skip
+        assert engine.record_trace([(DELIVERED, "billing-1", [a, b, c], [1, 3, 1])])
+        engine.run_until_idle()
+        attempts = {
+            message_id: [(e.attempt, e.subscriber) for e in engine.store.trace.read(message_id)]
+            for message_id in (a, b, c)
+        }
+        assert attempts == {a: [(1, "billing-1")], b: [(3, "billing-1")], c: [(1, "billing-1")]}
     finally:
         engine.close()

@@ -76,7 +76,7 @@ def fired(tmp_path):
 def test_trace_events_ride_along_with_the_next_commit(fired):
     engine, counting, message_id = fired
     writes = counting.writes
-    assert engine.record_trace([(message_id, TraceKind.DELIVERED, 1, "billing")])
+    assert engine.record_trace([(TraceKind.DELIVERED, "billing", [message_id], [1])])
     assert counting.writes == writes  # queued, not committed by itself
     engine.ack("orders", [message_id])  # an op somebody waits on
     assert counting.writes == writes + 1  # one group commit carried both
@@ -87,7 +87,7 @@ def test_trace_events_ride_along_with_the_next_commit(fired):
 def test_manual_mode_runs_until_lingering_events_are_committed(fired):
     engine, counting, message_id = fired
     syncs = counting.syncs
-    engine.record_trace([(message_id, TraceKind.DELIVERED, 1, "billing")])
+    engine.record_trace([(TraceKind.DELIVERED, "billing", [message_id], [1])])
     engine.run_until_idle()
     assert delivered(engine, message_id) == [(1, "billing")]
     assert counting.syncs == syncs  # nobody waits on them: no fsync
@@ -101,7 +101,7 @@ def test_a_trace_read_sees_events_recorded_just_before_it(tmp_path):
     try:
         [sent] = engine.send_batch([due(60 * MINUTE_MS)])
         syncs = counting.syncs
-        events = [(sent.message_id, TraceKind.DELIVERED, attempt, "billing") for attempt in (1, 2)]
+        events = [(TraceKind.DELIVERED, "billing", [sent.message_id] * 2, [1, 2])]
         assert engine.record_trace(events)
         timer = engine.get(sent.message_id, include_trace=True)
         assert [(e.kind, e.attempt) for e in timer.trace if e.kind is TraceKind.DELIVERED] == [

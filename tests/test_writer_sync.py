@@ -57,7 +57,7 @@ def test_only_the_commits_a_caller_waits_on_sync_the_wal(engine, clock):
     assert engine.get(first.message_id).state is State.FIRED
     assert syncs(engine) == 1
 
-    assert engine.record_trace([(first.message_id, TraceKind.DELIVERED, 1, "sub")])
+    assert engine.record_trace([(TraceKind.DELIVERED, "sub", [first.message_id], [1])])
     engine.run_until_idle()  # a delivery trace event: nobody waits on it
     assert syncs(engine) == 1
 
