@@ -39,7 +39,7 @@ class TimerLookups:
         if raw is not None and records.has_extras(raw):
             extras = extras_cf.get_extras(self._store, None, message_id.encode())
             if extras is not None:
-                limit = records.decode_extras(extras).max_attempts
+                limit = extras_cf.decode_extras(extras).max_attempts
                 if limit is not None:
                     return limit
         return self._settings.max_attempts
@@ -59,7 +59,7 @@ class TimerLookups:
             raw = self._store.get_record(message_id)
             extras = extras_cf.get_extras(self._store, None, message_id.encode())
             if raw is not None and records.is_series(raw) and extras is not None:
-                options, number, _ = records.decode_series(extras)
+                options, number, _ = extras_cf.decode_series(extras)
                 timer = replace(timer, repeat=options.repeat, next_occurrence=number)
         return timer
 

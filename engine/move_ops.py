@@ -42,8 +42,8 @@ class RescheduleOp(Op):
         unschedule(ctx, batch, self.message_id, raw)
         if records.is_series(raw):  # its next occurrence moves: keep its number
             extras = extras_cf.get_extras(ctx.store, batch, self.message_id.encode())
-            options, number, _ = records.decode_series(extras or b"{}")
-            moved = records.encode_extras(options, number, self.deliver_at_ms)
+            options, number, _ = extras_cf.decode_series(extras or b"{}")
+            moved = extras_cf.encode_extras(options, number, self.deliver_at_ms)
             extras_cf.stage_extras(batch, self.message_id.encode(), moved)
         record = records.with_schedule(raw, self.when, self.deliver_at_ms)
         topic = records.record_topic(raw)
@@ -80,7 +80,7 @@ class DeadLetterOp(Op):
         options = None
         if records.has_extras(raw):
             extras = extras_cf.get_extras(ctx.store, batch, message_id)
-            options = records.decode_extras(extras) if extras else None
+            options = extras_cf.decode_extras(extras) if extras else None
         timer = records.decode_timer(self.message_id, raw)
         target = dead_letter_topic(self.topic, options)
         properties = {

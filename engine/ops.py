@@ -281,9 +281,9 @@ def _replace_extras(ctx: WriterContext, batch: StagedBatch, item: _Replacement) 
     old_extras = extras_cf.get_extras(ctx.store, batch, message_id)
     extras_cf.stage_extras(batch, message_id, None)
     if records.is_series(item.old_record) and records.is_series(send.record) and old_extras:
-        number = records.decode_series(old_extras)[1]
-        options, _, at_ms = records.decode_series(send.extras or b"{}")
-        return send._replace(extras=records.encode_extras(options, number, at_ms))
+        number = extras_cf.decode_series(old_extras)[1]
+        options, _, at_ms = extras_cf.decode_series(send.extras or b"{}")
+        return send._replace(extras=extras_cf.encode_extras(options, number, at_ms))
     return send
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from engine.ids import MessageIds
 from engine.ops import SendOp
+from store import extras as extras_cf
 from store import records
 from store.records import encode_new_many
 from wheels.domain import InvalidArgument, SendSpec
@@ -43,5 +44,5 @@ def prepare_sends(
             options = specs[index].options
             series = options.repeat is not None
             op.records[index] = records.with_extras_flag(op.records[index], series)
-            op.extras[index] = records.encode_extras(options, 1, deliver_times_ms[index])
+            op.extras[index] = extras_cf.encode_extras(options, 1, deliver_times_ms[index])
     return op

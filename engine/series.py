@@ -54,7 +54,7 @@ def _fire_one(
 ) -> None:  # fmt: skip
     extras = extras_cf.get_extras(ctx.store, batch, message_id)
     assert extras is not None, f"series {message_id!r} has no extras entry"
-    options, number, at_ms = records.decode_series(extras)
+    options, number, at_ms = extras_cf.decode_series(extras)
     repeat = options.repeat
     assert repeat is not None
     series_id = message_id.decode()
@@ -76,7 +76,7 @@ def _fire_one(
         batch, message_id, records.with_deliver_at(raw, fire_at_ms), fire_at_ms,
         topic.encode(), wheel.name,
     )  # fmt: skip
-    extras_cf.stage_extras(batch, message_id, records.encode_extras(options, number, at_ms))
+    extras_cf.stage_extras(batch, message_id, extras_cf.encode_extras(options, number, at_ms))
 
 
 def _stage_occurrence(
@@ -96,5 +96,5 @@ def _stage_occurrence(
     if options.max_attempts is not None or options.dead_letter_topic:
         delivery = SendOptions(options.max_attempts, options.dead_letter_topic)
         record = records.with_extras_flag(record)
-        extras_cf.stage_extras(batch, occurrence_key, records.encode_extras(delivery))
+        extras_cf.stage_extras(batch, occurrence_key, extras_cf.encode_extras(delivery))
     ctx.store.stage_fire_new(batch, occurrence_key, record, series.topic, seq)

@@ -1,5 +1,6 @@
-"""The `extras` column family (send options of the few messages that have them), and the
-staged writes of the features that use it: dead letters and finished series.
+"""The `extras` column family (send options of the few messages that have them): their
+encoding, and the staged writes of the features that use it: dead letters and finished
+series.
 
 Writer thread only for the `stage_*` functions, like `TimerStore`'s; see store.keys for
 the layout and store.records for the flags that say a record has an entry here.
@@ -7,9 +8,13 @@ the layout and store.records for the flags that say a record has an entry here.
 
 from __future__ import annotations
 
+import dataclasses
+import json
+
 from store import keys, records
 from store.batch import StagedBatch
 from store.timer_store import TimerStore
+from wheels.domain import MissedPolicy, Repeat, SendOptions
 
 
 def get_extras(store: TimerStore, batch: StagedBatch | None, message_id: bytes) -> bytes | None:
@@ -43,3 +48,32 @@ def stage_dead_letter(
     if records.has_extras(raw):
         batch.writes[keys.CF_EXTRAS][message_id] = None
     store.stage_fire_new(batch, message_id, record, topic, seq)
+
+
+def encode_extras(options: SendOptions, next_number: int = 1, next_at_ms: int = 0) -> bytes:
+    """Send options as stored in `extras`: compact JSON (few messages have them). A series
+    also keeps the number and schedule time of its next occurrence there."""
+    data: dict = {}
+    if options.max_attempts is not None:
+        data["max_attempts"] = options.max_attempts
+    if options.dead_letter_topic:
+        data["dead_letter_topic"] = options.dead_letter_topic
+    if options.repeat is not None:
+        repeat = dataclasses.asdict(options.repeat)
+        repeat["missed"] = int(options.repeat.missed)
+        data.update(repeat={k: v for k, v in repeat.items() if v}, n=next_number, at=next_at_ms)
+    return json.dumps(data, separators=(",", ":")).encode()
+
+
+def decode_extras(raw: bytes) -> SendOptions:
+    return decode_series(raw)[0]
+
+
+def decode_series(raw: bytes) -> tuple[SendOptions, int, int]:
+    """(options, number of the next occurrence, its schedule time) from `extras`."""
+    data = json.loads(raw)
+    repeat = data.get("repeat")
+    if repeat is not None:
+        repeat = Repeat(**{**repeat, "missed": MissedPolicy(repeat.get("missed", 0))})
+    options = SendOptions(data.get("max_attempts"), data.get("dead_letter_topic", ""), repeat)
+    return options, data.get("n", 0), data.get("at", 0)

@@ -15,7 +15,7 @@ column family       key                                           value
                                                                   records to remove after
                                                                   the retention period
 ``meta``            name (ASCII, see ``META_*``)                  8 B BE int, or a wheel key
-``extras``          message id (UTF-8)                            JSON (store.records
+``extras``          message id (UTF-8)                            JSON (store.extras
                                                                   ``encode_extras``): send
                                                                   options of the few
                                                                   messages that have them

@@ -11,7 +11,7 @@ State changes (fire, ack, cancel) rewrite only the header: the rest of the recor
 copied as bytes, never decoded, which keeps the firing path cheap.
 
 The when_kind byte holds flags above its low four bits: ``EXTRAS_FLAG`` says the message
-has an entry in the ``extras`` column family (its send options, `encode_extras`), so only
+has an entry in the ``extras`` column family (its send options, store.extras), so only
 those few messages cost a read there; ``SERIES_FLAG`` marks a recurring series, which
 the writer fires as an occurrence instead of firing the record itself; bits 4-5 say which
 wheel the send placed it in (``store.keys.WHEEL_CODES``; 0: due at once, or a record
@@ -20,8 +20,6 @@ written before they were), the start of its trace (store.trace).
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import struct
 from collections.abc import Iterator, Mapping
 from functools import lru_cache, partial
@@ -32,9 +30,6 @@ from store.keys import WHEEL_CODES, WHEEL_NAMES
 from wheels.domain import (
     DeliveryView,
     FiredTimer,
-    MissedPolicy,
-    Repeat,
-    SendOptions,
     State,
     Timer,
     When,
@@ -257,35 +252,6 @@ def with_deliver_at(raw: bytes, deliver_at_ms: int) -> bytes:
     patched = bytearray(raw)
     _I64.pack_into(patched, _DELIVER_AT_OFFSET, deliver_at_ms)
     return bytes(patched)
-
-
-def encode_extras(options: SendOptions, next_number: int = 1, next_at_ms: int = 0) -> bytes:
-    """Send options as stored in `extras`: compact JSON (few messages have them). A series
-    also keeps the number and schedule time of its next occurrence there."""
-    data: dict = {}
-    if options.max_attempts is not None:
-        data["max_attempts"] = options.max_attempts
-    if options.dead_letter_topic:
-        data["dead_letter_topic"] = options.dead_letter_topic
-    if options.repeat is not None:
-        repeat = dataclasses.asdict(options.repeat)
-        repeat["missed"] = int(options.repeat.missed)
-        data.update(repeat={k: v for k, v in repeat.items() if v}, n=next_number, at=next_at_ms)
-    return json.dumps(data, separators=(",", ":")).encode()
-
-
-def decode_extras(raw: bytes) -> SendOptions:
-    return decode_series(raw)[0]
-
-
-def decode_series(raw: bytes) -> tuple[SendOptions, int, int]:
-    """(options, number of the next occurrence, its schedule time) from `extras`."""
-    data = json.loads(raw)
-    repeat = data.get("repeat")
-    if repeat is not None:
-        repeat = Repeat(**{**repeat, "missed": MissedPolicy(repeat.get("missed", 0))})
-    options = SendOptions(data.get("max_attempts"), data.get("dead_letter_topic", ""), repeat)
-    return options, data.get("n", 0), data.get("at", 0)
 
 
 def is_fired(raw: bytes) -> bool:
