@@ -94,6 +94,7 @@ def produce(plan: ProducerPlan, start: float, stop, results) -> None:
 
 def measure(args) -> dict:
     """Start the servers, run the producers for `--duration`, stop everything."""
+    load_before = os.getloadavg()
     ctx = multiprocessing.get_context("spawn")
     port, stop, ready = free_port(), ctx.Event(), ctx.Semaphore(0)
     cpu, results = ctx.Array("d", args.servers), ctx.Queue()
@@ -143,7 +144,7 @@ def measure(args) -> dict:
         "producer_cpu_us_per_call": round(
             sum(answer["cpu_s"] for answer in answers) / max(sent, 1) * 1e6, 1
         ),
-        "load_before": os.getloadavg(),
+        "load_before": load_before,
     }
 
 

@@ -36,6 +36,7 @@ def test_two_servers_on_one_port_answer_every_call_offered():
     assert figures["servers"] == 2 and figures["calls"] == 400
     assert 0 < figures["calls_per_s"] <= 400 * 1.5
     assert figures["server_cpu_us_per_call"] > 0 and figures["producer_cpu_us_per_call"] > 0
+    assert len(figures["load_before"]) == 3
     assert floor_processes() - before == set()
 
 
