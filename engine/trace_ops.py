@@ -4,13 +4,14 @@ Deliveries happen outside the writer (server.delivery, possibly another process)
 reports them in groups: one per subscriber's batch (DELIVERED, the subscriber, the
 batch's ids and their attempts) or per failed attempt (NACKED, why, one id). A group
 crosses between processes as two plain lists, which pickle in C, and is staged with a
-few calls in C for the whole group: one tuple per message on each side (kind, attempt,
-text beside each id) cost the engine 0.64-0.72 us a message to unpickle and stage
-(docs/benchmarks.md, 2026-12-01). The writer stamps the events with its clock when it
-applies them, like every other event of a trace, so an attempt's time is when the server
-recorded it: in the writer's next group commit after the delivery (they linger for it:
-engine.linger), and never before the fire or after the ack that the same delivery led to
-(the subscriber's ack is submitted after it).
+few calls in C for the whole group: 0.13 us a message to unpickle and stage, against
+0.27 as one tuple a message (kind, attempt and text beside each id), and 0.05 against
+0.20-0.23 to note and pickle in the delivery process (docs/benchmarks.md, 2026-12-01
+evening). The writer stamps the events with its clock when it applies them, like every
+other event of a trace, so an attempt's time is when the server recorded it: in the
+writer's next group commit after the delivery (they linger for it: engine.linger), and
+never before the fire or after the ack that the same delivery led to (the subscriber's
+ack is submitted after it).
 
 Each distinct (kind, attempt, text) of a group is encoded once and its bytes shared:
 building and encoding a TraceEvent per message cost ~3 us each.
