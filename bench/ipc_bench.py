@@ -5,8 +5,10 @@
 Measures, with a real unix socket between two processes (a CallServer in a child process):
 an empty call's round trip; a SendBatch of 100 prepared sends (`SendOp`, pickled as the
 worker sends it) for the sender and the receiver, and the engine's answer to it; 500
-fired rows as the engine hands them to the delivery process; and the records' decode
-that the delivery and worker processes then do. Prints one JSON line; docs/architecture.md cites it.
+fired rows as the engine hands them to the delivery process; the records' decode that
+the delivery and worker processes then do; and a delivered batch's trace events (2,000
+ids) as the delivery process notes and pickles them and the engine unpickles and stages
+them (engine.trace_ops). Prints one JSON line; docs/architecture.md cites it.
 """
 
 from __future__ import annotations
@@ -22,11 +24,26 @@ import time
 from engine.ids import MessageIds
 from engine.ipc import CallClient, CallServer
 from engine.prepare import prepare_sends
+from engine.trace_ops import TraceOp
+from server.delivery_trace import DeliveryTrace
 from store import records
+from store.batch import StagedBatch
 from wheels.domain import SendSpec, State, Timer, When, WhenKind
 from wheels.settings import Settings
 
 KEY = b"b" * 32
+TRACE_BATCH = 2_000  # ids a delivered batch carries at most (`delivery_batch_max`)
+
+
+class _TraceGroups:
+    """The engine's `record_trace` as the delivery process sees it: keeps the groups."""
+
+    def __init__(self) -> None:
+        self.groups: list = []
+
+    def record_trace(self, groups: list) -> bool:
+        self.groups = groups
+        return True
 
 
 def _serve(path: str, ready) -> None:
@@ -84,6 +101,16 @@ def _measure(client: CallClient) -> dict:
     def engine_answers() -> bytes:
         return pickle.dumps((True, op.packed_results(op.results_as_prepared())))
 
+    trace_ids, engine = MessageIds().take([now_ms] * TRACE_BATCH), _TraceGroups()
+    trace = DeliveryTrace(engine)
+
+    def delivery_notes_trace() -> bytes:  # the lists as a dispatcher hands them over
+        trace.delivered(list(trace_ids), [1] * TRACE_BATCH, "subscriber-1")
+        trace.flush()
+        return pickle.dumps(TraceOp(groups=engine.groups), protocol=5)
+
+    trace_wire = delivery_notes_trace()
+
     repeat = 2_000
     return {
         "empty_call_round_trip_us": _per(_timed(lambda: client.call("x", None), repeat), repeat),
@@ -103,6 +130,11 @@ def _measure(client: CallClient) -> dict:
         "fired_rows_500_round_trip_us": _per(_timed(lambda: client.call("x", rows), 500), 500),
         "record_decode_us": _per(
             _timed(lambda: records.decode_timer(timer.message_id, record), 100_000), 100_000
+        ),
+        "trace_delivery_us_per_message": _per(_timed(delivery_notes_trace, 500), 500 * TRACE_BATCH),
+        "trace_engine_us_per_message": _per(
+            _timed(lambda: pickle.loads(trace_wire).apply(None, StagedBatch(), now_ms), 500),
+            500 * TRACE_BATCH,
         ),
         "load_average": os.getloadavg(),
     }
