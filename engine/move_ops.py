@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from engine.ops import Op, PreparedSend, WriterContext, stage_new, stage_trace, unschedule
+from engine.ops import Op, PreparedSend, WriterContext, stage_new, unschedule
 from store import extras as extras_cf
 from store import records
+from store import trace as trace_cf
 from store.batch import StagedBatch
 from wheels.domain import FailedPrecondition, NotFound, State, When
 from wheels.trace import TraceEvent, TraceKind, assemble
@@ -52,7 +53,7 @@ class RescheduleOp(Op):
         event = TraceEvent(
             TraceKind.RESCHEDULED, now_ms, wheel=wheel, deliver_at_ms=self.deliver_at_ms
         )
-        stage_trace(batch, self.message_id, event)
+        trace_cf.stage_event(batch, self.message_id, event)
         return self.deliver_at_ms
 
 
@@ -106,5 +107,7 @@ def _trace_dead_letter(
     facts = records.trace_facts(raw)
     for event in assemble(facts, ctx.store.trace.read(message_id)):
         if event.kind is TraceKind.FIRED and event.at_ms == facts.fired_at_ms:
-            stage_trace(batch, message_id, event)
-    stage_trace(batch, message_id, TraceEvent(TraceKind.DEAD_LETTERED, now_ms, detail=target))
+            trace_cf.stage_event(batch, message_id, event)
+    trace_cf.stage_event(
+        batch, message_id, TraceEvent(TraceKind.DEAD_LETTERED, now_ms, detail=target)
+    )

@@ -160,7 +160,7 @@ class SendOp(Op):
                 replaced = TraceEvent(
                     TraceKind.REPLACED, now_ms, deliver_at_ms=item.send.deliver_at_ms
                 )
-                stage_trace(batch, item.send.message_id, replaced)
+                trace_cf.stage_event(batch, item.send.message_id, replaced)
                 item = _replace_extras(ctx, batch, item)
             if isinstance(item, PreparedSend):
                 stage_new(ctx, batch, item, now_ms)
@@ -343,11 +343,6 @@ def stage_new(
             batch, message_id, send.record, send.deliver_at_ms, topic, wheel.name
         )
     return wheel.name if wheel else ""
-
-
-def stage_trace(batch: StagedBatch, message_id: str, event: TraceEvent) -> None:
-    """One event of a message's life, written with this batch (store.trace)."""
-    batch.trace.append((message_id.encode(), trace_cf.encode_event(event)))
 
 
 @dataclass

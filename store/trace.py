@@ -41,6 +41,11 @@ def encode_event(event: TraceEvent) -> bytes:
     return head + text.encode()
 
 
+def stage_event(batch: StagedBatch, message_id: str, event: TraceEvent) -> None:
+    """One event of a message's life, written with this batch (keyed at commit: `stage`)."""
+    batch.trace.append((message_id.encode(), encode_event(event)))
+
+
 def decode_event(raw: bytes) -> TraceEvent:
     kind_code, at_ms, deliver_at_ms, wheel, from_wheel, attempt = _EVENT.unpack_from(raw)
     kind = _KINDS[kind_code]
