@@ -6,26 +6,17 @@ window fired, fetched and acked, one writer iteration a tick, `--set` applied.""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+from helpers.bench_runs import bench_figures, run_bench
 
 pytestmark = pytest.mark.timeout(120)
-REPO = Path(__file__).resolve().parent.parent
 
 
 def test_steady_runs_tdmqs_shape_and_acks_at_the_send_rate():
-    args = [
-        sys.executable, "-m", "bench.engine_bench", "steady", "--rate", "500",
-        "--min-delay-s", "1", "--max-delay-s", "2", "--warmup-s", "3", "--measure-s", "4",
-        "--retention-s", "2", "--no-sync",
-    ]  # fmt: skip
-    done = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=100)
-    assert done.returncode == 0, done.stderr
-    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    figures = engine_bench(
+        "steady", "--rate", "500", "--min-delay-s", "1", "--max-delay-s", "2",
+        "--warmup-s", "3", "--measure-s", "4", "--retention-s", "2", "--no-sync",
+    )  # fmt: skip
     assert figures["bench"] == "steady" and figures["fire_tick_ms"] == 4
     assert figures["retention_ms"] == 2_000  # shorter than the warm-up: sweeping measured
     # 250 fire commits (one a 4 ms tick) + 50 SendBatches + 100 acks a second, give or
@@ -36,15 +27,12 @@ def test_steady_runs_tdmqs_shape_and_acks_at_the_send_rate():
     assert figures["cpu_us_per_message"] > 0 and figures["cpu_percent_of_a_core"] > 0
 
 
-def run_bench(*flags: str) -> dict:
-    args = [sys.executable, "-m", "bench.engine_bench", *flags]
-    done = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=100)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
+def engine_bench(*flags: str) -> dict:
+    return bench_figures("engine_bench", *flags)
 
 
 def test_burst_fires_delivers_and_acks_every_timer_of_the_window():
-    figures = run_bench("burst", "--timers", "3000", "--in-flight", "1000", "--no-sync")
+    figures = engine_bench("burst", "--timers", "3000", "--in-flight", "1000", "--no-sync")
     assert figures["bench"] == "burst" and figures["timers"] == 3_000
     # due over one second; a fire chunk a 4 ms tick keeps up, so the last is acked
     # in the tick its second ends
@@ -57,9 +45,9 @@ def test_burst_fires_delivers_and_acks_every_timer_of_the_window():
 def test_burst_fires_at_most_a_chunk_a_group_commit_with_the_settings_given():
     # One timer a fire chunk, and a tick has two group commits that fire (the writer's
     # step and the ack call's commit): 600 timers take 300 to 600 ticks of 4 ms.
-    figures = run_bench("burst", "--timers", "600", "--no-sync", "--set", "fire_chunk=1")
+    figures = engine_bench("burst", "--timers", "600", "--no-sync", "--set", "fire_chunk=1")
     assert 1.2 <= figures["virtual_s_until_all_acked"] <= 2.4
-    first = run_bench("burst", "--timers", "300", "--no-sync", "--fire-first")
+    first = engine_bench("burst", "--timers", "300", "--no-sync", "--fire-first")
     assert first["fire_first"] and first["virtual_s_until_all_acked"] >= 1.0
 
 
@@ -68,7 +56,6 @@ def test_burst_fires_at_most_a_chunk_a_group_commit_with_the_settings_given():
     [("fire_chunk=0", "fire_chunk=0"), ("fire_chunk=x", "fire_chunk"), ("nope=1", "'nope'")],
 )
 def test_a_bad_set_is_a_usage_error_naming_it(assignment, named):
-    args = [sys.executable, "-m", "bench.engine_bench", "burst", "--set", assignment]
-    done = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=100)
+    done = run_bench("engine_bench", "burst", "--set", assignment)
     assert done.returncode == 2
     assert named in done.stderr and "Traceback" not in done.stderr

@@ -4,16 +4,11 @@ is left running."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import psutil
 import pytest
+from helpers.bench_runs import bench_figures, run_bench
 
 pytestmark = pytest.mark.timeout(120)
-REPO = Path(__file__).resolve().parent.parent
 
 
 def floor_processes() -> set[int]:
@@ -26,13 +21,10 @@ def floor_processes() -> set[int]:
 
 def test_two_servers_on_one_port_answer_every_call_offered():
     before = floor_processes()
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.grpc_floor", "--servers", "2", "--producers", "2",
-         "--connections", "2", "--rate", "400", "--duration", "1"],
-        cwd=REPO, capture_output=True, text=True, timeout=100,
+    figures = bench_figures(
+        "grpc_floor", "--servers", "2", "--producers", "2", "--connections", "2",
+        "--rate", "400", "--duration", "1",
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    figures = json.loads(done.stdout.strip().splitlines()[-1])
     assert figures["servers"] == 2 and figures["calls"] == 400
     assert 0 < figures["calls_per_s"] <= 400 * 1.5
     assert figures["server_cpu_us_per_call"] > 0 and figures["producer_cpu_us_per_call"] > 0
@@ -41,9 +33,6 @@ def test_two_servers_on_one_port_answer_every_call_offered():
 
 
 def test_a_bad_flag_is_refused_with_its_value():
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.grpc_floor", "--servers", "0"],
-        cwd=REPO, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    done = run_bench("grpc_floor", "--servers", "0", timeout_s=60)
     assert done.returncode == 2
     assert "--servers=0" in done.stderr

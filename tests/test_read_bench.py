@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+from helpers.bench_runs import bench_figures
 
 pytestmark = pytest.mark.timeout(120)
-REPO = Path(__file__).resolve().parent.parent
 CASES = (
     "sst_10000", "sst_1000", "sst_100", "sst_20", "sst_3000_third_unwanted",
     "sst_300_third_unwanted", "memtable_10000",
@@ -18,12 +13,7 @@ CASES = (
 
 
 def test_read_bench_reports_both_ways_for_every_case():
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.read_bench", "--records", "3000"], cwd=REPO,
-        capture_output=True, text=True, timeout=100,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    figures = bench_figures("read_bench", "--records", "3000")
     assert figures["records"] == 3000
     for case in CASES:
         assert figures[case]["multi_get_us"] > 0 and figures[case]["range_read_us"] > 0, case
