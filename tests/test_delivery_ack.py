@@ -40,7 +40,7 @@ def fire(hub: DeliveryHub, count: int) -> list[str]:
 
 
 def take(hub: DeliveryHub, subscriber) -> list[tuple[str, int]]:
-    return [(d.fired.timer.message_id, d.attempt) for d in hub.next_batch(subscriber, 0)]
+    return [(d.fired.message_id, d.attempt) for d in hub.next_batch(subscriber, 0)]
 
 
 def test_the_room_an_ack_frees_is_free_while_the_engine_makes_it_durable(hub, monkeypatch):

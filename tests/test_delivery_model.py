@@ -31,6 +31,7 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, precon
 
 from engine.engine import Engine
 from server.delivery import DeliveryHub, Subscriber
+from store.records import record_fired_at_ms
 from wheels.clock import VirtualClock
 from wheels.domain import SendOptions, SendSpec, When, WhenKind
 from wheels.settings import Settings
@@ -173,11 +174,11 @@ class DeliveryModel(RuleBasedStateMachine):
             len(batch), room, len(available),
         )  # fmt: skip
         for delivered in batch:
-            timer = delivered.fired.timer
-            mid = timer.message_id
+            mid = delivered.fired.message_id
+            fired_at_ms = record_fired_at_ms(delivered.fired.record)
             assert mid in available, f"{mid} delivered but not available: {self.msgs.get(mid)}"
             msg = self.msgs[mid]
-            assert msg.deliver_at_ms <= timer.fired_at_ms <= now_ms, "delivered early"
+            assert msg.deliver_at_ms <= fired_at_ms <= now_ms, "delivered early"
             assert delivered.attempt == msg.failures + 1, (mid, delivered.attempt, msg)
             msg.holder, msg.deadline_ms = sub_key, now_ms + ACK_TIMEOUT_MS
             available.remove(mid)

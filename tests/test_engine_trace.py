@@ -98,7 +98,7 @@ def test_attempt_counts_carry_on_across_a_restart(world):
     world.reopen()  # never acked: that attempt failed
     subscriber = world.hub.subscribe("jobs", 5, name="b")
     [again] = world.hub.next_batch(subscriber, timeout_s=0)
-    assert (again.fired.timer.message_id, again.attempt) == (sent.message_id, 2)
+    assert (again.fired.message_id, again.attempt) == (sent.message_id, 2)
     assert world.trace(sent.message_id)[-2:] == [
         (K.DELIVERED, "", "", 1, "a", ""),
         (K.DELIVERED, "", "", 2, "b", ""),
@@ -112,11 +112,11 @@ def test_a_message_whose_last_attempt_was_before_a_restart_goes_to_its_dead_lett
     other = world.engine.send(SendSpec("jobs", b"y", When(WhenKind.DELAY, 0)))
     subscriber = world.hub.subscribe("jobs", 1, name="a")
     [delivered] = world.hub.next_batch(subscriber, timeout_s=0)
-    assert delivered.fired.timer.message_id == sent.message_id
+    assert delivered.fired.message_id == sent.message_id
     world.reopen()
     subscriber = world.hub.subscribe("jobs", 5, name="b")
     batch = world.hub.next_batch(subscriber, timeout_s=0)
-    assert [(d.fired.timer.message_id, d.attempt) for d in batch] == [(other.message_id, 1)]
+    assert [(d.fired.message_id, d.attempt) for d in batch] == [(other.message_id, 1)]
     dead = world.engine.get(sent.message_id, include_trace=True)
     assert dead.topic == "jobs.dlq"
     assert dead.properties["timerwheel.dead_letter.attempts"] == "1"

@@ -138,24 +138,12 @@ class SendResult(NamedTuple):
     existing_state: State = State.UNSPECIFIED
 
 
-class DeliveryView(NamedTuple):
-    """A fired timer as delivery sees it: the attributes of `Timer` that a Delivery carries
-    (store.records.decode_delivery makes one without decoding the rest)."""
-
-    message_id: str
-    topic: str
-    body: bytes
-    properties: Mapping[str, str]
-    deliver_at_ms: int
-    fired_at_ms: int
-
-
 @dataclass(frozen=True, slots=True)
 class FiredTimer:
     """A fired, not yet acked timer, in fire order (`seq`) within its topic."""
 
     seq: int
-    timer: Timer | DeliveryView
+    timer: Timer
     # The stored record `timer` was decoded from, when at hand: a process hands that on
     # (bytes pickle in C) instead of the decoded Timer (engine.remote, server.remote_hub).
     record: bytes = b""
