@@ -32,6 +32,8 @@ Units are in the names: `_ms` integer milliseconds, `_us` microseconds, `_bytes`
   sample: far above the consumers' in-flight window means delivery is behind firing.
 * `server.bytes_per_timer`: data dir bytes (SST + WAL + manifest) / timers pending at
   the end (backlog).
+* `server.kept_dir`: with `--keep-data`, the spawned server's work dir, kept: its data dir
+  (RocksDB's LOG says whether writes stalled) and `server.log`; otherwise null.
 """
 
 from __future__ import annotations
@@ -221,6 +223,7 @@ def _server(outcome: dict, accounting) -> dict:
         "keys": last.keys if last else {},
         "peak_unacked": max((s.unacked for s in sampler.samples), default=0),
         "bytes_per_timer": round(data_dir_bytes / pending, 1) if pending else None,
+        "kept_dir": outcome.get("kept_dir"),  # --keep-data: the data dir and server.log
         "stats_samples": len(sampler.samples),
         "stats_errors": sampler.errors,
     }

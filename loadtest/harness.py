@@ -89,6 +89,7 @@ def run(
             outcome = Run(scenario, address, progress, connection).execute(client, spawned)
         finally:
             client.close()
+        outcome["kept_dir"] = str(spawned.work_dir) if spawned and keep_data else None
     return figures(scenario, outcome, load_before, os.getloadavg(), target or "spawned")
 
 

@@ -158,7 +158,8 @@ def details(fig: dict) -> str:
          "when the wait is idle)", f"{server['cpu_percent_run']:g}% of 1 core"),
         ("server data dir", f"{_mib(server['data_dir_bytes'])}"
          + (f", {server['bytes_per_timer']:,} bytes per pending timer"
-            if server["bytes_per_timer"] else "")),
+            if server["bytes_per_timer"] else "")
+         + (f", kept in {server['kept_dir']}" if server.get("kept_dir") else "")),
         ("harness CPU (all workers)", f"{fig['harness_cpu_s']} s"),
         ("load average before", " ".join(f"{x:.2f}" for x in load)),
         ("result", "OK" if fig["ok"] else "FAILED: " + "; ".join(acc["problems"])),

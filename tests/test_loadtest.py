@@ -122,6 +122,7 @@ def test_smoke_scenario_spawned_server_accounts_for_every_message(tmp_path, caps
     assert fig["send"]["rate_achieved"] > 1_000  # paced to 2,000/s over 3 s
     assert fig["server"]["peak_rss_bytes"] > 10 * 2**20 and fig["server"]["stats_samples"] >= 2
     assert "| timerwheel (" in table and "- result: OK" in table
+    assert fig["server"]["kept_dir"] is None and ", kept in " not in table  # removed
     assert leftover_processes(before) == []  # the server and the workers are all gone
 
 
@@ -191,19 +192,28 @@ def test_a_server_that_never_fires_is_lost_within_the_bounded_wait(tmp_path):
     assert any(p.startswith("sent=2000 != acked=0") for p in acc["problems"])
 
 
-def test_what_a_spawned_server_still_holds_is_late_not_lost(tmp_path, capsys):
+def test_what_a_spawned_server_still_holds_is_late_not_lost(tmp_path, monkeypatch, capsys):
     # The spawned server believes it is 1 h earlier: nothing fires within the run, and
     # at the end it still holds every message, scheduled. Late, not lost (nor a pass).
+    # With --keep-data its work dir stays, where the report says, to look into.
     config = tmp_path / "behind.toml"
     config.write_text("clock_offset_ms = -3600000\n")
+    temp = tmp_path / "tmp"  # where the run makes its work dir
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
     code, fig, _ = run_loadtest(
         tmp_path, "--scenario", "smoke", "--duration", "1", "--drain-timeout-ms", "1500",
-        f"--serve-flag=--config={config}",
+        f"--serve-flag=--config={config}", "--keep-data",
     )  # fmt: skip
     acc = fig["accounting"]
     assert code == 1 and acc["late"] == acc["sent"] == 2_000 and acc["lost"] == 0
     assert acc["problems"] == ["late=2000"] and acc["balanced"]
-    assert "- result: FAILED: late=2000" in capsys.readouterr().out
+    table = capsys.readouterr().out
+    assert "- result: FAILED: late=2000" in table
+    kept = Path(fig["server"]["kept_dir"])
+    assert list(temp.iterdir()) == [kept] and f", kept in {kept}" in table
+    assert (kept / "data" / "LOG").is_file()  # RocksDB's own log: stalls, compactions
+    assert "server_started" in (kept / "server.log").read_text()
 
 
 def run_behind_schedule(tmp_path: Path, count: int, overrun_ms: int) -> tuple[int, dict, dict]:
