@@ -6,7 +6,8 @@
   delivered and sent = acked + cancelled;
 * the harness catches a server that fires early (its clock runs ahead) and one that never
   fires (its clock runs behind): exit status 1, with the problem named; what a spawned
-  server still holds at the end is late, not lost;
+  server still holds at the end is late, not lost, and with --keep-data its work dir stays
+  where the report says (removed otherwise);
 * producers behind schedule: stopped once the send phase has overrun its bound (the run
   fails, saying so), or, given a long enough overrun, they send everything and the run
   passes with the rate reported as not reached (backlog's case);
