@@ -59,6 +59,7 @@ from hdrh.histogram import HdrHistogram
 from cli.commands.loadtest import OVERRIDES
 from engine.proc import die_with_parent, run_as_child_of
 from loadtest.figures import timeline
+from loadtest.interpreter import interpreter
 from loadtest.pacing import DeliverTimes, Pacer, split_messages, use_measuring_switch_interval
 from loadtest.scenarios import Scenario, ScenarioError, scenario
 from loadtest.server_proc import Sample, StatsSampler, machine_busy_s, vm_hwm_bytes
@@ -336,6 +337,7 @@ def main() -> None:
         **figures,
         "redis_cpu_percent": round(100 * cpu_s / run_s, 1),
         "load_before": load_before,
+        "python": interpreter(),  # its producers' and consumer's: compare runs on the same one
         "shape": dataclasses.asdict(shape),
     }
     if consumer is not None:

@@ -43,6 +43,7 @@ import os
 
 from engine.thread_cpu import GIL_KINDS, ROCKSDB_KINDS
 from loadtest.accounting import HIGHEST_US, merge_histograms, merge_worst, summary
+from loadtest.interpreter import interpreter
 from loadtest.scenarios import Scenario
 
 CEILING_PERCENT = 95  # of a core, for the threads that share the engine process's GIL
@@ -58,7 +59,12 @@ def figures(
         "description": scenario.description,
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "target": target,
-        "machine": {"cpus": os.cpu_count(), "load_before": load_before, "load_after": load_after},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "load_before": load_before,
+            "load_after": load_after,
+            "python": interpreter(),  # a spawned server's too: it runs on the same one
+        },
         "config": _config(scenario),
         "send": _send(scenario, outcome),
         "delay_error_ms": _merged(outcome["consumers"], "delay_ms"),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 from loadtest.figures import CEILING_PERCENT
+from loadtest.interpreter import describe
 
 WORST_SECONDS = 5  # listed in the details, worst delay error first
 TDMQ_REFERENCE = {
@@ -162,9 +163,18 @@ def details(fig: dict) -> str:
          + (f", kept in {server['kept_dir']}" if server.get("kept_dir") else "")),
         ("harness CPU (all workers)", f"{fig['harness_cpu_s']} s"),
         ("load average before", " ".join(f"{x:.2f}" for x in load)),
+        (_interpreter_label(fig.get("target")), describe(fig["machine"]["python"])),
         ("result", "OK" if fig["ok"] else "FAILED: " + "; ".join(acc["problems"])),
     ]  # fmt: skip
     return "\n".join(f"- {name}: {value}" for name, value in items)
+
+
+def _interpreter_label(target: str | None) -> str:
+    """A spawned server runs on the harness's interpreter (loadtest.server_proc); a dialled
+    one on whatever its host runs."""
+    if target == "spawned":
+        return "interpreter (the harness's and the spawned server's)"
+    return "interpreter (the harness's; the server dialled runs its own)"
 
 
 def _worst_seconds(timeline: list[dict], count: int = WORST_SECONDS) -> str:

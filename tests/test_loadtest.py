@@ -36,6 +36,7 @@ from cli.main import main
 from engine import thread_cpu
 from engine.system_clock import SystemClock
 from loadtest.figures import at_ceiling
+from loadtest.interpreter import describe, interpreter
 from server.app import TimerServer
 from wheels.settings import Settings
 
@@ -123,6 +124,9 @@ def test_smoke_scenario_spawned_server_accounts_for_every_message(tmp_path, caps
     assert fig["send"]["rate_achieved"] > 1_000  # paced to 2,000/s over 3 s
     assert fig["server"]["peak_rss_bytes"] > 10 * 2**20 and fig["server"]["stats_samples"] >= 2
     assert "| timerwheel (" in table and "- result: OK" in table
+    assert fig["machine"]["python"] == interpreter()  # the harness's, and the server's with it
+    python = describe(interpreter())
+    assert f"- interpreter (the harness's and the spawned server's): {python}" in table
     assert fig["server"]["kept_dir"] is None and ", kept in " not in table  # removed
     assert leftover_processes(before) == []  # the server and the workers are all gone
 
@@ -175,7 +179,9 @@ def test_a_server_that_fires_early_fails_the_run(tmp_path, capsys):
     assert "early=2000" in acc["problems"] and not fig["ok"]
     # Due 0.2..1.5 s after the send, fired at once: early by about the delay itself.
     assert 200 <= fig["early_ms"]["p50"] <= 1_500 and fig["early_ms"]["max"] <= 1_600
-    assert "- result: FAILED: early=2000" in capsys.readouterr().out
+    report = capsys.readouterr().out
+    assert "- result: FAILED: early=2000" in report
+    assert "- interpreter (the harness's; the server dialled runs its own): " in report
 
 
 def test_a_server_that_never_fires_is_lost_within_the_bounded_wait(tmp_path):

@@ -263,7 +263,10 @@ def fake_figures(**accounting_changes) -> dict:
                "p999": 2_000, "max": 2_000}  # fmt: skip
     return {
         "scenario": "tdmq", "description": "d", "date": "2026-11-21 10:00 UTC",
-        "machine": {"cpus": 2, "load_before": (0.5, 0.4, 0.3)},
+        "target": "spawned",
+        "machine": {"cpus": 2, "load_before": (0.5, 0.4, 0.3),
+                    "python": {"version": "CPython 3.11.2", "executable": "/usr/bin/python3.11",
+                               "libpython": "static"}},
         "config": {"producers": 4, "batch": 100, "rate": 14_000, "delay": "3 s..1 min",
                    "consumers": 1, "ack_linger_ms": 10, "messages": 840_000,
                    "duration_s": 60.0},
@@ -347,6 +350,10 @@ def test_report_puts_tdmq_next_to_ours_in_a_table_that_fits_a_terminal():
         "2 / 9 / 7 / 8 ms" in text
     )
     assert "- result: OK" in text and "0.50 0.40 0.30" in text
+    assert (
+        "- interpreter (the harness's and the spawned server's): CPython 3.11.2, "
+        "/usr/bin/python3.11, libpython static" in text
+    )
     assert ("the whole machine with the harness): +1 s: 15 / 9 ms (server 97.5%, writer 61%, "
             "RocksDB 45.5%, machine 186%), +2 s: 6 / 2 ms (server 40%), +0 s: 4 / 1 ms\n"
             in text)  # fmt: skip

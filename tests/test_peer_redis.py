@@ -18,6 +18,7 @@ import psutil
 import pytest
 from helpers.processes import descendants
 
+from loadtest.interpreter import interpreter
 from loadtest.scenarios import scenario
 
 pytestmark = pytest.mark.timeout(120)
@@ -39,6 +40,7 @@ def test_peer_redis_small_run(tmp_path):
     figures = json.loads(out.read_text())
     assert figures["sent"] == 2_000 and figures["received"] == 2_000 and figures["lost"] == 0
     assert figures["early"] == 0
+    assert figures["python"] == interpreter()  # the harness's, as the loadtest's figures say
     errors = figures["delay_error_ms"]
     assert 0 < errors["p50"] <= errors["p99"] <= errors["p999"] <= errors["max"]
     timeline = figures["timeline"]  # per second of deliver time, as the loadtest's
