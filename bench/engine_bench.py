@@ -9,7 +9,8 @@
 Each prints one JSON line of figures. Real RocksDB in a temporary directory (removed
 afterwards unless --keep); `sync_writes` is on unless --no-sync is given. schedule, drain
 and rss run the real clock and writer thread; steady and burst run the engine in virtual
-time.
+time; `python -m bench.instructions steady|burst ...` counts the instructions of their
+measured part under valgrind, a figure the machine's speed does not move.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import time
 
 import psutil
 
+from bench.instructions import collect
 from cli.config import parse_assignment
 from engine.engine import Engine
 from engine.system_clock import SystemClock
@@ -212,6 +214,7 @@ def steady(args, data_dir: str) -> dict:
         clock.advance(tick_ms)
         elapsed_ms += tick_ms
         if cpu_start is None and elapsed_ms > measure_from_ms:
+            collect(True)
             cpu_start, acked_start, commits_start = time.process_time(), acked, commits
         if elapsed_ms >= next_send_ms:
             engine.send_batch(sends[next_send_ms // send_every_ms])
@@ -228,6 +231,7 @@ def steady(args, data_dir: str) -> dict:
                 commits += 1
             next_ack_ms += args.ack_every_ms
     cpu_s = time.process_time() - cpu_start
+    collect(False)
     gc.unfreeze()
     engine.close()
     messages = acked - acked_start
@@ -275,6 +279,7 @@ def burst(args, data_dir: str) -> dict:
     cpu = {"writer_steps": 0.0, "fetches": 0.0, "ack_calls": 0.0}
     after_seq, acked, ticks = 0, 0, 0
     gc.freeze()
+    collect(True)
     while acked < args.timers:
         clock.advance(4)
         ticks += 1
@@ -296,6 +301,7 @@ def burst(args, data_dir: str) -> dict:
         cpu["ack_calls"] += time.process_time() - fetched
         if batch:
             after_seq = batch[-1].seq
+    collect(False)
     gc.unfreeze()
     engine.close()
     total = sum(cpu.values())
