@@ -33,6 +33,7 @@ from engine.system_clock import SystemClock
 from wheels.clock import VirtualClock
 from wheels.domain import SendSpec, When, WhenKind
 from wheels.settings import DAY_MS, HOUR_MS, Settings, SettingsError
+from wheels.trace import TraceKind
 
 
 def _settings(args, data_dir: str, **given: object) -> Settings:
@@ -227,6 +228,7 @@ def steady(args, data_dir: str) -> dict:
             fired = engine.fetch_deliveries("steady", after_seq, 100_000)
             if fired:
                 after_seq = fired[-1].seq
+                _note_deliveries(args, engine, fired)
                 acked += len(engine.ack("steady", [f.message_id for f in fired]))
                 commits += 1
             next_ack_ms += args.ack_every_ms
@@ -246,8 +248,23 @@ def steady(args, data_dir: str) -> dict:
         "cpu_us_per_message": round(cpu_s / messages * 1e6, 1),
         "cpu_percent_of_a_core": round(cpu_s / args.measure_s * 100, 1),
         "sync": not args.no_sync,
+        "delivery_traces": args.delivery_traces,
         "retention_ms": settings.retention_ms,
     }
+
+
+DELIVERED = int(TraceKind.DELIVERED)
+
+
+def _note_deliveries(args, engine: Engine, fired: list) -> None:
+    """With `--delivery-traces`, each delivered message's DELIVERED event (attempt 1),
+    handed to the engine as the delivery process does (`server.delivery_trace`): one
+    group a DeliveryBatch (`delivery_batch_max` messages), staged with the next commit."""
+    if not args.delivery_traces:
+        return
+    ids, size = [f.message_id for f in fired], engine.settings.delivery_batch_max
+    batches = [ids[first : first + size] for first in range(0, len(ids), size)]
+    engine.record_trace([(DELIVERED, "bench", batch, [1] * len(batch)) for batch in batches])
 
 
 def burst(args, data_dir: str) -> dict:
@@ -293,6 +310,7 @@ def burst(args, data_dir: str) -> dict:
         if args.fire_first and clock.now_ms() < opens_ms + 1000:
             continue
         batch = engine.fetch_deliveries("burst", after_seq, args.in_flight)
+        _note_deliveries(args, engine, batch)
         fetched = time.process_time()
         cpu["fetches"] += fetched - fired
         ids = [f.message_id for f in batch]
@@ -303,6 +321,9 @@ def burst(args, data_dir: str) -> dict:
             after_seq = batch[-1].seq
     collect(False)
     gc.unfreeze()
+    # What the last timer's trace holds, as `Get` shows it: with --delivery-traces, its
+    # delivery too (outside the measured part).
+    last = engine.get(ids[-1], include_trace=True)
     engine.close()
     total = sum(cpu.values())
     return {
@@ -316,6 +337,8 @@ def burst(args, data_dir: str) -> dict:
         "cpu_s_by_part": {part: round(seconds, 3) for part, seconds in cpu.items()},
         "cpu_us_per_timer": round(total / args.timers * 1e6, 1),
         "sync": not args.no_sync,
+        "delivery_traces": args.delivery_traces,
+        "last_trace": [event.kind.name for event in last.trace],
     }
 
 
@@ -351,6 +374,10 @@ def main() -> None:
         "--fire-first", action="store_true", help="burst: fire all before delivering"
     )
     parser.add_argument("--no-sync", action="store_true")
+    parser.add_argument(
+        "--delivery-traces", action="store_true",
+        help="steady, burst: store each delivery's DELIVERED event, as the server does",
+    )  # fmt: skip
     parser.add_argument(
         "--set", dest="assignments", action="append", default=[], metavar="NAME=VALUE",
         help="a setting by its Settings name, as `timerwheel serve --set`",

@@ -2,7 +2,8 @@
 SendBatch every 20 ms, one fire commit a fire tick, an ack every 10 ms, each its own
 group commit) and that every message sent in the window is acked in it once the fires
 have caught up, with the retention sweep running beside them. burst: every timer of the
-window fired, fetched and acked, one writer iteration a tick, `--set` applied."""
+window fired, fetched and acked, one writer iteration a tick, `--set` applied, and with
+`--delivery-traces` each delivery stored in the trace as the delivery process stores it."""
 
 from __future__ import annotations
 
@@ -49,6 +50,14 @@ def test_burst_fires_at_most_a_chunk_a_group_commit_with_the_settings_given():
     assert 1.2 <= figures["virtual_s_until_all_acked"] <= 2.4
     first = engine_bench("burst", "--timers", "300", "--no-sync", "--fire-first")
     assert first["fire_first"] and first["virtual_s_until_all_acked"] >= 1.0
+
+
+def test_burst_stores_a_delivered_event_a_message_with_delivery_traces():
+    plain = engine_bench("burst", "--timers", "300", "--no-sync")
+    traced = engine_bench("burst", "--timers", "300", "--no-sync", "--delivery-traces")
+    assert not plain["delivery_traces"] and traced["delivery_traces"]
+    assert "DELIVERED" not in plain["last_trace"]
+    assert traced["last_trace"] == [*plain["last_trace"][:-1], "DELIVERED", "ACKED"]
 
 
 @pytest.mark.parametrize(
