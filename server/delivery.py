@@ -75,7 +75,7 @@ class DeliveryHub:
         self._per_caller = PerKeyLimit(limit, "max_subscribers_per_peer")
         self._closed = False
         self._fired: queue.SimpleQueue[set[str] | None] = queue.SimpleQueue()
-        self.trace = DeliveryTrace(engine)
+        self.trace = DeliveryTrace(engine, settings.trace_first_deliveries)
         self._held_bytes = 0  # bodies all dispatchers track (Settings.max_delivery_bytes)
         self._held_lock = threading.Lock()  # a leaf: taken with a dispatcher's cond held
         self._short_of_bytes: set[TopicDispatcher] = set()  # their reads wait for the budget

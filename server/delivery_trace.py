@@ -20,8 +20,11 @@ DELIVERED, NACKED = int(TraceKind.DELIVERED), int(TraceKind.NACKED)
 
 
 class DeliveryTrace:
-    def __init__(self, engine) -> None:
+    def __init__(self, engine, first_attempts: bool = True) -> None:
+        """`first_attempts=False` (`Settings.trace_first_deliveries`): DELIVERED events
+        of attempt 1 are left out when handed over, every other event kept."""
         self._engine = engine
+        self._first_attempts = first_attempts
         self._noted: deque[tuple[int, str, list[str], list[int]]] = deque()
 
     def delivered(self, message_ids: list[str], attempts: list[int], subscriber: str) -> None:
@@ -42,5 +45,19 @@ class DeliveryTrace:
                 groups.append(self._noted.popleft())
         except IndexError:
             pass
+        if not self._first_attempts:
+            groups = [kept for group in groups if (kept := _without_first_attempts(group))]
         if groups:
             self._engine.record_trace(groups)
+
+
+def _without_first_attempts(group: tuple[int, str, list[str], list[int]]):
+    """The group without its DELIVERED events of attempt 1; None when nothing is left.
+    A batch of first deliveries (the usual one) is dropped whole after one scan in C."""
+    kind, text, message_ids, attempts = group
+    if kind != DELIVERED or 1 not in attempts:
+        return group
+    kept = [(m, a) for m, a in zip(message_ids, attempts, strict=True) if a != 1]
+    if not kept:
+        return None
+    return kind, text, [m for m, _ in kept], [a for _, a in kept]

@@ -30,6 +30,7 @@ from wheels.trace import TraceEvent, TraceKind
 
 _EVENT = struct.Struct(">BqqBBH")
 _KINDS = {int(kind): kind for kind in TraceKind}
+_ATTEMPT_KINDS = (TraceKind.DELIVERED, TraceKind.NACKED)  # each names the attempt it was
 
 
 def encode_event(event: TraceEvent) -> bytes:
@@ -76,13 +77,14 @@ class TraceLog:
         return [decode_event(value) for _, value in self._items(message_id.encode())]
 
     def attempts(self, message_ids: Iterable[str]) -> dict[str, int]:
-        """Per id, the highest delivery attempt recorded since it last fired into its
-        topic (a dead letter starts again); ids never delivered are left out."""
+        """Per id, the highest delivery attempt recorded, delivered or failed, since it
+        last fired into its topic (a dead letter starts again); ids with none are left
+        out (`wheels.trace.attempts_made` for a decoded trace)."""
         found = {}
         for message_id in message_ids:
             attempt = 0
             for _, value in self._items(message_id.encode()):
-                if value[0] == TraceKind.DELIVERED:
+                if value[0] in _ATTEMPT_KINDS:
                     attempt = max(attempt, _EVENT.unpack_from(value)[5])
                 elif value[0] == TraceKind.DEAD_LETTERED:
                     attempt = 0

@@ -37,6 +37,21 @@ def test_noted_batches_and_failures_go_to_the_engine_once_in_order():
     ]]  # fmt: skip
 
 
+def test_without_first_attempts_only_redeliveries_and_failures_go_to_the_engine():
+    engine = Recorder()
+    trace = DeliveryTrace(engine, first_attempts=False)
+    trace.delivered(["a", "b"], [1, 1], "billing-1")  # a batch of first deliveries: dropped
+    trace.failed("a", 1, "db down")
+    trace.delivered(["c", "a", "d"], [1, 2, 3], "billing-2")
+    trace.flush()
+    trace.delivered(["e"], [1], "billing-1")
+    trace.flush()  # nothing left to hand over: no call
+    assert engine.calls == [[
+        (NACKED, "db down", ["a"], [1]),
+        (DELIVERED, "billing-2", ["a", "d"], [2, 3]),
+    ]]  # fmt: skip
+
+
 def test_a_batch_whose_attempts_do_not_match_its_ids_is_refused():
     trace = DeliveryTrace(Recorder())
     with pytest.raises(ValueError, match="2 message ids but 1 attempts"):

@@ -20,9 +20,11 @@ HOUR_MS = 3_600_000
 
 
 class World:
-    def __init__(self, data_dir: str) -> None:
+    def __init__(self, data_dir: str, **settings: object) -> None:
         self.clock = VirtualClock(T0)
-        self.settings = Settings(data_dir=data_dir, sync_writes=False, ack_timeout_ms=60_000)
+        self.settings = Settings(
+            data_dir=data_dir, sync_writes=False, ack_timeout_ms=60_000, **settings
+        )
         self.open()
 
     def open(self) -> None:
@@ -140,3 +142,33 @@ def test_a_rescheduled_then_cancelled_timer(world):
     ]
     timer = world.engine.get(sent.message_id, include_trace=True)
     assert timer.trace[1].deliver_at_ms == timer.deliver_at_ms
+
+
+def test_without_first_deliveries_the_trace_keeps_retries_and_exact_counts(tmp_path):
+    world = World(str(tmp_path / "data"), trace_first_deliveries=False)
+    try:
+        nacked = world.engine.send(SendSpec("jobs", b"x", When(WhenKind.DELAY, 0)))
+        in_flight = world.engine.send(SendSpec("jobs", b"y", When(WhenKind.DELAY, 0)))
+        subscriber = world.hub.subscribe("jobs", 5, name="worker-1")
+        assert [d.attempt for d in world.hub.next_batch(subscriber, timeout_s=0)] == [1, 1]
+        assert world.hub.nack("jobs", [nacked.message_id], reason="db down") == (1, 0)
+        [again] = world.hub.next_batch(subscriber, timeout_s=0)
+        assert (again.fired.message_id, again.attempt) == (nacked.message_id, 2)
+        assert world.trace(nacked.message_id) == [
+            (K.SENT, "", "", 0, "", ""),
+            (K.FIRED, "", "", 0, "", ""),
+            (K.NACKED, "", "", 1, "", "db down"),
+            (K.DELIVERED, "", "", 2, "worker-1", ""),
+        ]
+        assert [e[0] for e in world.trace(in_flight.message_id)] == [K.SENT, K.FIRED]
+        world.reopen()  # neither acked: both attempts in flight failed
+        subscriber = world.hub.subscribe("jobs", 5, name="worker-2")
+        batch = world.hub.next_batch(subscriber, timeout_s=0)
+        # the retried one carries on exactly; the first attempt in flight across the
+        # restart was not written, so it is made again (Settings.trace_first_deliveries)
+        assert sorted((d.fired.message_id, d.attempt) for d in batch) == sorted(
+            [(nacked.message_id, 3), (in_flight.message_id, 1)]
+        )
+        assert world.engine.get(nacked.message_id, include_trace=True).attempts == 3
+    finally:
+        world.close()

@@ -380,6 +380,12 @@ def test_attempts_count_again_after_a_dead_letter(open_store):
     assert store.trace.attempts(["d"]) == {"d": 1}
 
 
+def test_a_failed_attempt_counts_as_made_without_its_delivery_event(open_store):
+    store = open_store()  # trace_first_deliveries off: attempt 1 only as its failure
+    commit(store, lambda b: stage_events(b, "n", trace_event(TraceKind.NACKED, 4, attempt=1)))
+    assert store.trace.attempts(["n"]) == {"n": 1}
+
+
 def test_a_batch_committed_twice_keys_its_events_once(open_store):
     store = open_store()
     batch = StagedBatch()

@@ -61,6 +61,16 @@ def test_a_dead_letter_fires_twice_and_counts_attempts_again():
     assert attempts_made(trace) == 1
 
 
+def test_a_failed_attempt_counts_when_its_delivery_was_not_traced():
+    # trace_first_deliveries off: attempt 1 is known by its NACKED event alone
+    stored = [
+        TraceEvent(K.NACKED, 250, attempt=1, detail="ack timeout"),
+        TraceEvent(K.DELIVERED, 300, attempt=2, subscriber="a"),
+    ]
+    assert attempts_made(assemble(RecordFacts(100, "second", fired_at_ms=200), stored)) == 2
+    assert attempts_made(stored[:1]) == 1
+
+
 def test_a_timer_due_at_once_and_a_cancelled_one():
     fired_at_once = assemble(RecordFacts(50, "", fired_at_ms=50), [])
     assert kinds(fired_at_once) == [(K.SENT, 50), (K.FIRED, 50)]

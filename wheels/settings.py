@@ -115,6 +115,13 @@ class Settings:
     # Delivery attempts of a message without an ack before it moves to its dead-letter
     # topic, when its send does not say (SendRequest.max_attempts); 0: unlimited.
     max_attempts: int = 0
+    # Every delivery attempt is an event of its message's trace: one RocksDB entry a
+    # message, a tenth of the engine's instructions in a burst and a sixth of its data
+    # (docs/benchmarks.md, "2026-12-02, afternoon"). False: first attempts are not
+    # written; redeliveries and failed attempts still are, so the attempt counts that
+    # survive a restart stay exact except for a first attempt in flight across it
+    # (server.delivery_trace).
+    trace_first_deliveries: bool = True
 
     # gRPC serving: unary calls run on grpc_workers threads; each Subscribe stream holds a
     # thread of a second pool for its lifetime (server.stream_pool), so streams can never

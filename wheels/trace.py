@@ -90,11 +90,13 @@ def assemble(facts: RecordFacts, stored: list[TraceEvent]) -> tuple[TraceEvent, 
 
 
 def attempts_made(events: tuple[TraceEvent, ...] | list[TraceEvent]) -> int:
-    """Delivery attempts in its current topic: the highest attempt delivered since it was
-    last dead-lettered (0: never delivered there)."""
+    """Delivery attempts in its current topic: the highest attempt delivered or failed
+    since it was last dead-lettered (0: none recorded there). A failed attempt counts
+    too: with `Settings.trace_first_deliveries` off, a first attempt that failed is
+    known only by its NACKED event."""
     made = 0
     for event in events:
-        if event.kind is TraceKind.DELIVERED:
+        if event.kind in (TraceKind.DELIVERED, TraceKind.NACKED):
             made = max(made, event.attempt)
         elif event.kind is TraceKind.DEAD_LETTERED:
             made = 0
