@@ -1,5 +1,6 @@
 """Message traces over real gRPC: `Get(include_trace)`, the subscriber's name, the CLI's
-`get ID --trace`, and a bad consumer name refused."""
+`get ID --trace`, first deliveries left out with `trace_first_deliveries` off, and a bad
+consumer name refused."""
 
 from __future__ import annotations
 
@@ -70,6 +71,33 @@ def test_get_with_trace_shows_deliveries_to_the_named_consumer_then_the_ack(
     assert main(["get", sent.message_id, "--trace", "--json", "--target", server.target]) == 0
     dumped = json.loads(capsys.readouterr().out)
     assert [e["kind"] for e in dumped["trace"]][-1] == "ACKED" and dumped["attempts"] == 2
+
+
+def test_without_first_deliveries_only_the_retry_and_the_failure_are_traced(make_server):
+    server = make_server(trace_first_deliveries=False)
+    with TimerClient(server.target, timeout_s=WAIT_S) as client:
+        once = client.send("jobs", b"once", delay_ms=0)
+        subscription = client.subscribe("jobs", consumer="billing-worker-7")
+        stream = iter(subscription)
+        assert [(d.message_id, d.attempt) for d in next(stream)] == [(once.message_id, 1)]
+        assert client.ack("jobs", [once.message_id]) == 1
+        retried = client.send("jobs", b"retried", delay_ms=0)
+        assert next(stream)[0].message_id == retried.message_id
+        assert client.nack("jobs", [retried.message_id], reason="db down").nacked == 1
+        assert next(stream)[0].attempt == 2
+        assert client.ack("jobs", [retried.message_id]) == 1
+        subscription.cancel()
+
+        assert kinds(client.get(once.message_id, include_trace=True)) == [
+            "TRACE_SENT", "TRACE_FIRED", "TRACE_ACKED",
+        ]  # fmt: skip
+        timer = client.get(retried.message_id, include_trace=True)
+        assert kinds(timer) == [
+            "TRACE_SENT", "TRACE_FIRED", "TRACE_NACKED", "TRACE_DELIVERED", "TRACE_ACKED",
+        ]  # fmt: skip
+        assert (timer.trace[2].attempt, timer.trace[2].detail) == (1, "db down")
+        assert (timer.trace[3].attempt, timer.trace[3].subscriber) == (2, "billing-worker-7")
+        assert timer.attempts == 2
 
 
 def test_a_bad_consumer_name_is_refused_naming_it(client):
