@@ -116,7 +116,7 @@ class Settings:
     # topic, when its send does not say (SendRequest.max_attempts); 0: unlimited.
     max_attempts: int = 0
     # Every delivery attempt is an event of its message's trace: one RocksDB entry a
-    # message, a tenth of the engine's instructions in a burst and a sixth of its data
+    # message, a tenth of the engine's instructions in a burst and a fifth of its data
     # (docs/benchmarks.md, "2026-12-02, afternoon"). False: first attempts are not
     # written; redeliveries and failed attempts still are, so the attempt counts that
     # survive a restart stay exact except for a first attempt in flight across it
