@@ -49,6 +49,9 @@ class StagedBatch:
     count_deltas: dict[bytes, int] = field(default_factory=dict)
     # Recurring series found due: (id, record, topic, fire seq), fired by engine.series.
     series_due: list[tuple[bytes, bytes, str, int]] = field(default_factory=list)
+    # The scheduler's state as `meta` holds it once this batch is committed (every value,
+    # staged or not: store.timer_store.TimerStore.stage_state).
+    meta_state: dict[bytes, bytes | None] = field(default_factory=dict)
 
     def remove_ready(self, topic: str, seq: int) -> None:
         """A fired message leaves `topic`'s ready entries (acked, or moved to its DLQ)."""

@@ -28,6 +28,12 @@ _FINAL_STATES = (State.ACKED, State.CANCELLED)
 class TimerStore(TimerReads):
     """Every read of `TimerReads`, and the staged writes and commit of the writer thread."""
 
+    def _bind(self) -> None:
+        super()._bind()
+        # The `meta` values this store committed, which `stage_state` need not stage
+        # again; empty at open and after a reopen: the first commit writes them all.
+        self._meta_written: dict[bytes, bytes | None] = {}
+
     # == staged writes (writer thread only) ============================================
     def lookup(self, batch: StagedBatch, message_id: bytes) -> bytes | None:
         """The record as this batch will leave it."""
@@ -229,23 +235,47 @@ class TimerStore(TimerReads):
         return entries[-1][0] if len(entries) == limit else None
 
     def stage_state(self, batch: StagedBatch, state: SchedulerState) -> None:
-        meta = batch.writes[keys.CF_META]
-        meta[keys.META_SCHEMA_VERSION] = keys.encode_u64(keys.SCHEMA_VERSION)
-        meta[keys.META_NOW_MS] = keys.encode_u64(state.now_ms)
-        meta[keys.META_FIRE_FROM] = keys.encode_timer_key(state.fire_from)
-        meta[keys.META_FIRE_SEQ] = keys.encode_u64(state.fire_seq)
+        """Stage the scheduler's state in `meta`: only the values that differ from what
+        this store last committed there.
+
+        A group commit changes `now_ms` and, while timers fire, `fire_from` and `fire_seq`;
+        the schema version, the cascades' horizons and their pending keys stay put for
+        seconds to hours. Staging all eight every commit made `meta` 45% of the entries
+        the writer wrote at 1,000 sends a second and 15% at 5,000 (a commit every 2.5 ms,
+        fires or not: docs/benchmarks.md, "2026-12-02, evening"). A value left out is on
+        disk already, from an earlier commit of this store; a machine crash recovers a
+        prefix of the commits, so what `meta` then holds is the state of the last
+        recovered commit, as before."""
+        values = {
+            keys.META_SCHEMA_VERSION: keys.encode_u64(keys.SCHEMA_VERSION),
+            keys.META_NOW_MS: keys.encode_u64(state.now_ms),
+            keys.META_FIRE_FROM: keys.encode_timer_key(state.fire_from),
+            keys.META_FIRE_SEQ: keys.encode_u64(state.fire_seq),
+        }
         for lower, cascade in zip(LEVELS, state.cascades, strict=False):
-            meta[keys.meta_horizon(lower.name)] = keys.encode_u64(cascade.horizon_ms)
+            values[keys.meta_horizon(lower.name)] = keys.encode_u64(cascade.horizon_ms)
             pending = cascade.pending_from
-            meta[keys.meta_pending(lower.name)] = (
+            values[keys.meta_pending(lower.name)] = (
                 None if pending is None else keys.encode_timer_key(pending)
             )
+        written, meta = self._meta_written, batch.writes[keys.CF_META]
+        missing = object()  # not written yet by this store: a None (deleted) is a value
+        meta.update(
+            (key, value) for key, value in values.items() if written.get(key, missing) != value
+        )
+        batch.meta_state = values
 
     def commit(self, batch: StagedBatch, sync: bool = True) -> None:
         """Write the batch atomically; `sync`: durable against a machine crash on return
-        (`RocksDatabase.write`)."""
+        (`RocksDatabase.write`). A batch that fails leaves `stage_state` staging every
+        value again, since it cannot tell what reached the disk."""
         self.trace.stage(batch)
-        self.database.write(batch.to_write_batch(self.database.handles), sync)
+        try:
+            self.database.write(batch.to_write_batch(self.database.handles), sync)
+        except BaseException:
+            self._meta_written = {}
+            raise
+        self._meta_written.update(batch.meta_state)
 
     def sync_wal(self) -> None:
         """Make every commit so far durable against a machine crash (`RocksDatabase.sync_wal`)."""

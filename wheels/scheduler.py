@@ -119,7 +119,8 @@ class CascadeState:
 
 @dataclass(frozen=True, slots=True)
 class SchedulerState:
-    """Everything the scheduler needs to resume; persisted in `meta` with every batch."""
+    """Everything the scheduler needs to resume; persisted in `meta`, each batch writing
+    the values it changed (store.timer_store.TimerStore.stage_state)."""
 
     now_ms: int
     cascades: tuple[CascadeState, ...]  # cascades[i] moves LEVELS[i+1] -> LEVELS[i]
