@@ -53,8 +53,11 @@ def _options(tuning: RocksTuning, cache: Cache, family: str = "") -> Options:
     # A memtable is a skiplist, and random inserts into a large one miss the CPU cache
     # at every level: with 32 MB memtables the RocksDB write was the largest cost of a
     # send; with 8 MB it is about half (docs/engine.md). Small memtables flush more
-    # often, in background threads. The second wheel is fed mostly by cascades, in key
-    # order, and `messages` by increasing server-made ids: they keep the larger size.
+    # often, in background threads. A send due within the minute inserts at random
+    # points of the second wheel and of `messages` too (server-made ids begin with the
+    # deliver time), three times an in-order insert's cost, yet those two keep the
+    # larger size: at 8 MB the sends' inserts cost a third less, and the fire's reads of
+    # the records and the flushes took it back (docs/benchmarks.md, 2026-12-03, morning).
     random_order = family in (CF_WHEEL["hour"], CF_WHEEL["minute"])
     options.set_write_buffer_size(
         tuning.wheel_write_buffer_bytes if random_order else tuning.write_buffer_bytes
