@@ -11,9 +11,13 @@ column family       key                                           value
 ``wheel_minute``    same                                          route, list and fire
 ``wheel_second``    same                                          without reading messages
 ``ready``           topic + 0x00 + fire seq (8 B BE)              message id (fired, not acked)
-``expiry``          expire_at_ms (8 B BE) + message id            empty: ACKED/CANCELLED
-                                                                  records to remove after
-                                                                  the retention period
+``expiry``          expire_at_ms (8 B BE) + message id            ACKED/CANCELLED records
+                                                                  to remove then (after the
+                                                                  retention period): empty,
+                                                                  the key's message alone;
+                                                                  or the ids retired
+                                                                  together (one Ack's, the
+                                                                  key's first), 0x00 between
 ``meta``            name (ASCII, see ``META_*``)                  8 B BE int, or a wheel key
 ``extras``          message id (UTF-8)                            JSON (store.extras
                                                                   ``encode_extras``): send
@@ -36,7 +40,10 @@ empty id sorts first, so ``time_bound(t)`` is the smallest key at time t. Topics
 contain 0x00 (validation allows ``[A-Za-z0-9_.%|-]``), so ``topic + 0x00`` is a clean
 prefix and one topic's ready entries are one contiguous range, in fire order. Message
 ids never contain 0x00 either, so a message's trace events are one contiguous range,
-in the order they were written (the trace seq, in ``meta``, only grows).
+in the order they were written (the trace seq, in ``meta``, only grows), and an
+``expiry`` value can list ids with 0x00 between them: an Ack retires its messages at
+one time, so one entry stands for all of them instead of one entry an id, which was
+1 of the 6 entries a message writes in a burst (``expiry_entry``).
 
 Wheels are named in values by one byte (``WHEEL_CODES``): trace events and the two
 placement bits of a record (store.records).
@@ -54,6 +61,7 @@ from wheels.scheduler import TimerKey
 U64 = struct.Struct(">Q")
 TIME_BYTES = U64.size
 TOPIC_SEPARATOR = b"\x00"
+ID_SEPARATOR = b"\x00"  # between the ids of an `expiry` value
 
 CF_MESSAGES = "messages"
 CF_WHEEL = {"hour": "wheel_hour", "minute": "wheel_minute", "second": "wheel_second"}
@@ -121,10 +129,17 @@ def wheel_key_at(time_bytes: bytes, message_id: bytes) -> bytes:
     return time_bytes + message_id
 
 
-def expiry_keys(expire_at_ms: int, message_ids: Sequence[bytes]) -> list[bytes]:
-    """The `expiry` keys of many messages retired at one time (the time packed once)."""
-    bound = U64.pack(expire_at_ms)
-    return [bound + message_id for message_id in message_ids]
+def expiry_entry(expire_at_ms: int, message_ids: Sequence[bytes]) -> tuple[bytes, bytes]:
+    """The one `expiry` entry of messages retired together at one time (UTF-8 ids, at
+    least one): keyed by the time and the first id, the ids in the value. A single
+    message's value is empty, as a cancel's entry always was."""
+    key = U64.pack(expire_at_ms) + message_ids[0]
+    return key, (ID_SEPARATOR.join(message_ids) if len(message_ids) > 1 else b"")
+
+
+def expiry_entry_ids(key: bytes, value: bytes) -> list[bytes]:
+    """The ids (UTF-8) an `expiry` entry retires: the value's, else the key's one."""
+    return value.split(ID_SEPARATOR) if value else [key[TIME_BYTES:]]
 
 
 def wheel_key_ids(wheel_keys_: Iterable[bytes]) -> list[bytes]:

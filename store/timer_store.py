@@ -10,7 +10,6 @@ batch holds its writes and why it hands them to RocksDB sorted.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from itertools import islice
 
 from store import keys, records
 from store.batch import StagedBatch
@@ -182,8 +181,8 @@ class TimerStore(TimerReads):
     ) -> list[str]:  # fmt: skip
         """Retire the FIRED timers of `topic` among `message_ids` (distinct ids; their
         records as this batch leaves them, read in one go): ready entry out, record
-        ACKED, expiry scheduled. Returns the ids retired; unknown ids, other states and
-        other topics' are skipped.
+        ACKED, expiry scheduled (one `expiry` entry for all of them: store.keys).
+        Returns the ids retired; unknown ids, other states and other topics' are skipped.
 
         The hot path of Ack, one loop for the whole call: the topic is compared as the
         record holds it (length and bytes, no decode) and the keys are made afterwards, many
@@ -207,32 +206,36 @@ class TimerStore(TimerReads):
             batch.writes[keys.CF_READY].update(
                 dict.fromkeys(keys.ready_keys(topic.encode(), retired))
             )
-            batch.writes[keys.CF_EXPIRY].update(
-                dict.fromkeys(keys.expiry_keys(expire_at_ms, acked_keys), b"")
-            )
+            expiry_key, expiry_ids = keys.expiry_entry(expire_at_ms, acked_keys)
+            batch.writes[keys.CF_EXPIRY][expiry_key] = expiry_ids
             batch.retired.setdefault(topic, []).extend(retired)
         batch.operations += len(acked)
         return acked
 
     def stage_sweep(self, batch: StagedBatch, lo: bytes, now_ms: int, limit: int) -> bytes | None:
-        """Remove ACKED/CANCELLED records whose retention ended by `now_ms`.
+        """Remove ACKED/CANCELLED records whose retention ended by `now_ms`: the
+        `expiry` entries from `lo` through `now_ms`, whole, until they name `limit` ids
+        (an Ack's entry names all it retired, so a chunk may hold a few thousand more).
 
-        Returns the key to resume from when `limit` was reached, else None.
+        Returns the key to resume from when `limit` was reached, else None. A record
+        whose id came back meanwhile (a client id sent again) is no longer final: kept.
         """
-        entries = list(islice(self._range(self._expiry, lo, keys.time_bound(now_ms + 1)), limit))
-        ids = keys.wheel_key_ids(key for key, _ in entries)
-        expiry_writes = batch.writes[keys.CF_EXPIRY]
-        for (key, _), message_id, raw in zip(
-            entries, ids, self.lookup_many(batch, ids), strict=True
-        ):
-            expiry_writes[key] = None
+        expiry_keys: list[bytes] = []
+        ids: list[bytes] = []
+        for key, value in self._range(self._expiry, lo, keys.time_bound(now_ms + 1)):
+            expiry_keys.append(key)
+            ids.extend(keys.expiry_entry_ids(key, value))
+            if len(ids) >= limit:
+                break
+        batch.writes[keys.CF_EXPIRY].update(dict.fromkeys(expiry_keys))
+        for message_id, raw in zip(ids, self.lookup_many(batch, ids), strict=True):
             if raw is not None and records.record_state(raw) in _FINAL_STATES:
                 batch.records[message_id] = None
                 if records.has_extras(raw):
                     batch.writes[keys.CF_EXTRAS][message_id] = None
                 self.trace.stage_forget(batch, (message_id,))
-        batch.operations += len(entries)
-        return entries[-1][0] if len(entries) == limit else None
+        batch.operations += len(ids)
+        return expiry_keys[-1] if len(ids) >= limit else None
 
     def stage_state(self, batch: StagedBatch, state: SchedulerState) -> None:
         """Stage the scheduler's state in `meta`: only the values that differ from what

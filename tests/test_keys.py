@@ -92,13 +92,20 @@ def test_wheel_key_at_a_time_cut_from_bytes_is_the_wheel_key(t_ms, message_id):
     assert at == keys.wheel_key(t_ms, message_id)
 
 
-@given(times, st.lists(ids, max_size=20))
-def test_expiry_keys_sort_by_time_and_give_back_their_ids(t_ms, message_ids):
+@given(times, st.lists(ids, min_size=1, max_size=20))
+def test_an_expiry_entry_sorts_by_its_time_and_gives_back_every_id_it_retires(t_ms, message_ids):
     raw_ids = [message_id.encode() for message_id in message_ids]
-    made = keys.expiry_keys(t_ms, raw_ids)
-    assert made == [keys.wheel_key(t_ms, message_id) for message_id in message_ids]
-    assert all(keys.time_bound(t_ms) < key < keys.time_bound(t_ms + 1) for key in made)
-    assert keys.wheel_key_ids(made) == raw_ids
+    key, value = keys.expiry_entry(t_ms, raw_ids)
+    assert key == keys.wheel_key(t_ms, message_ids[0])
+    assert keys.time_bound(t_ms) < key < keys.time_bound(t_ms + 1)
+    assert keys.expiry_entry_ids(key, value) == raw_ids
+
+
+@given(times, ids)
+def test_one_message_s_expiry_entry_is_its_key_alone_as_a_cancel_writes_it(t_ms, message_id):
+    key, value = keys.expiry_entry(t_ms, [message_id.encode()])
+    assert (key, value) == (keys.wheel_key(t_ms, message_id), b"")
+    assert keys.expiry_entry_ids(key, b"") == [message_id.encode()]
 
 
 @given(topics, st.lists(st.integers(0, 2**64 - 1), max_size=20))

@@ -209,6 +209,41 @@ def test_sweep_is_chunked_and_resumable(open_store):
     assert all(store.get(f"s{i}") is None for i in range(5))
 
 
+def test_an_ack_retires_its_messages_with_one_expiry_entry_that_the_sweep_takes_whole(open_store):
+    store = open_store()
+    commit(store, lambda b: [schedule(store, b, timer(f"g{i}", T0), "second") for i in range(3)])
+    later = [timer(f"c{i}", T0 + 10) for i in range(2)]
+    commit(store, lambda b: [schedule(store, b, t, "minute") for t in later])
+    entries = store.scan("second", b"", keys.time_bound(T0 + 1), 10)
+    commit(store, lambda b: store.stage_fire(b, "second", entries, 1, T0))
+    for i in range(2):  # two cancelled timers, each its own entry, expiring before the Ack's
+        raw = store.get_record(f"c{i}")
+        commit(store, lambda b, i=i, raw=raw: store.stage_cancel(
+            b, f"c{i}", raw, ["minute"], T0, T0 + 50 + i))  # fmt: skip
+    acked = ["g0", "g1", "g2"]
+    commit(store, lambda b: store.stage_acks(b, "orders", acked, T0 + 2, T0 + 100))
+
+    def expiry_keys():
+        return [key for key, _ in store.database.families[keys.CF_EXPIRY].items()]
+
+    ack_key = keys.wheel_key(T0 + 100, "g0")
+    assert expiry_keys() == [keys.wheel_key(T0 + 50, "c0"), keys.wheel_key(T0 + 51, "c1"), ack_key]
+
+    def stored():
+        return [m for m in ("c0", "c1", *acked) if store.get_record(m) is not None]
+
+    resume = []
+    commit(store, lambda b: resume.append(store.stage_sweep(b, b"", T0 + 99, 2)))
+    assert resume[-1] is not None and stored() == acked  # the limit: the two cancels
+    commit(store, lambda b: resume.append(store.stage_sweep(b, resume[-1], T0 + 99, 2)))
+    assert resume[-1] is None and stored() == acked  # the Ack's retention has not ended
+    # Its entry names three ids against a limit of two: taken whole, the limit reached.
+    commit(store, lambda b: resume.append(store.stage_sweep(b, b"", T0 + 100, 2)))
+    assert resume[-1] == ack_key and stored() == [] and expiry_keys() == []
+    commit(store, lambda b: resume.append(store.stage_sweep(b, ack_key, T0 + 100, 2)))
+    assert resume[-1] is None
+
+
 def test_overlay_shows_what_the_batch_staged(open_store):
     store = open_store()
     batch = StagedBatch()
