@@ -64,7 +64,7 @@ def _fire_one(
         at_ms = next_occurrence_ms(repeat, at_ms, now_ms)
         if finished(repeat, number, at_ms):
             retired = records.with_transition(raw, State.ACKED, acked_at_ms=now_ms)
-            extras_cf.stage_retire(batch, series_id, retired, now_ms + ctx.retention_ms)
+            extras_cf.stage_retire(ctx.store, batch, series_id, retired, now_ms + ctx.retention_ms)
             return
         if at_ms > now_ms or fired == MAX_CATCH_UP:
             break

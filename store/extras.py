@@ -31,10 +31,12 @@ def stage_extras(batch: StagedBatch, message_id: bytes, extras: bytes | None) ->
     batch.writes[keys.CF_EXTRAS][message_id] = extras
 
 
-def stage_retire(batch: StagedBatch, message_id: str, record: bytes, expire_at_ms: int) -> None:
+def stage_retire(
+    store: TimerStore, batch: StagedBatch, message_id: str, record: bytes, expire_at_ms: int
+) -> None:
     """A finished series: its final record, kept until `expire_at_ms` (no wheel key)."""
     batch.records[message_id.encode()] = record
-    batch.writes[keys.CF_EXPIRY][keys.wheel_key(expire_at_ms, message_id)] = b""
+    store.stage_expiry(batch, expire_at_ms, [message_id.encode()])
     batch.operations += 1
 
 

@@ -160,8 +160,25 @@ class TimerStore(TimerReads):
         self.stage_unschedule(batch, message_id, raw, wheels)
         cancelled = records.with_transition(raw, State.CANCELLED, cancelled_at_ms=now_ms)
         batch.records[message_id.encode()] = cancelled
-        batch.writes[keys.CF_EXPIRY][keys.wheel_key(expire_at_ms, message_id)] = b""
+        self.stage_expiry(batch, expire_at_ms, [message_id.encode()])
         batch.operations += 1
+
+    def stage_expiry(self, batch: StagedBatch, expire_at_ms: int, message_ids: list[bytes]) -> None:
+        """Remove the final records of `message_ids` (UTF-8, at least one) by a sweep at
+        `expire_at_ms`: one `expiry` entry for them all (store.keys.expiry_entry).
+
+        That entry is keyed by the time and the first id, so a client id finished twice in
+        one millisecond of the writer's clock (acked, sent again, fired and acked again)
+        meets its earlier entry under the same key. The ids that entry names, staged in
+        this batch or committed, are kept in the new one: overwritten, they would never be
+        swept. A key this batch deletes (a sweep's) names nothing any more.
+        """
+        key, _ = keys.expiry_entry(expire_at_ms, message_ids)
+        staged = batch.writes[keys.CF_EXPIRY]
+        earlier = staged[key] if key in staged else self._expiry.get(key)
+        if earlier is not None:
+            message_ids = list(dict.fromkeys([*keys.expiry_entry_ids(key, earlier), *message_ids]))
+        staged[key] = keys.expiry_entry(expire_at_ms, message_ids)[1]
 
     def stage_unschedule(
         self, batch: StagedBatch, message_id: str, raw: bytes, wheels: Iterable[str]
@@ -206,8 +223,7 @@ class TimerStore(TimerReads):
             batch.writes[keys.CF_READY].update(
                 dict.fromkeys(keys.ready_keys(topic.encode(), retired))
             )
-            expiry_key, expiry_ids = keys.expiry_entry(expire_at_ms, acked_keys)
-            batch.writes[keys.CF_EXPIRY][expiry_key] = expiry_ids
+            self.stage_expiry(batch, expire_at_ms, acked_keys)
             batch.retired.setdefault(topic, []).extend(retired)
         batch.operations += len(acked)
         return acked

@@ -244,6 +244,39 @@ def test_an_ack_retires_its_messages_with_one_expiry_entry_that_the_sweep_takes_
     assert resume[-1] is None
 
 
+def test_an_id_finished_twice_in_one_millisecond_keeps_the_ids_its_first_entry_named(open_store):
+    store = open_store()
+
+    def expiry_entries():
+        return [
+            (key, keys.expiry_entry_ids(key, value))
+            for key, value in store.database.families[keys.CF_EXPIRY].items()
+        ]
+
+    def send_fire_ack(ids, seq):
+        commit(store, lambda b: [schedule(store, b, timer(i, T0), "second") for i in ids])
+        entries = store.scan("second", b"", keys.time_bound(T0 + 1), 10)
+        commit(store, lambda b: store.stage_fire(b, "second", entries, seq, T0))
+        commit(store, lambda b: store.stage_acks(b, "orders", ids, T0 + 2, T0 + 100))
+
+    send_fire_ack(["g0", "g1", "g2"], 1)
+    send_fire_ack(["g0"], 4)  # g0 sent again, fired and acked: the same key, T0+100 and g0
+    ack_key = keys.wheel_key(T0 + 100, "g0")
+    assert expiry_entries() == [(ack_key, [b"g0", b"g1", b"g2"])]
+    # Within one batch: an entry staged, then a cancel of its first id at the same time.
+    commit(store, lambda b: schedule(store, b, timer("h0", T0 + 500), "minute"))
+    raw = store.get_record("h0")
+
+    def stage(batch):
+        store.stage_expiry(batch, T0 + 200, [b"h0", b"g1"])
+        store.stage_cancel(batch, "h0", raw, ["minute"], T0 + 3, T0 + 200)
+
+    commit(store, stage)
+    assert expiry_entries()[-1] == (keys.wheel_key(T0 + 200, "h0"), [b"h0", b"g1"])
+    commit(store, lambda b: store.stage_sweep(b, b"", T0 + 100, 10))
+    assert [m for m in ("g0", "g1", "g2", "h0") if store.get_record(m) is not None] == ["h0"]
+
+
 def test_overlay_shows_what_the_batch_staged(open_store):
     store = open_store()
     batch = StagedBatch()
