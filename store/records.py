@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator, Mapping
-from functools import lru_cache, partial
+from functools import lru_cache
+from itertools import repeat
 from operator import itemgetter
 from typing import NamedTuple
 
@@ -45,7 +46,6 @@ _I64 = struct.Struct(">q")
 _DELIVER_AT_OFFSET = 3 + 8 * 1  # after version, state, when_kind, when_value
 _FIRED_AT_OFFSET = 3 + 8 * 3  # after version, state, when_kind, when_value, deliver, created
 _DELIVER_AND_FIRED_AT = struct.Struct(">q8xq")  # from _DELIVER_AT_OFFSET: created_at skipped
-_DELIVER_AT_OF = partial(_I64.unpack_from, offset=_DELIVER_AT_OFFSET)
 _FIRST = itemgetter(0)
 _ACKED_AT_OFFSET = 3 + 8 * 4
 _READY_SEQ_OFFSET = 3 + 8 * 6
@@ -273,9 +273,12 @@ def fire_lateness_ms(raws: list[bytes]) -> Iterator[int]:
     """fired_at_ms - deliver_at_ms of each record of one commit's fires, which share one
     fired_at_ms (the commit's): read once, each deliver time unpacked in C, no Python
     frame per record (a fire chunk is 10,000; a call per record was 2% of the engine's
-    CPU in a burst)."""
+    CPU in a burst). The offset is passed positionally, beside each record: a `partial`
+    with `offset=` built the call's keywords for every record, 0.1 of 0.23 us a record
+    (2026-12-03)."""
     fired_at_ms = record_fired_at_ms(raws[0]) if raws else 0
-    return map(fired_at_ms.__sub__, map(_FIRST, map(_DELIVER_AT_OF, raws)))
+    deliver_at = map(_I64.unpack_from, raws, repeat(_DELIVER_AT_OFFSET, len(raws)))
+    return map(fired_at_ms.__sub__, map(_FIRST, deliver_at))
 
 
 def record_fired_at_ms(raw: bytes) -> int:
@@ -283,7 +286,7 @@ def record_fired_at_ms(raw: bytes) -> int:
 
 
 def record_deliver_at_ms(raw: bytes) -> int:
-    return _HEADER.unpack_from(raw)[4]
+    return _I64.unpack_from(raw, _DELIVER_AT_OFFSET)[0]
 
 
 # ``raw[DELIVER_AT_TIME_BOUND]`` is ``keys.time_bound(deliver_at_ms)`` of the record,
@@ -299,7 +302,9 @@ def record_topic(raw: bytes) -> str:
 
 
 def record_ready_seq(raw: bytes) -> int:
-    return _HEADER.unpack_from(raw)[9]
+    """The one field, not the header's ten (a value each): 90 against 210 ns, once an
+    acked message (2026-12-03)."""
+    return _I64.unpack_from(raw, _READY_SEQ_OFFSET)[0]
 
 
 def record_summary(raw: bytes) -> tuple[int, int, int, str, int]:
