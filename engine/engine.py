@@ -262,8 +262,7 @@ class Engine:
         """`fetch_fired` for the dispatchers: the records undecoded (`records.FiredRecord`;
         a Delivery is decoded from one where it is built)."""
         rows = self.fetch_fired_raw(topic, after_seq, limit, max_bytes)
-        fired = records.FiredRecord
-        return [fired(seq, message_id.decode(), raw) for seq, message_id, raw in rows]
+        return records.fired_records(rows)
 
     def fetch_fired_raw(
         self, topic: str, after_seq: int, limit: int, max_bytes: int = 0

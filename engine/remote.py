@@ -59,8 +59,7 @@ class RemoteEngine:
         """Read from the engine process, undecoded: the delivery process hands each record
         on to the workers, which decode it into a Delivery."""
         rows = self._calls.call("fetch_fired_raw", topic, after_seq, limit, max_bytes)
-        fired = records.FiredRecord
-        return [fired(seq, message_id.decode(), raw) for seq, message_id, raw in rows]
+        return records.fired_records(rows)
 
     def add_fired_listener(self, listener: Callable[[set[str]], None]) -> None:
         thread = threading.Thread(

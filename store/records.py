@@ -21,8 +21,8 @@ written before they were), the start of its trace (store.trace).
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Mapping
-from functools import lru_cache
+from collections.abc import Iterable, Iterator, Mapping
+from functools import lru_cache, partial
 from itertools import repeat
 from operator import itemgetter
 from typing import NamedTuple
@@ -158,6 +158,17 @@ class FiredRecord(NamedTuple):
     seq: int
     message_id: str
     record: bytes
+
+
+# A NamedTuple's constructor is a Python function; tuple.__new__ makes the same in C.
+_NEW_FIRED_RECORD = partial(tuple.__new__, FiredRecord)
+
+
+def fired_records(rows: Iterable[tuple[int, bytes, bytes]]) -> list[FiredRecord]:
+    """The FiredRecords of (fire seq, UTF-8 id, record) rows as the engine reads them:
+    0.31 against 0.44 us a row through the class's own constructor (2026-12-03), once
+    a fired message in the burst's delivery."""
+    return [_NEW_FIRED_RECORD((seq, message_id.decode(), raw)) for seq, message_id, raw in rows]
 
 
 def record_body_bytes(raw: bytes) -> int:

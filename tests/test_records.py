@@ -57,6 +57,17 @@ def test_a_fired_record_tells_the_hub_its_body_size_and_times_without_a_decode(t
 
 
 @given(st.lists(timers, max_size=20), st.integers(0, 2**62))
+def test_fired_records_are_the_rows_with_their_ids_decoded(many, first_seq):
+    rows = [
+        (first_seq + i, t.message_id.encode(), records.encode_timer(t)) for i, t in enumerate(many)
+    ]
+    made = records.fired_records(rows)
+    assert made == [records.FiredRecord(seq, i.decode(), raw) for seq, i, raw in rows]
+    assert all(type(fired) is records.FiredRecord for fired in made)
+    assert [fired.message_id for fired in made] == [t.message_id for t in many]
+
+
+@given(st.lists(timers, max_size=20), st.integers(0, 2**62))
 def test_the_fire_lateness_of_one_commits_fires_is_each_records_own(many, fired_at_ms):
     many = [replace(timer, fired_at_ms=fired_at_ms) for timer in many]  # one commit's
     raws = [records.encode_timer(timer) for timer in many]
