@@ -54,7 +54,10 @@ from __future__ import annotations
 import base64
 import binascii
 import struct
+from collections import Counter
 from collections.abc import Iterable, Sequence
+from itertools import repeat
+from operator import mod, sub
 
 from wheels.scheduler import TimerKey
 
@@ -242,13 +245,15 @@ def count_bucket_key(topic: bytes, bucket_start_ms: int) -> bytes:
     return topic + TOPIC_SEPARATOR + U64.pack(bucket_start_ms)
 
 
-def count_bucket_keys(topics: Sequence[bytes], deliver_times_ms: Sequence[int]) -> list[bytes]:
-    """The minute counter of each of many timers (topic i due at time i), in order."""
-    pack, separator, bucket_ms = U64.pack, TOPIC_SEPARATOR, COUNT_BUCKET_MS
-    return [
-        topic + separator + pack(t_ms - t_ms % bucket_ms)
-        for topic, t_ms in zip(topics, deliver_times_ms, strict=True)
-    ]
+def count_bucket_tally(topics: Sequence[bytes], deliver_times_ms: Sequence[int]) -> Counter:
+    """{minute counter: how many of the timers (topic i due at time i) it counts}.
+
+    Counted in C, a `Counter` of (topic, minute) pairs with the minutes made by `map`, and
+    keyed once a distinct minute: a fire chunk or a SendBatch falls in a few minutes of
+    one topic, where a key made a timer cost about 0.2 us each (2026-12-03)."""
+    starts = map(sub, deliver_times_ms, map(mod, deliver_times_ms, repeat(COUNT_BUCKET_MS)))
+    pairs = Counter(zip(topics, starts, strict=True))
+    return Counter({count_bucket_key(topic, start): n for (topic, start), n in pairs.items()})
 
 
 def count_total_key(topic: bytes) -> bytes:

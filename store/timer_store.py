@@ -68,8 +68,8 @@ class TimerStore(TimerReads):
         ):
             wheel_writes[wheel][key] = topic
         deltas = batch.count_deltas
-        for bucket in keys.count_bucket_keys(topics, deliver_times_ms):
-            deltas[bucket] = deltas.get(bucket, 0) + 1
+        for bucket, timers in keys.count_bucket_tally(topics, deliver_times_ms).items():
+            deltas[bucket] = deltas.get(bucket, 0) + timers
         batch.operations += len(message_ids)
 
     def stage_fire_new(
@@ -101,17 +101,19 @@ class TimerStore(TimerReads):
         wheel_keys = [key for key, _ in entries]
         ids = keys.wheel_key_ids(wheel_keys)
         raws = self.lookup_many(batch, ids)
-        buckets = keys.count_bucket_keys(
+        tally = keys.count_bucket_tally(
             [topic for _, topic in entries], keys.wheel_key_times_ms(wheel_keys)
         )
         batch.writes[keys.CF_WHEEL[wheel]].update(dict.fromkeys(wheel_keys))
-        overlay, deltas = batch.records, batch.count_deltas
+        overlay = batch.records
         per_topic: dict[bytes, list[tuple[int, bytes, bytes]]] = {}
         seq = first_seq
-        for (_, topic), message_id, raw, bucket in zip(entries, ids, raws, buckets, strict=True):
+        for (key, topic), message_id, raw in zip(entries, ids, raws, strict=True):
             if raw is None or not records.is_scheduled(raw):
-                continue  # a stale key; cancel removes keys atomically, so this is defensive
-            deltas[bucket] = deltas.get(bucket, 0) - 1
+                # A stale key; cancel removes keys atomically, so this is defensive. Its
+                # timer left its minute's count when it stopped being scheduled.
+                tally[keys.count_keys(topic, keys.key_time_ms(key))[0]] -= 1
+                continue
             if records.is_series(raw):  # fires an occurrence instead (engine.series)
                 batch.series_due.append((message_id, raw, topic.decode(), seq))
                 seq += 1
@@ -123,6 +125,9 @@ class TimerStore(TimerReads):
                 fired_of_topic = per_topic[topic] = []
             fired_of_topic.append((seq, message_id, fired))
             seq += 1
+        deltas = batch.count_deltas
+        for bucket, timers in tally.items():
+            deltas[bucket] = deltas.get(bucket, 0) - timers
         ready_writes = batch.writes[keys.CF_READY]
         for topic, fired_of_topic in per_topic.items():
             ready_keys = keys.ready_keys(topic, [seq for seq, _, _ in fired_of_topic])

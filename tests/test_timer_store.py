@@ -133,6 +133,7 @@ def test_fire_skips_keys_whose_record_is_not_scheduled(open_store):
     batch = commit(store, lambda b: store.stage_fire(b, "second", entries, 1, T0 + 1))
     assert batch.fired == 0 and store.get("c").state is State.CANCELLED
     assert wheel_ids(store, "second") == []
+    assert set(batch.count_deltas.values()) <= {0}  # it left its minute's count at the cancel
 
 
 def test_fire_new_needs_no_wheel_key(open_store):
