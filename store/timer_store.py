@@ -182,12 +182,13 @@ class TimerStore(TimerReads):
         this batch or committed, are kept in the new one: overwritten, they would never be
         swept. A key this batch deletes (a sweep's) names nothing any more.
         """
-        key, _ = keys.expiry_entry(expire_at_ms, message_ids)
+        key, value = keys.expiry_entry(expire_at_ms, message_ids)
         staged = batch.writes[keys.CF_EXPIRY]
         earlier = staged[key] if key in staged else self._expiry.get(key)
         if earlier is not None:
-            message_ids = list(dict.fromkeys([*keys.expiry_entry_ids(key, earlier), *message_ids]))
-        staged[key] = keys.expiry_entry(expire_at_ms, message_ids)[1]
+            kept = dict.fromkeys([*keys.expiry_entry_ids(key, earlier), *message_ids])
+            _, value = keys.expiry_entry(expire_at_ms, list(kept))
+        staged[key] = value
 
     def stage_unschedule(
         self, batch: StagedBatch, message_id: str, raw: bytes, wheels: Iterable[str]
