@@ -249,12 +249,13 @@ def count_bucket_key(topic: bytes, bucket_start_ms: int) -> bytes:
     return topic + TOPIC_SEPARATOR + U64.pack(bucket_start_ms)
 
 
-def count_bucket_tally(topics: Sequence[bytes], deliver_times_ms: Sequence[int]) -> Counter:
+def count_bucket_tally(topics: Sequence[bytes], deliver_times_ms: Sequence[int]) -> Counter[bytes]:
     """{minute counter: how many of the timers (topic i due at time i) it counts}.
 
     Counted in C, a `Counter` of (topic, minute) pairs with the minutes made by `map`, and
     keyed once a distinct minute: a fire chunk or a SendBatch falls in a few minutes of
-    one topic, where a key made a timer cost about 0.2 us each (2026-12-03)."""
+    one topic, so a few keys are made where a key a timer cost about 0.2 us each
+    (2026-12-03)."""
     starts = map(sub, deliver_times_ms, map(mod, deliver_times_ms, repeat(COUNT_BUCKET_MS)))
     pairs = Counter(zip(topics, starts, strict=True))
     return Counter({count_bucket_key(topic, start): n for (topic, start), n in pairs.items()})
