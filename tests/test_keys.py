@@ -125,6 +125,13 @@ def test_count_bucket_tally_counts_each_timer_in_its_minute_counter(timers):
     assert {key[: keys.COUNT_TOPIC_END] for key in tally} == {t.encode() for t, _ in timers}
 
 
+@given(topics, times, st.lists(st.integers(0, 2 * keys.COUNT_BUCKET_MS), min_size=1, max_size=20))
+def test_count_bucket_tally_of_one_topic_splits_it_at_each_minute(topic, t_ms, offsets_ms):
+    times_ms = [t_ms + offset for offset in offsets_ms]
+    tally = keys.count_bucket_tally([topic.encode()] * len(times_ms), times_ms)
+    assert tally == Counter(keys.count_keys(topic.encode(), ms)[0] for ms in times_ms)
+
+
 @given(topics, times)
 def test_a_total_counter_key_is_told_from_a_minute_key(topic, t_ms):
     minute, total = keys.count_keys(topic.encode(), t_ms)
