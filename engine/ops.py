@@ -383,7 +383,7 @@ class AckOp(Op):
         return len(self.message_ids)
 
     def reads(self) -> list[bytes]:
-        return [message_id.encode() for message_id in self.message_ids]
+        return list(map(str.encode, self.message_ids))
 
     def apply(self, ctx: WriterContext, batch: StagedBatch, now_ms: int) -> list[str]:
         """Ack what is FIRED on this topic; unknown, repeated or already acked ids are skipped.

@@ -46,7 +46,7 @@ class TimerStore(TimerReads):
     def prefetch(self, batch: StagedBatch, message_ids: list[bytes]) -> None:
         """Read the committed records of `message_ids` into the batch, all at once
         (store.range_reads: one walk over the neighbours, a multi-get for the rest)."""
-        wanted = [i for i in dict.fromkeys(message_ids) if i not in batch.prefetched]
+        wanted = list(filterfalse(batch.prefetched.__contains__, dict.fromkeys(message_ids)))
         if wanted:
             batch.prefetched.update(read_records(self._messages, wanted))
 
@@ -220,7 +220,7 @@ class TimerStore(TimerReads):
         end = start + len(topic_block)
         overlay, retired, acked, acked_keys = batch.records, [], [], []
         is_fired, ready_seq, as_acked = records.is_fired, records.record_ready_seq, records.as_acked
-        encoded = [message_id.encode() for message_id in message_ids]
+        encoded = list(map(str.encode, message_ids))
         raws = self.lookup_many(batch, encoded)
         for message_id, key, raw in zip(message_ids, encoded, raws, strict=True):
             if raw is None or not is_fired(raw) or raw[start:end] != topic_block:
