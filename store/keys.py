@@ -64,6 +64,7 @@ from wheels.scheduler import TimerKey
 U64 = struct.Struct(">Q")
 TIME_BYTES = U64.size
 TOPIC_SEPARATOR = b"\x00"
+_SEPARATED_U64 = struct.Struct(">xQ")  # TOPIC_SEPARATOR (a pad byte is 0x00), then a u64
 ID_SEPARATOR = b"\x00"  # between the ids of an `expiry` value
 
 CF_MESSAGES = "messages"
@@ -221,12 +222,10 @@ def trace_prefix(message_id: bytes) -> bytes:
 
 
 def trace_keys(message_ids: Sequence[bytes], first_seq: int) -> list[bytes]:
-    """The trace keys of events of `message_ids`, in order, numbered from `first_seq`."""
-    pack = U64.pack
-    return [
-        message_id + TOPIC_SEPARATOR + pack(seq)
-        for seq, message_id in enumerate(message_ids, first_seq)
-    ]
+    """The trace keys of events of `message_ids`, in order, numbered from `first_seq`
+    (separator and seq packed as one: one concatenation a key, not two)."""
+    pack = _SEPARATED_U64.pack
+    return [message_id + pack(seq) for seq, message_id in enumerate(message_ids, first_seq)]
 
 
 def ready_seq(raw: bytes) -> int:
