@@ -60,6 +60,8 @@ SERIES_FLAG = 0x40  # ... and it is a recurring series (its extras say how it re
 _PLACEMENT_SHIFT = 4
 _PLACEMENT_MASK = 0x30
 _KIND_MASK = 0x0F
+_STATE_BYTE, _WHEN_KIND_BYTE = itemgetter(1), itemgetter(_WHEN_KIND_OFFSET)
+_NOT_SERIES_KINDS = bytes(kind for kind in range(256) if not kind & SERIES_FLAG)  # to delete
 
 
 def encode_timer(timer: Timer) -> bytes:
@@ -204,6 +206,17 @@ def _when_kind(value: int) -> WhenKind:
 def is_scheduled(raw: bytes) -> bool:
     """The firing path's check: a byte compare, no enum construction."""
     return raw[1] == _SCHEDULED
+
+
+def all_plain_scheduled(raws: list[bytes | None]) -> bool:
+    """Each record there, SCHEDULED and not a series: what a fire chunk most often is,
+    told in C over the state and when_kind bytes, with no Python frame a record."""
+    if None in raws:
+        return False
+    states = bytes(map(_STATE_BYTE, raws))
+    if states.count(_SCHEDULED) != len(states):
+        return False
+    return not bytes(map(_WHEN_KIND_BYTE, raws)).translate(None, _NOT_SERIES_KINDS)
 
 
 def has_extras(raw: bytes) -> bool:

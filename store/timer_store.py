@@ -9,8 +9,10 @@ batch holds its writes and why it hands them to RocksDB sorted.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
-from itertools import filterfalse
+from itertools import filterfalse, repeat
+from operator import itemgetter
 
 from store import keys, records
 from store.batch import StagedBatch
@@ -23,6 +25,8 @@ from wheels.trace import TraceEvent, TraceKind
 from wheels.wheel import LEVELS
 
 _FINAL_STATES = (State.ACKED, State.CANCELLED)
+FiredEntry = tuple[int, bytes, bytes]  # (fire seq, message id, its FIRED record)
+_SEQ, _ID, _RECORD = itemgetter(0), itemgetter(1), itemgetter(2)
 
 
 class TimerStore(TimerReads):
@@ -98,52 +102,43 @@ class TimerStore(TimerReads):
     def stage_fire(
         self, batch: StagedBatch, wheel: str, entries: list[WheelEntry], first_seq: int, now_ms: int
     ) -> int:
-        """Fire wheel entries: key out, `ready` entry in, record FIRED. Returns seqs used."""
+        """Fire wheel entries: key out, `ready` entry in, record FIRED. Returns seqs used.
+
+        A chunk is most often one topic's plain timers (each record there, SCHEDULED, not
+        a series): that is told in C (`records.all_plain_scheduled`) and fired with no
+        Python step a timer but its record's patch; anything else one by one
+        (`_fire_each`), which sees stale keys and series."""
         wheel_keys = [key for key, _ in entries]
         ids = keys.wheel_key_ids(wheel_keys)
         raws = self.lookup_many(batch, ids)
-        tally = keys.count_bucket_tally(
-            [topic for _, topic in entries], keys.wheel_key_times_ms(wheel_keys)
-        )
+        topics = [topic for _, topic in entries]
+        tally = keys.count_bucket_tally(topics, keys.wheel_key_times_ms(wheel_keys))
         batch.writes[keys.CF_WHEEL[wheel]].update(dict.fromkeys(wheel_keys))
-        overlay = batch.records
-        per_topic: dict[bytes, list[tuple[int, bytes, bytes]]] = {}
-        seq = first_seq
-        for (key, topic), message_id, raw in zip(entries, ids, raws, strict=True):
-            if raw is None or not records.is_scheduled(raw):
-                # A stale key; cancel removes keys atomically, so this is defensive. Its
-                # timer left its minute's count when it stopped being scheduled.
-                tally[keys.count_keys(topic, keys.key_time_ms(key))[0]] -= 1
-                continue
-            if records.is_series(raw):  # fires an occurrence instead (engine.series)
-                batch.series_due.append((message_id, raw, topic.decode(), seq))
-                seq += 1
-                continue
-            fired = records.as_fired(raw, now_ms, seq)
-            overlay[message_id] = fired
-            fired_of_topic = per_topic.get(topic)
-            if fired_of_topic is None:
-                fired_of_topic = per_topic[topic] = []
-            fired_of_topic.append((seq, message_id, fired))
-            seq += 1
+        if topics and topics.count(topics[0]) == len(topics) and records.all_plain_scheduled(raws):
+            seqs = range(first_seq, first_seq + len(raws))
+            fired = map(records.as_fired, raws, repeat(now_ms), seqs)
+            per_topic = {topics[0]: list(zip(seqs, ids, fired, strict=True))}
+            used = len(raws)
+        else:
+            per_topic, used = _fire_each(batch, entries, ids, raws, tally, first_seq, now_ms)
         deltas = batch.count_deltas
         for bucket, timers in tally.items():
             deltas[bucket] = deltas.get(bucket, 0) - timers
         ready_writes = batch.writes[keys.CF_READY]
         for topic, fired_of_topic in per_topic.items():
-            ready_keys = keys.ready_keys(topic, [seq for seq, _, _ in fired_of_topic])
-            ready_writes.update(
-                zip(ready_keys, [message_id for _, message_id, _ in fired_of_topic], strict=True)
-            )
+            fired_ids = list(map(_ID, fired_of_topic))
+            batch.records.update(zip(fired_ids, map(_RECORD, fired_of_topic), strict=True))
+            ready_keys = keys.ready_keys(topic, map(_SEQ, fired_of_topic))
+            ready_writes.update(zip(ready_keys, fired_ids, strict=True))
             name = topic.decode()
             batch.fired_topics.add(name)
             batch.fired_entries.setdefault(name, []).extend(fired_of_topic)
             if wheel != "second":  # overdue when its cascade came: the trace says where from
                 event = encode_event(TraceEvent(TraceKind.FIRED, now_ms, wheel=wheel))
-                batch.trace.extend((message_id, event) for _, message_id, _ in fired_of_topic)
-        batch.fired += seq - first_seq
+                batch.trace.extend(zip(fired_ids, repeat(event)))
+        batch.fired += used
         batch.operations += len(entries)
-        return seq - first_seq
+        return used
 
     def lookup_many(self, batch: StagedBatch, ids: list[bytes]) -> list[bytes | None]:
         """`lookup` for many ids: one read (`prefetch`) of what is not read yet, overlay on top."""
@@ -309,3 +304,28 @@ class TimerStore(TimerReads):
     def sync_wal(self) -> None:
         """Make every commit so far durable against a machine crash (`RocksDatabase.sync_wal`)."""
         self.database.sync_wal()
+
+
+def _fire_each(
+    batch: StagedBatch, entries: list[WheelEntry], ids: list[bytes], raws: list[bytes | None],
+    tally: Counter[bytes], first_seq: int, now_ms: int,
+) -> tuple[dict[bytes, list[FiredEntry]], int]:  # fmt: skip
+    """`stage_fire`'s timers one at a time: {topic: its (seq, id, FIRED record)} and the
+    seqs used. A stale key leaves the count it is no longer in; a due series is handed
+    to the writer (`batch.series_due`), which fires an occurrence instead."""
+    per_topic: dict[bytes, list[FiredEntry]] = {}
+    seq = first_seq
+    for (key, topic), message_id, raw in zip(entries, ids, raws, strict=True):
+        if raw is None or not records.is_scheduled(raw):
+            # A stale key; cancel removes keys atomically, so this is defensive. Its
+            # timer left its minute's count when it stopped being scheduled.
+            tally[keys.count_keys(topic, keys.key_time_ms(key))[0]] -= 1
+            continue
+        if records.is_series(raw):  # fires an occurrence instead (engine.series)
+            batch.series_due.append((message_id, raw, topic.decode(), seq))
+            seq += 1
+            continue
+        fired = records.as_fired(raw, now_ms, seq)
+        per_topic.setdefault(topic, []).append((seq, message_id, fired))
+        seq += 1
+    return per_topic, seq - first_seq

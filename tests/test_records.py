@@ -26,6 +26,28 @@ timers = st.builds(
 )
 
 
+@given(st.lists(st.one_of(st.none(), st.tuples(timers, st.booleans(), st.booleans())), max_size=6))
+def test_all_plain_scheduled_is_each_record_there_scheduled_and_not_a_series(many):
+    raws = [
+        None if item is None
+        else records.with_extras_flag(records.encode_timer(item[0]), series=item[2]) if item[1]
+        else records.encode_timer(item[0])
+        for item in many
+    ]  # fmt: skip
+    plain = [r is not None and records.is_scheduled(r) and not records.is_series(r) for r in raws]
+    assert records.all_plain_scheduled(raws) == all(plain)
+
+
+def test_a_chunk_with_extras_is_plain_and_one_series_is_not():
+    scheduled = records.encode_timer(
+        Timer("x", "t", b"", {}, 1, 1, State.SCHEDULED, When(WhenKind.DELAY, 1))
+    )
+    with_extras = records.with_extras_flag(scheduled)
+    assert records.all_plain_scheduled([scheduled, with_extras])
+    assert not records.all_plain_scheduled([scheduled, records.with_extras_flag(scheduled, True)])
+    assert not records.all_plain_scheduled([scheduled, None])
+
+
 @given(timers)
 def test_record_round_trips(timer):
     raw = records.encode_timer(timer)

@@ -136,6 +136,25 @@ def test_fire_skips_keys_whose_record_is_not_scheduled(open_store):
     assert set(batch.count_deltas.values()) <= {0}  # it left its minute's count at the cancel
 
 
+def test_a_chunk_of_two_topics_and_a_stale_key_fires_each_timer_into_its_own_topic(open_store):
+    store = open_store()
+    topics = ["orders", "mail", "orders", "mail"]
+    sent = [timer(f"t{i}", T0 + i, topic) for i, topic in enumerate(topics)]
+    commit(store, lambda b: [schedule(store, b, t, "second") for t in sent])
+    raw = store.get_record("t1")
+    commit(store, lambda b: store.stage_cancel(b, "t1", raw, [], T0, T0 + 100))  # key left behind
+    entries = store.scan("second", b"", keys.time_bound(T0 + 4), 10)
+    batch = commit(store, lambda b: store.stage_fire(b, "second", entries, 5, T0 + 9))
+    assert batch.fired == 3 and batch.fired_topics == {"orders", "mail"}
+    assert [(f.seq, f.timer.message_id) for f in read_ready(store, "orders", 0, 10)] == [
+        (5, "t0"),
+        (6, "t2"),
+    ]
+    assert [(f.seq, f.timer.message_id) for f in read_ready(store, "mail", 0, 10)] == [(7, "t3")]
+    assert all(store.get(t.message_id).state is State.FIRED for t in sent if t.message_id != "t1")
+    assert sorted(batch.count_deltas.values()) == [-2, -1]  # t1 left its count at the cancel
+
+
 def test_fire_new_needs_no_wheel_key(open_store):
     store = open_store()
     fired = replace(timer("now", T0), state=State.FIRED, ready_seq=4)
