@@ -269,6 +269,27 @@ def is_fired(raw: bytes) -> bool:
     return raw[1] == _FIRED
 
 
+def fired_in(raw: bytes | None, topic_block: bytes) -> bool:
+    """The record is there and FIRED on the topic a record holds as `topic_block`."""
+    if raw is None or raw[1] != _FIRED:
+        return False
+    return raw[HEADER_BYTES : HEADER_BYTES + len(topic_block)] == topic_block
+
+
+def all_fired_in(raws: list[bytes | None], topic_block: bytes) -> bool:
+    """`fired_in` for each record, told in C with no Python frame a record (an Ack call's
+    usual case: every record it names FIRED on its topic)."""
+    if None in raws or bytes(map(_STATE_BYTE, raws)).count(_FIRED) != len(raws):
+        return False
+    topics = map(itemgetter(slice(HEADER_BYTES, HEADER_BYTES + len(topic_block))), raws)
+    return all(map(topic_block.__eq__, topics))
+
+
+def ready_seqs(raws: list[bytes]) -> list[int]:
+    """`record_ready_seq` of each record, unpacked in C."""
+    return list(map(_FIRST, map(_I64.unpack_from, raws, repeat(_READY_SEQ_OFFSET, len(raws)))))
+
+
 def as_acked(raw: bytes, acked_at_ms: int) -> bytes:
     """`with_transition(raw, ACKED, acked_at_ms=...)` for the hot ack path."""
     patched = bytearray(raw)

@@ -38,6 +38,19 @@ def test_all_plain_scheduled_is_each_record_there_scheduled_and_not_a_series(man
     assert records.all_plain_scheduled(raws) == all(plain)
 
 
+@given(st.lists(st.one_of(st.none(), timers), max_size=6), st.sampled_from(["abc", "a", "abc_"]))
+def test_all_fired_in_is_each_record_there_fired_and_of_the_topic(many, topic):
+    raws = [None if t is None else records.encode_timer(t) for t in many]
+    block = records.topic_block(topic)
+    each = [
+        r is not None and records.is_fired(r) and records.record_topic(r) == topic for r in raws
+    ]
+    assert [records.fired_in(r, block) for r in raws] == each
+    assert records.all_fired_in(raws, block) == all(each)
+    fired = [r for r in raws if r is not None]
+    assert records.ready_seqs(fired) == [records.record_ready_seq(r) for r in fired]
+
+
 def test_a_chunk_with_extras_is_plain_and_one_series_is_not():
     scheduled = records.encode_timer(
         Timer("x", "t", b"", {}, 1, 1, State.SCHEDULED, When(WhenKind.DELAY, 1))
