@@ -65,6 +65,18 @@ def unblocks(owner: Subscriber) -> bool:
     return owner.in_flight >= owner.max_in_flight
 
 
+def _read_all_there_was(fetched: list[FiredRecord], limit: int, max_bytes: int) -> bool:
+    """Whether a read came back short: fewer than `limit`, not cut at `max_bytes`.
+
+    Then the store held nothing more when it was read, and `dirty` stays set, so the next
+    refill reads once more and finds it empty (or what fired meanwhile). That read is not
+    made before these messages are handed out: with the engine in another process it is
+    a round trip, and at 14,000 fires a second every other read came back empty, so each
+    batch waited for one (a probe of the path, docs/benchmarks.md, 2026-12-04, night).
+    """
+    return len(fetched) < limit and sum(len(fired.record) for fired in fetched) < max_bytes
+
+
 class TopicDispatcher:
     """The dispatcher of one topic; every field is guarded by `cond`."""
 
@@ -109,7 +121,9 @@ class TopicDispatcher:
         """Read newly fired messages from the store when it may have some and room exists:
         room for `wanted` more, and bytes in the hub's budget (a topic holding nothing may
         read one message whatever its size). Reads go on while they return something,
-        since a read cut at its byte budget leaves more behind."""
+        since a read cut at its byte budget leaves more behind, until a read comes back
+        short (`_read_all_there_was`): the read that would find the store empty is left to
+        the subscriber's next call, so these messages are not held behind it."""
         settings = self.hub.settings
         self.stop_waiting_for_bytes()
         while self.dirty and len(self.fresh) < wanted:
@@ -125,6 +139,7 @@ class TopicDispatcher:
             max_bytes = max(min(room_bytes, settings.delivery_batch_bytes), 1)
             fetched = self.hub.engine.fetch_deliveries(self.name, self.cursor, limit, max_bytes)
             self.dirty = bool(fetched)
+            fresh_before = len(self.fresh)
             entries = self.entries
             new = [
                 (fired.message_id, Entry(fired, record_body_bytes(fired.record)))
@@ -135,6 +150,8 @@ class TopicDispatcher:
             self.fresh.extend(m for m, _ in self.hub.restore_attempts(self, new))
             if fetched:
                 self.cursor = fetched[-1].seq
+            if len(self.fresh) > fresh_before and _read_all_there_was(fetched, limit, max_bytes):
+                return
 
     def stop_waiting_for_bytes(self) -> None:
         if self.short_of_bytes:
