@@ -68,8 +68,10 @@ def unblocks(owner: Subscriber) -> bool:
 def _read_all_there_was(fetched: list[FiredRecord], limit: int, max_bytes: int) -> bool:
     """Whether a read came back short: fewer than `limit`, not cut at `max_bytes`.
 
-    Then the store held nothing more when it was read, and `dirty` stays set, so the next
-    refill reads once more and finds it empty (or what fired meanwhile). That read is not
+    Then the store most likely held nothing more when it was read (a read from RocksDB
+    also skips ready keys whose record is not FIRED), and `dirty` stays set either way,
+    so the next refill reads once more and finds it empty, or what fired or was left
+    meanwhile: nothing rests on the guess being right. That read is not
     made before these messages are handed out: with the engine in another process it is
     a round trip, and at 14,000 fires a second every other read came back empty, so each
     batch waited for one (a probe of the path, docs/benchmarks.md, 2026-12-04, night).
