@@ -242,7 +242,7 @@ def key_layout() -> dict:
     return {
         "integers": "fixed-width big-endian unsigned: byte order equals time order",
         "store_schema_version": keys.SCHEMA_VERSION,
-        "record_version": records.RECORD_VERSION,
+        "record_version": records.RECORD_WITH_DELIVERY,  # the newest; 1 is read the same
         "families": {
             keys.CF_MESSAGES: {
                 "key": "message id (UTF-8)",

@@ -5,7 +5,14 @@
         fired_at_ms, acked_at_ms, cancelled_at_ms, ready_seq
     topic       u16 length + UTF-8
     properties  u16 count, then per entry: u16 key length + key, u32 value length + value
-    body        the rest
+    body        the rest, but for a first-delivery trailer (version 2 only)
+    trailer     (version 2: an acked record) the subscriber's name (UTF-8), then
+                struct ">qH" (10 bytes): delivered_at_ms, the name's length
+
+Version 2 is version 1 with the trailer: an Ack writes the message's first delivery into
+its record (when the delivery hub held that event for it: server.first_deliveries)
+instead of a `trace` entry of its own, since it rewrites the record anyway. Version 1 records stay
+as they are; every reader of a body stops where the trailer starts (`_body_end`).
 
 State changes (fire, ack, cancel) rewrite only the header: the rest of the record is
 copied as bytes, never decoded, which keeps the firing path cheap.
@@ -38,9 +45,11 @@ from wheels.domain import (
 from wheels.trace import RecordFacts
 
 RECORD_VERSION = 1
+RECORD_WITH_DELIVERY = 2  # version 1 + the first-delivery trailer (the newest version)
 _HEADER = struct.Struct(">BBBqqqqqqq")
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
+_TRAILER_TAIL = struct.Struct(">qH")  # delivered_at_ms, the subscriber's length
 HEADER_BYTES = _HEADER.size
 _I64 = struct.Struct(">q")
 _DELIVER_AT_OFFSET = 3 + 8 * 1  # after version, state, when_kind, when_value
@@ -49,6 +58,7 @@ _DELIVER_AND_FIRED_AT = struct.Struct(">q8xq")  # from _DELIVER_AT_OFFSET: creat
 _FIRST = itemgetter(0)
 _ACKED_AT_OFFSET = 3 + 8 * 4
 _READY_SEQ_OFFSET = 3 + 8 * 6
+_VERSIONS = (RECORD_VERSION, RECORD_WITH_DELIVERY)
 _SCHEDULED, _FIRED, _ACKED = int(State.SCHEDULED), int(State.FIRED), int(State.ACKED)
 # A new record's header in three parts: constant, the four fields a send sets, zeros.
 _NEW_HEAD = bytes([RECORD_VERSION, _SCHEDULED])
@@ -112,14 +122,15 @@ def _topic_block_bare(topic: str) -> bytes:
 def decode_timer(message_id: str, raw: bytes) -> Timer:
     (version, state, when_kind, when_value, deliver_at_ms, created_at_ms, fired_at_ms,
      acked_at_ms, cancelled_at_ms, seq) = _HEADER.unpack_from(raw)  # fmt: skip
-    if version != RECORD_VERSION:
+    if version not in _VERSIONS:
         raise ValueError(
-            f"record of {message_id!r} has version {version}, expected {RECORD_VERSION}"
+            f"record of {message_id!r} has version {version}, expected one of {_VERSIONS}"
         )
     topic, offset = _decode_str16(raw, HEADER_BYTES)
     properties, offset = _decode_properties(raw, offset)
     return Timer(
-        message_id=message_id, topic=topic, body=raw[offset:], properties=properties,
+        message_id=message_id, topic=topic, body=raw[offset : _body_end(raw)],
+        properties=properties,
         deliver_at_ms=deliver_at_ms, created_at_ms=created_at_ms, state=_state(state),
         when=When(_when_kind(when_kind & _KIND_MASK), when_value), fired_at_ms=fired_at_ms,
         acked_at_ms=acked_at_ms, cancelled_at_ms=cancelled_at_ms, ready_seq=seq,
@@ -144,10 +155,11 @@ def delivery_parts(raw: bytes) -> tuple[bytes, bytes, dict[str, str], int, int]:
     start = HEADER_BYTES + _U16.size
     offset = start + topic_bytes
     topic = raw[start:offset]
+    end = _body_end(raw)
     if raw[offset : offset + 2] == b"\x00\x00":  # no properties: most messages
-        return topic, raw[offset + 2 :], {}, deliver_at_ms, fired_at_ms
+        return topic, raw[offset + 2 : end], {}, deliver_at_ms, fired_at_ms
     properties, offset = _decode_properties(raw, offset)
-    return topic, raw[offset:], properties, deliver_at_ms, fired_at_ms
+    return topic, raw[offset:end], properties, deliver_at_ms, fired_at_ms
 
 
 class FiredRecord(NamedTuple):
@@ -179,8 +191,8 @@ def record_body_bytes(raw: bytes) -> int:
     (topic_bytes,) = _U16.unpack_from(raw, HEADER_BYTES)
     offset = HEADER_BYTES + _U16.size + topic_bytes
     if raw[offset : offset + 2] == b"\x00\x00":  # no properties: most messages
-        return len(raw) - offset - 2
-    return len(raw) - _decode_properties(raw, offset)[1]
+        return _body_end(raw) - offset - 2
+    return _body_end(raw) - _decode_properties(raw, offset)[1]
 
 
 def record_state(raw: bytes) -> State:
@@ -252,10 +264,38 @@ def record_placement(raw: bytes) -> str:
 def trace_facts(raw: bytes) -> RecordFacts:
     """What the record says about the timer's history (the base of its trace)."""
     header = _HEADER.unpack_from(raw)
+    delivered_at_ms, delivered_to = first_delivery(raw) or (0, "")
     return RecordFacts(
         created_at_ms=header[5], placed_in=record_placement(raw), fired_at_ms=header[6],
         acked_at_ms=header[7], cancelled_at_ms=header[8],
+        first_delivered_at_ms=delivered_at_ms, first_delivered_to=delivered_to,
     )  # fmt: skip
+
+
+def first_delivery_trailer(delivered_at_ms: int, subscriber: str) -> bytes:
+    """The trailer an Ack appends (`as_acked`): one for all messages of a delivery batch."""
+    name = subscriber.encode()
+    return name + _TRAILER_TAIL.pack(delivered_at_ms, len(name))
+
+
+def first_delivery(raw: bytes) -> tuple[int, str] | None:
+    """(delivered_at_ms, subscriber) of the first delivery an acked record holds, if any."""
+    return read_first_delivery_trailer(raw) if raw[0] == RECORD_WITH_DELIVERY else None
+
+
+def read_first_delivery_trailer(data: bytes) -> tuple[int, str]:
+    """(delivered_at_ms, subscriber) of the trailer `data` ends with."""
+    delivered_at_ms, length = _TRAILER_TAIL.unpack_from(data, len(data) - _TRAILER_TAIL.size)
+    end = len(data) - _TRAILER_TAIL.size
+    return delivered_at_ms, data[end - length : end].decode()
+
+
+def _body_end(raw: bytes) -> int:
+    """Where the body ends: the record's end, or its trailer's start (version 2)."""
+    if raw[0] != RECORD_WITH_DELIVERY:
+        return len(raw)
+    (length,) = _U16.unpack_from(raw, len(raw) - _U16.size)
+    return len(raw) - _TRAILER_TAIL.size - length
 
 
 def with_deliver_at(raw: bytes, deliver_at_ms: int) -> bytes:
@@ -290,11 +330,15 @@ def ready_seqs(raws: list[bytes]) -> list[int]:
     return list(map(_FIRST, map(_I64.unpack_from, raws, repeat(_READY_SEQ_OFFSET, len(raws)))))
 
 
-def as_acked(raw: bytes, acked_at_ms: int) -> bytes:
-    """`with_transition(raw, ACKED, acked_at_ms=...)` for the hot ack path."""
+def as_acked(raw: bytes, acked_at_ms: int, trailer: bytes = b"") -> bytes:
+    """`with_transition(raw, ACKED, acked_at_ms=...)` for the hot ack path; with a
+    `first_delivery_trailer`, the record carries its first delivery too (version 2)."""
     patched = bytearray(raw)
     patched[1] = _ACKED
     _I64.pack_into(patched, _ACKED_AT_OFFSET, acked_at_ms)
+    if trailer and patched[0] == RECORD_VERSION:
+        patched[0] = RECORD_WITH_DELIVERY
+        patched += trailer
     return bytes(patched)
 
 
@@ -367,7 +411,7 @@ def record_summary(raw: bytes) -> tuple[int, int, int, str, int]:
         offset += _U16.size + key_length
         (value_length,) = _U32.unpack_from(raw, offset)
         offset += _U32.size + value_length
-    return header[1], header[4], header[5], topic, len(raw) - offset
+    return header[1], header[4], header[5], topic, _body_end(raw) - offset
 
 
 def with_transition(

@@ -140,6 +140,34 @@ def test_ack_patch_sets_state_and_time_only(timer, acked_at_ms):
     )
 
 
+@given(timers, st.integers(1, 2**62), st.integers(0, 2**62), st.text(max_size=80))
+def test_an_acked_record_with_its_first_delivery_reads_as_without_it(
+    timer, acked_at_ms, delivered_at_ms, subscriber
+):
+    """Version 2: the trailer is seen only by `first_delivery` and the trace's facts;
+    every reader of a body stops where it starts, whatever the body holds."""
+    raw = records.as_acked(records.encode_timer(timer), acked_at_ms)
+    trailer = records.first_delivery_trailer(delivered_at_ms, subscriber)
+    held = records.as_acked(records.encode_timer(timer), acked_at_ms, trailer)
+    assert held[0] == records.RECORD_WITH_DELIVERY and raw[0] == records.RECORD_VERSION
+    assert records.decode_timer(timer.message_id, held) == records.decode_timer(
+        timer.message_id, raw
+    )
+    assert records.delivery_parts(held) == records.delivery_parts(raw)
+    assert records.record_body_bytes(held) == len(timer.body)
+    assert records.record_summary(held) == records.record_summary(raw)
+    assert records.first_delivery(raw) is None
+    assert records.first_delivery(held) == (delivered_at_ms, subscriber)
+    facts = records.trace_facts(held)
+    assert (facts.first_delivered_at_ms, facts.first_delivered_to) == (delivered_at_ms, subscriber)
+    assert facts.acked_at_ms == acked_at_ms
+    # A record rewritten later (a state change) keeps it; acked again, it is not doubled.
+    assert records.first_delivery(records.with_transition(held, State.CANCELLED)) == (
+        delivered_at_ms, subscriber,
+    )  # fmt: skip
+    assert records.as_acked(held, acked_at_ms, trailer) == held
+
+
 @given(timers)
 def test_new_records_are_the_scheduled_timer_encoded(timer):
     """The send path packs only the fields a new timer sets; the rest must read as zero."""

@@ -92,3 +92,18 @@ def test_a_replacement_keeps_the_old_versions_events_before_the_new_send():
         (K.FIRED, 800),
     ]  # fmt: skip
     assert trace[-1].wheel == "second"  # placed there by the reschedule
+
+
+def test_a_first_delivery_the_record_holds_is_in_place_among_the_stored_events():
+    facts = RecordFacts(
+        created_at_ms=100, placed_in="second", fired_at_ms=1_000, acked_at_ms=1_300,
+        first_delivered_at_ms=1_000, first_delivered_to="a",
+    )  # fmt: skip
+    stored = [TraceEvent(K.CASCADED, 900, wheel="second", from_wheel="minute")]
+    trace = assemble(facts, stored)
+    assert kinds(trace) == [
+        (K.SENT, 100), (K.CASCADED, 900), (K.FIRED, 1_000), (K.DELIVERED, 1_000),
+        (K.ACKED, 1_300),
+    ]  # fmt: skip
+    assert (trace[3].attempt, trace[3].subscriber) == (1, "a")
+    assert attempts_made(trace) == 1

@@ -2,9 +2,10 @@
 are put together from what is stored.
 
 Most of a timer's history is already in its record: when it was sent (and, in two bits,
-which wheel took it), when it fired, when it was acked or cancelled. Writing those again
-as events would cost a RocksDB write per message on the hot paths, so only what the
-record cannot hold is stored as an event (store.trace): each cascade, a fire straight
+which wheel took it), when it fired, when it was acked or cancelled, and, once acked,
+usually its first delivery (the Ack writes it there: server.first_deliveries). Writing
+those again as events would cost a RocksDB write per message on the hot paths, so only
+what the record cannot hold is stored as an event (store.trace): each cascade, a fire straight
 out of an upper wheel, each delivery attempt and its failure, reschedules, replacements
 and dead-lettering. `assemble` merges the two into one ordered list:
 
@@ -71,10 +72,20 @@ class RecordFacts:
     fired_at_ms: int = 0
     acked_at_ms: int = 0
     cancelled_at_ms: int = 0
+    # The first delivery, when the Ack wrote it into the record (store.records, version
+    # 2) instead of a stored event: its time and subscriber (0, "": not there).
+    first_delivered_at_ms: int = 0
+    first_delivered_to: str = ""
 
 
 def assemble(facts: RecordFacts, stored: list[TraceEvent]) -> tuple[TraceEvent, ...]:
     """The whole trace, oldest first (see the module docstring for the order)."""
+    if facts.first_delivered_at_ms:  # in the record: it was the last event written before
+        first = TraceEvent(  # the Ack (any other of the message's wrote it out first)
+            TraceKind.DELIVERED, facts.first_delivered_at_ms, attempt=1,
+            subscriber=facts.first_delivered_to,
+        )  # fmt: skip
+        stored = [*stored, first]
     events = sorted(stored, key=_time_order)
     if facts.fired_at_ms and not _fire_stored(stored, facts.fired_at_ms):
         wheel = _wheel_at(facts, events, facts.fired_at_ms)
