@@ -112,6 +112,10 @@ class Engine:
     def now_ms(self) -> int:
         return max(self._clock.now_ms(), self._scheduler.now_ms)
 
+    def local_now_ms(self) -> int:
+        """The service's time as the caller's process reads it (here: `now_ms`)."""
+        return self.now_ms()
+
     def send(self, spec: SendSpec) -> SendResult:
         return self.send_batch([spec])[0]
 
@@ -160,15 +164,22 @@ class Engine:
         op = RescheduleOp(message_id=message_id, when=when, deliver_at_ms=deliver_at_ms)
         return self._writer.wait(self._writer.submit(op))
 
-    def ack(self, topic: str, message_ids: Iterable[str]) -> list[str]:
-        """Retire fired messages; returns the ids that were FIRED on `topic` and are now ACKED."""
+    def ack(
+        self, topic: str, message_ids: Iterable[str], first_deliveries: list[bytes] | None = None
+    ) -> list[str]:
+        """Retire fired messages; returns the ids that were FIRED on `topic` and are now ACKED.
+        `first_deliveries` (from the delivery hub, beside each id): the first delivery it
+        held for this Ack, written into the acked record (server.first_deliveries)."""
         validate_topic(topic, self.settings)
         ids = list(message_ids)
         validate_ack_count(len(ids), self.settings)
         validate_message_refs(ids)
+        if first_deliveries is not None and len(first_deliveries) != len(ids):
+            raise ValueError(f"{len(ids)} message ids but {len(first_deliveries)} deliveries")
         if not ids:
             return []
-        acked = self._writer.wait(self._writer.submit(AckOp(topic=topic, message_ids=ids)))
+        op = AckOp(topic=topic, message_ids=ids, first_deliveries=first_deliveries)
+        acked = self._writer.wait(self._writer.submit(op))
         with self._acked_lock:
             self._acked += len(acked)
         self._unacked_by_topic.acked(topic, len(acked))

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from functools import partial
+from itertools import repeat
 from typing import ClassVar, NamedTuple
 
 from engine.series import fire_due_series
@@ -377,6 +379,9 @@ class CancelOp(Op):
 class AckOp(Op):
     topic: str = ""
     message_ids: list[str] = field(default_factory=list)
+    # Beside each id, the first delivery the delivery side held for this Ack
+    # (server.first_deliveries) as a record trailer (b"": none), or None for no id.
+    first_deliveries: list[bytes] | None = None
 
     @property
     def weight(self) -> int:
@@ -393,4 +398,13 @@ class AckOp(Op):
         """
         unique = list(dict.fromkeys(self.message_ids))
         expire_at_ms = now_ms + ctx.retention_ms
-        return ctx.store.stage_acks(batch, self.topic, unique, now_ms, expire_at_ms)
+        trailers = None
+        if self.first_deliveries:
+            by_id = dict(zip(self.message_ids, self.first_deliveries, strict=True))
+            trailers = partial(_trailers, by_id)
+        return ctx.store.stage_acks(batch, self.topic, unique, now_ms, expire_at_ms, trailers)
+
+
+def _trailers(by_id: dict[str, bytes], message_ids: list[str]) -> list[bytes]:
+    """The first-delivery trailer of each acked id, in C (b"": none)."""
+    return list(map(by_id.get, message_ids, repeat(b"")))

@@ -89,6 +89,11 @@ class RemoteEngine:
         for thread in self._listeners:
             thread.join(timeout=FIRED_POLL_S + 1)
 
+    def local_now_ms(self) -> int:
+        """The service's time as this process reads it: its wall clock, no call (the
+        delivery hub's time for a delivery it holds: server.first_deliveries)."""
+        return self._clock.now_ms()
+
     def __getattr__(self, name: str) -> Callable[..., object]:
         if name.startswith("_"):
             raise AttributeError(name)

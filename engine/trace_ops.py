@@ -28,8 +28,11 @@ from store.batch import StagedBatch
 from store.trace import encode_event
 from wheels.trace import TraceEvent, TraceKind
 
-# (TraceKind, text, message ids, their attempts): the events of one batch or failed attempt
-DeliveryEvents = tuple[int, str, list[str], list[int]]
+# (TraceKind, text, message ids, their attempts): the events of one batch or failed
+# attempt, at the time the writer applies them; a fifth element, when there, is the time
+# they happened (first attempts held for their Ack that came too late or not at all:
+# server.first_deliveries).
+DeliveryEvents = tuple[int, str, list[str], list[int]] | tuple[int, str, list[str], list[int], int]
 # Under load the writer commits every millisecond for fires anyway; idle, a delivery's
 # events wait this long for an ack to share a commit with (the client gathers acks 10 ms).
 TRACE_LINGER_MS = 10
@@ -46,14 +49,15 @@ class TraceOp(Op):
 
     @property
     def weight(self) -> int:
-        return sum(len(message_ids) for _, _, message_ids, _ in self.groups)
+        return sum(len(group[2]) for group in self.groups)
 
     def apply(self, ctx: WriterContext, batch: StagedBatch, now_ms: int) -> int:
         """Stage every event; a message's events keep their order (the groups', then the
         trace seqs `store.trace.TraceLog.stage` gives in staging order)."""
         staged = []
-        for kind, text, message_ids, attempts in self.groups:
-            values = {a: encode_event(_event(kind, a, text, now_ms)) for a in set(attempts)}
+        for kind, text, message_ids, attempts, *happened in self.groups:
+            at_ms = happened[0] if happened else now_ms
+            values = {a: encode_event(_event(kind, a, text, at_ms)) for a in set(attempts)}
             ids = map(str.encode, message_ids)
             staged.append(zip(ids, map(values.__getitem__, attempts), strict=True))
         batch.trace.extend(chain.from_iterable(staged))

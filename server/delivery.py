@@ -75,7 +75,10 @@ class DeliveryHub:
         self._per_caller = PerKeyLimit(limit, "max_subscribers_per_peer")
         self._closed = False
         self._fired: queue.SimpleQueue[set[str] | None] = queue.SimpleQueue()
-        self.trace = DeliveryTrace(engine, settings.trace_first_deliveries)
+        self.trace = DeliveryTrace(
+            engine, settings.trace_first_deliveries, settings.first_delivery_hold_ms,
+            engine.local_now_ms,
+        )  # fmt: skip
         self._held_bytes = 0  # bodies all dispatchers track (Settings.max_delivery_bytes)
         self._held_lock = threading.Lock()  # a leaf: taken with a dispatcher's cond held
         self._short_of_bytes: set[TopicDispatcher] = set()  # their reads wait for the budget
@@ -220,13 +223,17 @@ class DeliveryHub:
                 settling, unblocked = arrived_at.settle(message_ids)
                 if unblocked:
                     arrived_at.cond.notify_all()  # room for a subscriber that had none
+        first_deliveries = self.trace.take_for_ack(message_ids)
         try:
-            acked = self.engine.ack(topic, message_ids)
+            acked = self.engine.ack(topic, message_ids, first_deliveries)
         except BaseException:
             if settling:
                 with arrived_at.cond:
                     arrived_at.unsettle(settling)
+            self.trace.ack_failed(message_ids, first_deliveries)
             raise
+        if first_deliveries and len(acked) != len(message_ids):  # some were not acked
+            self.trace.ack_failed(message_ids, first_deliveries, acked)
         with self._lock:
             dispatcher = self._topics.get(topic)
         if dispatcher is not None:
@@ -240,6 +247,11 @@ class DeliveryHub:
             with self._lock:
                 self._free_if_idle(dispatcher)
         return len(acked)
+
+    def write_trace(self, message_ids: list[str]) -> None:
+        """Hand the engine every delivery event noted so far and the first deliveries of
+        `message_ids` held for their Ack: a `Get` with the trace reads them next."""
+        self.trace.write_now(message_ids)
 
     def nack(
         self, topic: str, message_ids: list[str], reason: str = "", redeliver_after_ms: int = 0
@@ -352,7 +364,7 @@ class DeliveryHub:
             self._fired.put(None)
             self._thread.join(timeout=5)
         try:
-            self.trace.flush()  # the last attempts, so a restart carries them on
+            self.trace.flush(everything=True)  # the last attempts, so a restart carries them on
             unacked: int | None = self.unacked()
         except ShuttingDown:  # the engine (another process) is already gone
             unacked = None

@@ -55,7 +55,7 @@ class DeliveryHost:
         if method == "release":
             self._release(args[0])
             return None
-        if method in ("ack", "nack", "unacked", "subscriber_count"):
+        if method in ("ack", "nack", "unacked", "subscriber_count", "write_trace"):
             return getattr(self._hub, method)(*args)
         raise AttributeError(f"delivery method {method!r} is not callable remotely")
 

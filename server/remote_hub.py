@@ -89,6 +89,9 @@ class RemoteHub:
     ) -> tuple[int, int]:
         return self._unary.call("nack", topic, message_ids, reason, redeliver_after_ms)
 
+    def write_trace(self, message_ids: list[str]) -> None:
+        self._unary.call("write_trace", message_ids)
+
     def unacked(self) -> int:
         return self._unary.call("unacked")
 

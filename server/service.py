@@ -249,6 +249,8 @@ class TimerService(pb_grpc.TimerServiceServicer):
 
     def Get(self, request: pb.GetRequest, context: grpc.ServicerContext) -> pb.TimerMessage:
         with rpc_errors(context, "Get"):
+            if request.include_trace:  # deliveries the hub holds for their Ack, first
+                self._hub.write_trace([request.message_id])
             timer = self._engine.get(request.message_id, request.include_trace)
             size = len(timer.body) if request.include_body else 0
             with self._budget.hold(size, "Get response"):

@@ -10,7 +10,7 @@ batch holds its writes and why it hands them to RocksDB sorted.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from itertools import compress, filterfalse, repeat
 from operator import itemgetter
 
@@ -199,7 +199,7 @@ class TimerStore(TimerReads):
 
     def stage_acks(
         self, batch: StagedBatch, topic: str, message_ids: list[str], now_ms: int,
-        expire_at_ms: int,
+        expire_at_ms: int, first_deliveries: Callable[[list[str]], list[bytes]] | None = None,
     ) -> list[str]:  # fmt: skip
         """Retire the FIRED timers of `topic` among `message_ids` (distinct ids; their
         records as this batch leaves them, read in one go): ready entry out, record
@@ -212,6 +212,8 @@ class TimerStore(TimerReads):
         bytes, no decode); only otherwise is each one checked and the others left out.
         The keys are made afterwards, many at a time (about 2 us a message less than a
         call per message: docs/benchmarks.md, "2026-11-28, midday").
+        `first_deliveries(acked ids)` gives each acked record's first-delivery trailer
+        (b"": none; `records.as_acked`), for the events the delivery hub held for the Ack.
         """
         topic_block = records.topic_block(topic)
         acked, acked_keys = list(message_ids), list(map(str.encode, message_ids))
@@ -220,7 +222,8 @@ class TimerStore(TimerReads):
             kept = [records.fired_in(raw, topic_block) for raw in raws]
             acked, acked_keys, raws = (list(compress(x, kept)) for x in (acked, acked_keys, raws))
         retired = records.ready_seqs(raws)
-        patched = map(records.as_acked, raws, repeat(now_ms))
+        trailers = first_deliveries(acked) if first_deliveries else repeat(b"")
+        patched = map(records.as_acked, raws, repeat(now_ms), trailers)
         batch.records.update(zip(acked_keys, patched, strict=True))
         if retired:
             batch.writes[keys.CF_READY].update(

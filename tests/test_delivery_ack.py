@@ -51,9 +51,9 @@ def test_the_room_an_ack_frees_is_free_while_the_engine_makes_it_durable(hub, mo
     seen_inside: list[tuple[str, int]] = []
     durable_ack = hub.engine.ack
 
-    def ack_looking_at_the_hub(topic: str, message_ids: list[str]) -> list[str]:
+    def ack_looking_at_the_hub(topic: str, message_ids: list[str], first_deliveries=None):
         seen_inside.extend(take(hub, subscriber))
-        return durable_ack(topic, message_ids)
+        return durable_ack(topic, message_ids, first_deliveries)
 
     monkeypatch.setattr(hub.engine, "ack", ack_looking_at_the_hub)
     assert hub.ack("jobs", sent[:2]) == 2
@@ -83,10 +83,10 @@ def test_a_message_whose_ack_is_in_progress_is_not_failed_by_its_stream_ending(h
     seen_inside: list[tuple[str, int]] = []
     durable_ack = hub.engine.ack
 
-    def ack_while_the_stream_ends(topic: str, message_ids: list[str]) -> list[str]:
+    def ack_while_the_stream_ends(topic: str, message_ids: list[str], first_deliveries=None):
         hub.release(leaving)  # its stream ends before the ack is durable
         seen_inside.extend(take(hub, other))
-        return durable_ack(topic, message_ids)
+        return durable_ack(topic, message_ids, first_deliveries)
 
     monkeypatch.setattr(hub.engine, "ack", ack_while_the_stream_ends)
     assert hub.ack("jobs", [message_id]) == 1

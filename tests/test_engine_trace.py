@@ -45,9 +45,14 @@ class World:
             self.clock.advance(min(step_ms, t_ms - self.clock.now_ms()))
             self.engine.run_until_idle()
 
-    def trace(self, message_id: str) -> list[tuple]:
+    def get(self, message_id: str):
+        """`Get` with the trace, as the service reads it: what the hub holds first."""
+        self.hub.write_trace([message_id])
         self.engine.run_until_idle()  # delivery events are written without waiting
-        timer = self.engine.get(message_id, include_trace=True)
+        return self.engine.get(message_id, include_trace=True)
+
+    def trace(self, message_id: str) -> list[tuple]:
+        timer = self.get(message_id)
         return [
             (e.kind, e.wheel, e.from_wheel, e.attempt, e.subscriber, e.detail) for e in timer.trace
         ]
@@ -172,3 +177,68 @@ def test_without_first_deliveries_the_trace_keeps_retries_and_exact_counts(tmp_p
         assert world.engine.get(nacked.message_id, include_trace=True).attempts == 3
     finally:
         world.close()
+
+
+def timed(world: World, message_id: str) -> list[tuple]:
+    """The trace with each event's time from T0, topic and attempts."""
+    timer = world.get(message_id)
+    events = [(e.kind, e.at_ms - T0, e.attempt, e.subscriber, e.detail) for e in timer.trace]
+    return [timer.topic, timer.attempts, *events]
+
+
+def script(world: World) -> dict[str, str]:
+    """Four paths a first delivery can take: acked in time, failed and retried, never
+    acked (its hold ends), dead-lettered. The ids by path."""
+    options = SendOptions(max_attempts=1)
+    specs = [SendSpec("jobs", bytes([n]), When(WhenKind.DELAY, 1_000)) for n in range(3)]
+    specs.append(SendSpec("jobs", b"d", When(WhenKind.DELAY, 1_000), options=options))
+    sent = [s.message_id for s in world.engine.send_batch(specs)]
+    ids = dict(zip(("acked", "retried", "unacked", "dead"), sent, strict=True))
+    world.run_until(T0 + 1_000)
+    subscriber = world.hub.subscribe("jobs", 10, name="w")
+    assert len(world.hub.next_batch(subscriber, timeout_s=0)) == 4
+    world.engine.run_until_idle()  # written at once (hold 0): at the delivery's time
+    world.clock.advance(7)
+    assert world.hub.nack("jobs", [ids["retried"]], reason="busy") == (1, 0)
+    assert world.hub.nack("jobs", [ids["dead"]], reason="broken") == (1, 1)
+    world.engine.run_until_idle()
+    [again] = world.hub.next_batch(subscriber, timeout_s=0)
+    assert again.attempt == 2
+    world.clock.advance(5)
+    assert world.hub.ack("jobs", [ids["acked"], ids["retried"]]) == 2
+    world.run_until(world.clock.now_ms() + world.settings.first_delivery_hold_ms)
+    world.hub.trace.flush()  # the hub's next hand-over: what was held too long goes
+    world.engine.run_until_idle()
+    return ids
+
+
+def test_a_held_first_delivery_reads_as_one_written_at_once_with_fewer_entries(tmp_path):
+    held = World(str(tmp_path / "held"))
+    at_once = World(str(tmp_path / "at-once"), first_delivery_hold_ms=0)
+    try:
+        ids, same_ids = script(held), script(at_once)
+        for path, message_id in ids.items():
+            assert timed(held, message_id) == timed(at_once, same_ids[path]), path
+        stored = {p: len(held.engine.store.trace.read(m)) for p, m in ids.items()}
+        written = {p: len(at_once.engine.store.trace.read(m)) for p, m in same_ids.items()}
+        assert written["acked"] == 1 and stored["acked"] == 0  # it is in the acked record
+        assert {p: n for p, n in stored.items() if p != "acked"} == {
+            p: n for p, n in written.items() if p != "acked"
+        }
+    finally:
+        held.close()
+        at_once.close()
+
+
+def test_a_held_first_delivery_counts_for_the_attempts_a_new_hub_restores(world):
+    sent = world.engine.send(SendSpec("jobs", b"x", When(WhenKind.DELAY, 0)))
+    subscriber = world.hub.subscribe("jobs", 5, name="a")
+    assert len(world.hub.next_batch(subscriber, timeout_s=0)) == 1
+    world.engine.run_until_idle()
+    assert world.engine.store.trace.read(sent.message_id) == []  # held for its Ack
+    world.hub.close()  # the delivery side stops (handing over what it held) and starts
+    world.engine.run_until_idle()
+    world.hub = DeliveryHub(world.engine, world.settings, world.clock.now_ms, background=False)
+    subscriber = world.hub.subscribe("jobs", 5, name="b")
+    [again] = world.hub.next_batch(subscriber, timeout_s=0)
+    assert (again.fired.message_id, again.attempt) == (sent.message_id, 2)

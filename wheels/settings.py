@@ -122,6 +122,12 @@ class Settings:
     # survive a restart stay exact except for a first attempt in flight across it
     # (server.delivery_trace).
     trace_first_deliveries: bool = True
+    # A first attempt's event waits in the delivery hub this long for its Ack, which
+    # carries it to the engine and into the record it rewrites: no call to the engine
+    # for the batch and no trace entry (server.first_deliveries). Longer: fewer for slow
+    # consumers; a delivery side killed with -9 forgets up to this much of them (those
+    # messages, un-acked, are delivered again as attempt 1). 0: handed over at once.
+    first_delivery_hold_ms: int = 5 * SECOND_MS
 
     # gRPC serving: unary calls run on grpc_workers threads; each Subscribe stream holds a
     # thread of a second pool for its lifetime (server.stream_pool), so streams can never
@@ -185,6 +191,11 @@ class Settings:
         if type(interval) is not int or not 1 <= interval <= MAX_GIL_SWITCH_INTERVAL_MS:
             raise SettingsError(
                 f"gil_switch_interval_ms={interval!r}: must be 1..{MAX_GIL_SWITCH_INTERVAL_MS}"
+            )
+        hold = self.first_delivery_hold_ms
+        if type(hold) is not int or not 0 <= hold <= MINUTE_MS:
+            raise SettingsError(
+                f"first_delivery_hold_ms={hold!r}: must be 0..1m (0: handed over at once)"
             )
         tick = self.fire_tick_ms
         if type(tick) is not int or not 1 <= tick <= MAX_FIRE_TICK_MS:
