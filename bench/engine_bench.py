@@ -23,6 +23,7 @@ import shutil
 import tempfile
 import threading
 import time
+from itertools import repeat
 
 import psutil
 
@@ -30,6 +31,7 @@ from bench.instructions import collect
 from cli.config import parse_assignment
 from engine.engine import Engine
 from engine.system_clock import SystemClock
+from store import records
 from wheels.clock import VirtualClock
 from wheels.domain import SendSpec, When, WhenKind
 from wheels.settings import DAY_MS, HOUR_MS, Settings, SettingsError
@@ -228,8 +230,8 @@ def steady(args, data_dir: str) -> dict:
             fired = engine.fetch_deliveries("steady", after_seq, 100_000)
             if fired:
                 after_seq = fired[-1].seq
-                _note_deliveries(args, engine, fired)
-                acked += len(engine.ack("steady", [f.message_id for f in fired]))
+                trailers = _note_deliveries(args, engine, fired)
+                acked += _ack(engine, "steady", [f.message_id for f in fired], trailers)
                 commits += 1
             next_ack_ms += args.ack_every_ms
     cpu_s = time.process_time() - cpu_start
@@ -256,15 +258,30 @@ def steady(args, data_dir: str) -> dict:
 DELIVERED = int(TraceKind.DELIVERED)
 
 
-def _note_deliveries(args, engine: Engine, fired: list) -> None:
-    """With `--delivery-traces`, each delivered message's DELIVERED event (attempt 1),
-    handed to the engine as the delivery process does (`server.delivery_trace`): one
-    group a DeliveryBatch (`delivery_batch_max` messages), staged with the next commit."""
+def _note_deliveries(args, engine: Engine, fired: list) -> dict[str, bytes]:
+    """With `--delivery-traces`, each delivered message's DELIVERED event (attempt 1) as
+    the delivery process hands it over (`server.delivery_trace`), one group a
+    DeliveryBatch (`delivery_batch_max` messages): by default held for the Ack, so the
+    returned trailers go with the ack calls (`_ack`; server.first_deliveries); with
+    `--set first_delivery_hold_ms=0` handed over at once, staged with the next commit."""
     if not args.delivery_traces:
-        return
+        return {}
     ids, size = [f.message_id for f in fired], engine.settings.delivery_batch_max
     batches = [ids[first : first + size] for first in range(0, len(ids), size)]
+    if engine.settings.first_delivery_hold_ms:
+        trailers: dict[str, bytes] = {}
+        for batch in batches:
+            trailer = records.first_delivery_trailer(engine.now_ms(), "bench")
+            trailers.update(zip(batch, repeat(trailer)))
+        return trailers
     engine.record_trace([(DELIVERED, "bench", batch, [1] * len(batch)) for batch in batches])
+    return {}
+
+
+def _ack(engine: Engine, topic: str, ids: list[str], trailers: dict[str, bytes]) -> int:
+    """An ack call, with the first deliveries held for it (`_note_deliveries`)."""
+    first_deliveries = list(map(trailers.pop, ids)) if trailers else None
+    return len(engine.ack(topic, ids, first_deliveries))
 
 
 def burst(args, data_dir: str) -> dict:
@@ -310,12 +327,12 @@ def burst(args, data_dir: str) -> dict:
         if args.fire_first and clock.now_ms() < opens_ms + 1000:
             continue
         batch = engine.fetch_deliveries("burst", after_seq, args.in_flight)
-        _note_deliveries(args, engine, batch)
+        trailers = _note_deliveries(args, engine, batch)
         fetched = time.process_time()
         cpu["fetches"] += fetched - fired
         ids = [f.message_id for f in batch]
         for first in range(0, len(ids), 10_000):
-            acked += len(engine.ack("burst", ids[first : first + 10_000]))
+            acked += _ack(engine, "burst", ids[first : first + 10_000], trailers)
         cpu["ack_calls"] += time.process_time() - fetched
         if batch:
             after_seq = batch[-1].seq
@@ -376,7 +393,7 @@ def main() -> None:
     parser.add_argument("--no-sync", action="store_true")
     parser.add_argument(
         "--delivery-traces", action="store_true",
-        help="steady, burst: store each delivery's DELIVERED event, as the server does",
+        help="steady, burst: each delivery's DELIVERED event, as the server stores it",
     )  # fmt: skip
     parser.add_argument(
         "--set", dest="assignments", action="append", default=[], metavar="NAME=VALUE",
