@@ -24,7 +24,7 @@ def test_metrics_of_every_process_are_summed_by_the_supervisor(
     monkeypatch.setenv("TIMERWHEEL_CLOCK_OFFSET_MS", str(offset))
     server = serve_process(
         tmp_path / "data", "--workers", "2", "--metrics-port", "0",
-        "--set", "minute_cascade_lead_ms=1s",
+        "--set", "minute_cascade_lead_ms=1s", "--set", "first_delivery_hold_ms=1m",
     )  # fmt: skip
     runtime = server.tmp_dir  # the server's TMPDIR: its supervisor's runtime dir is there
     port = int(server.wait_event("metrics_serving")["port"])
