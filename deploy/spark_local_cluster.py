@@ -19,9 +19,9 @@ import shutil
 import signal
 import sys
 import tempfile
-import threading
 
 from capacity.local_cluster import LocalSparkCluster
+from engine.proc import SignalStop
 
 
 def main() -> int:
@@ -32,7 +32,7 @@ def main() -> int:
     parser.add_argument("--keep-logs", action="store_true")
     args = parser.parse_args()
     work_dir = tempfile.mkdtemp(prefix="timerwheel-spark-")
-    stop = threading.Event()
+    stop = SignalStop()  # a handler may run inside the wait on it
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     cluster = LocalSparkCluster(
         work_dir, workers=args.workers, cores=args.cores, memory=args.memory

@@ -5,7 +5,8 @@ leaves no orphans), ignores Ctrl-C (the terminal sends SIGINT to the whole proce
 only the supervisor decides the order of shutdown) and stops on SIGTERM, which the
 supervisor sends in order: workers, delivery, engine last. A load run's workers (the
 harness's producers and consumers, `run_as_child_of`) die with their parent too, leave
-Ctrl-C to it and unwind on SIGTERM.
+Ctrl-C to it and unwind on SIGTERM. A signal that asks a process to stop sets a
+`SignalStop`, never a `threading.Event` (see there).
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import select
 import signal
 import sys
-import threading
 from collections.abc import Callable
 
 PR_SET_PDEATHSIG = 1
@@ -60,19 +61,63 @@ def _unwind(signum: int, _frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-def become_child(parent_pid: int) -> threading.Event:
-    """Set up this process as a child of `parent_pid`; returns the event SIGTERM sets."""
+class SignalStop:
+    """A stop flag that a signal handler may set: `set` takes no lock; `wait` wakes
+    every thread that waits, at once.
+
+    A `threading.Event` cannot be set from a handler. Python runs a handler in the main
+    thread between two bytecodes, so it may run while that same thread holds the Event's
+    lock: inside its own `Event.wait`, or inside the `set` of a first signal when a
+    second one arrives. `Event.set` then waits for that lock, which is held by the frame
+    it interrupted, forever (a `timerwheel serve` given SIGTERM twice in a row hung so,
+    in about one run of twenty). Here `set` is a flag and a byte written to a pipe, and
+    `wait` is a `select` on the pipe, which stays readable once set (the byte is never
+    read)."""
+
+    def __init__(self) -> None:
+        self._read_fd, self._write_fd = os.pipe()  # neither is inherited by a child
+        os.set_blocking(self._write_fd, False)
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+        with contextlib.suppress(OSError):  # full (set many times) or closed: it is set
+            os.write(self._write_fd, b"!")
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Until set or `timeout` seconds have passed; whether it is set."""
+        if not self._set:
+            select.select([self._read_fd], [], [], timeout)
+        return self._set
+
+    def close(self) -> None:
+        """Once no thread waits and no handler can set it any more."""
+        os.close(self._read_fd)
+        os.close(self._write_fd)
+
+    def __enter__(self) -> SignalStop:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+
+def become_child(parent_pid: int) -> SignalStop:
+    """Set up this process as a child of `parent_pid`; returns the stop SIGTERM sets."""
     die_with_parent()
     if os.getppid() != parent_pid:  # the parent died before prctl took effect
         sys.exit(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    stop = threading.Event()
+    stop = SignalStop()  # lives as long as the process
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     return stop
 
 
 def wait_for_stop(
-    stop: threading.Event, parent_pid: int, alive: Callable[[], bool] = lambda: True
+    stop: SignalStop, parent_pid: int, alive: Callable[[], bool] = lambda: True
 ) -> bool:
     """Block until SIGTERM (True), or until the parent is gone or `alive()` turns False
     (False: the caller exits non-zero so the supervisor restarts it)."""

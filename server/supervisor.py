@@ -42,6 +42,7 @@ import structlog
 from console.http import ConsoleEndpoint, api_target
 from engine.host import run_engine_process
 from engine.ipc import CallClient
+from engine.proc import SignalStop
 from engine.system_clock import SystemClock
 from server.delivery_host import run_delivery_process
 from server.metrics_http import MetricsEndpoint, ScrapeGauges
@@ -217,7 +218,7 @@ class Supervisor:
         return "failed", f"exited with code {child.process.exitcode}"
 
     # == watching ============================================================================
-    def run(self, stop: threading.Event) -> int:
+    def run(self, stop: SignalStop) -> int:
         """Watch the children until `stop` is set; restart those that exit. The exit code."""
         while not stop.is_set():
             sentinels = {child.process.sentinel: child for child in self._children}

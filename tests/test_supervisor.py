@@ -61,6 +61,23 @@ def test_workers_2_runs_every_process_and_sigterm_stops_them_all(tmp_path, serve
     assert "engine_closed" in names
 
 
+@pytest.mark.parametrize("flags", [(), ("--workers", "2")], ids=["one-process", "workers-2"])
+def test_a_burst_of_sigterms_stops_the_server_cleanly(tmp_path, serve_process, flags):
+    # The handler once set a threading.Event, and a second SIGTERM arriving inside the
+    # first's set() waited for itself forever (engine.proc.SignalStop): about one stop in
+    # twenty when a load run's harness was killed and two signals came together.
+    server = serve_process(tmp_path / "data", *flags)
+    with server.client() as client:
+        assert client.send("burst", b"x", delay_ms=60_000).message_id
+    for _ in range(300):
+        server.signal(signal.SIGTERM)  # nothing once the process has been reaped
+    assert server.wait_exit(timeout_s=60) == 0
+    assert server.wait_children_gone(timeout_s=0.5) == []
+    names = [event["event"] for event in server.events]
+    assert names.count("signal_received") == 1
+    assert names[-1] == "server_stopped"
+
+
 def test_by_default_the_server_is_one_process(tmp_path, serve_process):
     server = serve_process(tmp_path / "data")
     assert server.children == {}

@@ -26,12 +26,12 @@ import argparse
 import os
 import signal
 import sys
-import threading
 
 import structlog
 
 from cli.config import load_settings, parse_assignment
 from cli.log_config import FORMATS, LEVELS, configure_logging
+from engine.proc import SignalStop
 from wheels.security_settings import SecuritySettings
 from wheels.settings import SettingsError
 
@@ -158,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"timerwheel serve: {exc}", file=sys.stderr)
         return 2
     configure_logging(args.log_level, args.log_format)
-    stop = threading.Event()
+    stop = SignalStop()  # a handler may run inside a wait on it, or inside another handler
     received: list[str] = []
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -181,9 +181,10 @@ def run(args: argparse.Namespace) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        stop.close()
 
 
-def _serve_in_process(settings, security, args, stop: threading.Event, received: list[str]) -> int:
+def _serve_in_process(settings, security, args, stop: SignalStop, received: list[str]) -> int:
     from engine.gil import set_switch_interval
     from engine.heap import prepare_heap_for_serving
     from server.app import TimerServer  # heavy imports after the cheap checks
@@ -215,7 +216,7 @@ def _serve_in_process(settings, security, args, stop: threading.Event, received:
     return 0
 
 
-def _serve_processes(settings, protection, args, stop: threading.Event, received: list[str]) -> int:
+def _serve_processes(settings, protection, args, stop: SignalStop, received: list[str]) -> int:
     from server.protection import log_protection
     from server.supervisor import StartFailed, Supervisor
 
