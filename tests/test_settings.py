@@ -40,6 +40,9 @@ def test_defaults_are_the_documented_ones():
         ({"workers": -1}, "workers=-1"),
         ({"settle_workers": 0}, "settle_workers=0"),
         ({"workers": 1000}, "workers=1000"),
+        ({"first_delivery_hold_ms": -1}, "first_delivery_hold_ms=-1"),
+        ({"first_delivery_hold_ms": 60_001}, "first_delivery_hold_ms=60001"),
+        ({"first_delivery_hold_ms": 1.5}, "first_delivery_hold_ms=1.5"),
     ],
 )
 def test_bad_settings_are_refused_naming_the_value(changes, shown):
