@@ -151,7 +151,9 @@ def next_minute_ms(offset_ms: int) -> int:
 def test_metrics_move_by_what_a_scenario_did(make_server):
     offset = clock_offset_to_second(56)
     server = make_server(
-        metrics_port=0, minute_cascade_lead_ms=1_000, clock_offset_ms=offset,
+        metrics_port=0,
+        minute_cascade_lead_ms=1_000,
+        clock_offset_ms=offset,
         first_delivery_hold_ms=MINUTE_MS,  # no first delivery's hold ends before its Ack
     )
     assert server.metrics is not None
