@@ -24,8 +24,9 @@ from engine.gauges import UnackedByTopic, engine_gauges
 from engine.ids import MessageIds
 from engine.lookups import TimerLookups
 from engine.move_ops import DeadLetterOp, RescheduleOp
-from engine.ops import AckOp, CancelOp, SendOp
+from engine.ops import AckOp, CancelOp
 from engine.prepare import prepare_sends
+from engine.send_op import SendOp
 from engine.store_health import StoreHealth
 from engine.thread_cpu import thread_cpu_seconds
 from engine.trace_ops import DeliveryEvents, TraceBarrier, TraceOp

@@ -27,9 +27,9 @@ from engine.engine import Engine
 from engine.gil import set_switch_interval
 from engine.heap import prepare_heap_for_serving
 from engine.ipc import CallContext, CallServer, PackedError, pack_error
-from engine.ops import SendOp
 from engine.proc import become_child, wait_for_stop
 from engine.send_funnel import Answer
+from engine.send_op import SendOp
 from engine.system_clock import SystemClock
 from wheels.domain import TimerwheelError
 from wheels.settings import Settings

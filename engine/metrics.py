@@ -130,7 +130,9 @@ class Recorder(NullRecorder):
         """One group commit: its operations with their outcomes ((ok, value) as the writer
         will complete them), what it fired ({topic: [(seq, id, record)]}: timers due, sent
         already due, series occurrences, and dead-letter moves), and its write's time."""
-        from engine.ops import AckOp, CancelOp, SendOp  # engine.ops imports nothing of this
+        # Imported here: the operations' modules import nothing of this one.
+        from engine.ops import AckOp, CancelOp
+        from engine.send_op import SendOp
 
         sends = acks = cancels = weight = 0
         for op, (ok, value) in zip(ops, outcomes, strict=True):

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from engine.ops import Op, PreparedSend, WriterContext, stage_new, unschedule
+from engine.ops import Op, WriterContext, unschedule
+from engine.send_op import PreparedSend, stage_new
 from store import extras as extras_cf
 from store import records
 from store import trace as trace_cf

@@ -2,6 +2,8 @@
 
 An operation checks everything before it stages anything, so a rejected operation
 leaves the batch untouched; its future is completed only after the batch is durable.
+The operations: `SendOp` (engine.send_op), `CancelOp` and `AckOp` (here), the moves and
+dead letters (engine.move_ops), delivery trace events (engine.trace_ops).
 """
 
 from __future__ import annotations
@@ -10,51 +12,13 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import repeat
-from typing import ClassVar, NamedTuple
+from typing import ClassVar
 
-from engine.series import fire_due_series
-from store import extras as extras_cf
 from store import records
-from store import trace as trace_cf
 from store.batch import StagedBatch
 from store.timer_store import TimerStore
-from wheels.domain import (
-    NO_PROPERTIES,
-    AlreadyExists,
-    FailedPrecondition,
-    IfExists,
-    NotFound,
-    SendResult,
-    SendSpec,
-    State,
-    When,
-    WhenKind,
-)
+from wheels.domain import FailedPrecondition, NotFound, State
 from wheels.scheduler import Scheduler
-from wheels.trace import TraceEvent, TraceKind
-
-
-class PreparedSend(NamedTuple):
-    """One send of a `SendOp`, as the one-by-one paths handle it (client-chosen ids,
-    sends already due)."""
-
-    # None in the engine's process for an op of server-made ids: only ops with a client's
-    # id need the request to compare (`SendOp.__getstate__`).
-    spec: SendSpec | None
-    message_id: str
-    deliver_at_ms: int
-    client_chose_id: bool
-    record: bytes
-    topic: str
-    extras: bytes | None = None  # its `extras` entry (send options), if any
-
-
-@dataclass(frozen=True, slots=True)
-class _Replacement:
-    """A send with IfExists.REPLACE that found a SCHEDULED timer under its id."""
-
-    send: PreparedSend
-    old_record: bytes
 
 
 @dataclass
@@ -97,254 +61,10 @@ class Op:
         self.future = Future()
 
 
-@dataclass
-class SendOp(Op):
-    """One or more sends, atomic together: all are stored or none.
-
-    Prepared in the caller's thread (validated, ids chosen, records encoded) and held
-    column by column, one list per field, so the writer stages a batch of new timers
-    with a few list operations rather than per-send objects.
-    """
-
-    specs: list[SendSpec] = field(default_factory=list)  # [] across processes: __getstate__
-    message_ids: list[str] = field(default_factory=list)
-    deliver_times_ms: list[int] = field(default_factory=list)
-    records: list[bytes] = field(default_factory=list)
-    topics: list[str] = field(default_factory=list)
-    client_ids: bool = False  # some spec carries a client-chosen id
-    extras: list[bytes | None] | None = None  # per send, when some carry options
-
-    def results_as_prepared(self) -> list[SendResult]:
-        """Each send stored under the id and time it was prepared with: the results of
-        an op of server-made ids (nothing in it can be refused or found existing)."""
-        return list(map(SendResult, self.message_ids, self.deliver_times_ms))
-
-    def packed_results(self, results: list[SendResult]) -> list[SendResult] | None:
-        """The results as they cross back to the process that prepared the op: None when
-        they are `results_as_prepared()`, which that process can make itself. Pickling
-        them cost the engine process 0.62 us a message (`python -m bench.ipc_bench`)."""
-        return results if self.client_ids else None
-
-    def unpacked_results(self, packed: list[SendResult] | None) -> list[SendResult]:
-        """`packed_results` undone, in the process that prepared the op."""
-        return self.results_as_prepared() if packed is None else packed
-
-    def reads(self) -> list[bytes]:
-        if not self.client_ids:
-            return []
-        return [s.message_id.encode() for s in self.specs if s.message_id]
-
-    @property
-    def weight(self) -> int:
-        return len(self.message_ids)
-
-    def apply(self, ctx: WriterContext, batch: StagedBatch, now_ms: int) -> list[SendResult]:
-        if not self.client_ids:
-            # Server-made ids are unique: nothing to check, nothing can be refused.
-            _stage_all_new(ctx, batch, self, now_ms)
-            return self.results_as_prepared()
-        # Check every send before staging any, so a refused batch stages nothing.
-        first_in_op: dict[str, PreparedSend] = {}
-        plan: list[SendResult | PreparedSend | _Replacement] = []
-        for send in self.prepared():
-            earlier = first_in_op.get(send.message_id) if send.client_chose_id else None
-            if earlier is not None:
-                _check_same(send, earlier)
-                plan.append(SendResult(earlier.message_id, earlier.deliver_at_ms))
-                continue
-            previous = _existing_result(ctx, batch, send)
-            first_in_op[send.message_id] = send
-            plan.append(previous if previous is not None else send)
-        results = []
-        for item in plan:
-            if isinstance(item, _Replacement):  # REPLACE of a SCHEDULED timer: old key out
-                unschedule(ctx, batch, item.send.message_id, item.old_record)
-                replaced = TraceEvent(
-                    TraceKind.REPLACED, now_ms, deliver_at_ms=item.send.deliver_at_ms
-                )
-                trace_cf.stage_event(batch, item.send.message_id, replaced)
-                item = _replace_extras(ctx, batch, item)
-            if isinstance(item, PreparedSend):
-                stage_new(ctx, batch, item, now_ms)
-                item = SendResult(item.message_id, item.deliver_at_ms)
-            results.append(item)
-        return results
-
-    # Across processes, an op of server-made ids leaves its specs behind: the writer
-    # stores its columns (each body is in its record) and needs nothing else of a request
-    # but its topic. Unpickling the op with its SendSpecs took 0.52 us a message of the
-    # engine's GIL against 0.11 without, and their bodies crossed twice (bench.ipc_bench,
-    # docs/benchmarks.md 2026-11-29 midday). An op with a client's id needs them (a
-    # repeated id is compared with the stored request), and they travel as plain tuples:
-    # pickling a list of tuples runs in C (0.2 us a message), pickling the SendSpecs calls
-    # Python for each one and each of its enums (~4 us). No properties travel as None (the
-    # shared empty mapping of `NO_PROPERTIES` does not pickle).
-    def __getstate__(self) -> dict:
-        state = super().__getstate__()
-        state["specs"] = None
-        if self.client_ids:
-            state["specs"] = [
-                (s.topic, s.body, int(s.when.kind), s.when.value, s.properties or None,
-                 s.message_id, int(s.if_exists))
-                for s in self.specs
-            ]  # fmt: skip
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        rows = state.pop("specs")
-        super().__setstate__(state)
-        if rows is None:
-            self.specs = []
-            return
-        kinds = {int(kind): kind for kind in WhenKind}
-        policies = {int(policy): policy for policy in IfExists}  # IfExists(n): 0.35 us each
-        self.specs = [
-            SendSpec(
-                topic,
-                body,
-                When(kinds[kind], value),
-                properties or NO_PROPERTIES,
-                message_id,
-                policies[if_exists],
-            )
-            for topic, body, kind, value, properties, message_id, if_exists in rows
-        ]
-
-    def prepared(self) -> list[PreparedSend]:
-        count = len(self.message_ids)
-        specs = self.specs or [None] * count  # none: server-made ids, across processes
-        extras = self.extras or [None] * count
-        return [
-            PreparedSend(
-                spec,
-                message_id,
-                deliver_at_ms,
-                bool(spec and spec.message_id),
-                record,
-                topic,
-                extra,
-            )
-            for spec, message_id, deliver_at_ms, record, topic, extra in zip(
-                specs,
-                self.message_ids,
-                self.deliver_times_ms,
-                self.records,
-                self.topics,
-                extras,
-                strict=True,
-            )
-        ]
-
-
-def _check_same(send: PreparedSend, earlier: PreparedSend) -> None:
-    if send.spec != earlier.spec:
-        raise AlreadyExists(
-            f"message_id={send.message_id!r}: given twice in one batch with different content"
-        )
-
-
-def _existing_result(
-    ctx: WriterContext, batch: StagedBatch, send: PreparedSend
-) -> SendResult | _Replacement | None:
-    """What a client-chosen id already names decides the send (`SendSpec.if_exists`):
-    None (free: store it), the existing answer, or a replacement of the old record."""
-    if not send.client_chose_id:
-        return None  # server-made ids are unique by construction: no read needed
-    raw = ctx.store.lookup(batch, send.message_id.encode())
-    if raw is None:
-        return None
-    timer = records.decode_timer(send.message_id, raw)
-    if_exists = send.spec.if_exists
-    if if_exists is IfExists.KEEP:
-        return SendResult(timer.message_id, timer.deliver_at_ms, True, timer.state)
-    if if_exists is IfExists.REPLACE:
-        if timer.state is not State.SCHEDULED:
-            raise FailedPrecondition(
-                f"message_id={send.message_id!r}: already {timer.state.name}; "
-                "only a SCHEDULED timer can be replaced"
-            )
-        return _Replacement(send, raw)
-    if not timer.same_request(send.spec):
-        # Nothing of the stored message is shown: the id may belong to another client,
-        # and its topic, time or state are not this caller's to learn.
-        raise AlreadyExists(
-            f"message_id={send.message_id!r}: already used by a different message; "
-            "a retry must repeat the original topic, body, properties and time exactly"
-        )
-    return SendResult(timer.message_id, timer.deliver_at_ms, True, timer.state)
-
-
-def _replace_extras(ctx: WriterContext, batch: StagedBatch, item: _Replacement) -> PreparedSend:
-    """The old timer's `extras` go; a series replacing a series continues its numbering,
-    so a new occurrence never takes the id of one still kept."""
-    send, message_id = item.send, item.send.message_id.encode()
-    if not records.has_extras(item.old_record):
-        return send
-    old_extras = extras_cf.get_extras(ctx.store, batch, message_id)
-    extras_cf.stage_extras(batch, message_id, None)
-    if records.is_series(item.old_record) and records.is_series(send.record) and old_extras:
-        number = extras_cf.decode_series(old_extras)[1]
-        options, _, at_ms = extras_cf.decode_series(send.extras or b"{}")
-        return send._replace(extras=extras_cf.encode_extras(options, number, at_ms))
-    return send
-
-
 def unschedule(ctx: WriterContext, batch: StagedBatch, message_id: str, raw: bytes) -> None:
     """Take a SCHEDULED timer's key out of whichever wheel holds it."""
     candidates = ctx.scheduler.wheel_candidates(records.record_deliver_at_ms(raw))
     ctx.store.stage_unschedule(batch, message_id, raw, [w.name for w in candidates])
-
-
-def _stage_all_new(ctx: WriterContext, batch: StagedBatch, op: SendOp, now_ms: int) -> None:
-    """Stage a batch of new timers at once (the SendBatch hot path)."""
-    wheels = ctx.scheduler.wheel_names(op.deliver_times_ms)
-    if None in wheels:  # some are already due: those take the one-by-one path
-        for send in op.prepared():
-            stage_new(ctx, batch, send, now_ms)
-        return
-    message_ids = [message_id.encode() for message_id in op.message_ids]
-    placed = list(map(records.with_placement, op.records, wheels))
-    ctx.store.stage_schedule_many(
-        batch, message_ids, placed, op.deliver_times_ms,
-        [topic.encode() for topic in op.topics], wheels,
-    )  # fmt: skip
-    if op.extras:
-        for message_id, extras in zip(message_ids, op.extras, strict=True):
-            if extras is not None:
-                extras_cf.stage_extras(batch, message_id, extras)
-
-
-def stage_new(
-    ctx: WriterContext, batch: StagedBatch, send: PreparedSend, now_ms: int, *, sent: bool = True
-) -> str:
-    """Store a timer in the wheel its time calls for, or fire it at once when due.
-
-    `sent`: a new send, whose record says where it was placed (the start of its trace);
-    False for a timer that moves (Reschedule), which keeps its record's first placement.
-    Returns the wheel it went into ("": fired at once).
-    """
-    message_id = send.message_id.encode()
-    if send.extras is not None:
-        extras_cf.stage_extras(batch, message_id, send.extras)
-    wheel = ctx.scheduler.placement(send.deliver_at_ms)
-    if sent:
-        placed = records.with_placement(send.record, wheel.name if wheel else "")
-        send = send._replace(record=placed)
-    if wheel is None and records.is_series(send.record):  # first occurrence due: fire it
-        batch.records[message_id] = send.record
-        seq = ctx.scheduler.take_fire_seqs(1)
-        batch.series_due.append((message_id, send.record, send.topic, seq))
-        fire_due_series(ctx, batch, now_ms)
-    elif wheel is None:  # already due: fire at once, never through a wheel
-        seq = ctx.scheduler.take_fire_seqs(1)
-        fired = records.with_transition(send.record, State.FIRED, fired_at_ms=now_ms, ready_seq=seq)
-        ctx.store.stage_fire_new(batch, message_id, fired, send.topic, seq)
-    else:
-        topic = send.topic.encode()
-        ctx.store.stage_schedule(
-            batch, message_id, send.record, send.deliver_at_ms, topic, wheel.name
-        )
-    return wheel.name if wheel else ""
 
 
 @dataclass

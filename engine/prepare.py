@@ -5,7 +5,7 @@ validated, ids chosen, records encoded, so the single writer's per-timer work st
 from __future__ import annotations
 
 from engine.ids import MessageIds
-from engine.ops import SendOp
+from engine.send_op import SendOp
 from store import extras as extras_cf
 from store import records
 from store.records import encode_new_many

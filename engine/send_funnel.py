@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable
 
 from engine.ipc import PackedError, RemoteFailure, pack_error, unpack_error
-from engine.ops import SendOp
+from engine.send_op import SendOp
 from wheels.domain import SendResult
 
 # One op's answer: (True, its results as `SendOp.packed_results` packs them) or

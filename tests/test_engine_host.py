@@ -74,7 +74,7 @@ def test_submit_sends_many_answers_each_op_alone(hosted):
 
 
 def test_server_made_ids_cross_without_their_specs_and_are_stored_whole(hosted):
-    """An op of server-made ids reaches the engine without its SendSpecs (engine.ops,
+    """An op of server-made ids reaches the engine without its SendSpecs (engine.send_op,
     `SendOp.__getstate__`): the due-at-once and the scheduled send are each stored with
     their topic, body and options."""
     engine, calls, settings = hosted

@@ -14,8 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from engine.ipc import PeerUnavailable, RemoteFailure, pack_error
-from engine.ops import SendOp
 from engine.send_funnel import SendFunnel
+from engine.send_op import SendOp
 from wheels.domain import AlreadyExists, SendResult
 
 WAIT_S = 10

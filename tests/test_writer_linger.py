@@ -9,7 +9,8 @@ import pytest
 
 from engine.engine import Engine
 from engine.move_ops import DeadLetterOp, RescheduleOp
-from engine.ops import AckOp, CancelOp, Op, SendOp
+from engine.ops import AckOp, CancelOp, Op
+from engine.send_op import SendOp
 from engine.trace_ops import TraceBarrier, TraceOp
 from wheels.clock import VirtualClock
 from wheels.domain import SendSpec, State, When, WhenKind

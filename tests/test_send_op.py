@@ -1,4 +1,4 @@
-"""engine.ops: what an operation carries from a worker process to the engine's."""
+"""engine.send_op: what a send operation carries from a worker process to the engine's."""
 
 from __future__ import annotations
 
