@@ -5,7 +5,8 @@ there until it is acked. This module only decides *who* gets *what* next, in mem
 `DeliveryHub` is its entry point: it holds one dispatcher per topic
 (`server.dispatcher.TopicDispatcher`, which describes the cursor, the ack deadlines and
 redelivery), counts the subscribers (`server.subscriber.Subscriber`) against their
-limits, and keeps the bodies the dispatchers hold within `Settings.max_delivery_bytes`.
+limits, and keeps the bodies the dispatchers hold within `Settings.max_delivery_bytes`
+(`server.delivery_budget`).
 
 After a restart, every dispatcher's cursor starts at 0, so every fired-but-unacked
 message (the engine's `ready_topics()`) is delivered again. Attempt counts live in
@@ -30,6 +31,7 @@ import structlog
 
 from engine.engine import Engine
 from server import attempts
+from server.delivery_budget import DeliveryBudget
 from server.delivery_trace import DeliveryTrace
 from server.dispatcher import Entry, TopicDispatcher
 from server.limits import PerKeyLimit
@@ -79,9 +81,7 @@ class DeliveryHub:
             engine, settings.trace_first_deliveries, settings.first_delivery_hold_ms,
             engine.local_now_ms,
         )  # fmt: skip
-        self._held_bytes = 0  # bodies all dispatchers track (Settings.max_delivery_bytes)
-        self._held_lock = threading.Lock()  # a leaf: taken with a dispatcher's cond held
-        self._short_of_bytes: set[TopicDispatcher] = set()  # their reads wait for the budget
+        self.budget = DeliveryBudget(settings.max_delivery_bytes)  # the bodies dispatchers hold
         # Messages fired before this instant may have been delivered by an earlier hub
         # (before a restart): their attempt counts are read back (restore_attempts).
         self._started_at_ms = engine.now_ms()
@@ -243,7 +243,7 @@ class DeliveryHub:
                     dispatcher.cond.notify_all()
                 freed = dispatcher.held_bytes < held_before
             if freed:
-                self._wake_waiting_for_bytes(dispatcher)
+                self.budget.wake_others(dispatcher)
             with self._lock:
                 self._free_if_idle(dispatcher)
         return len(acked)
@@ -277,43 +277,6 @@ class DeliveryHub:
         if dead:
             attempts.move_dead_letters(self.engine, dispatcher)
         return nacked, dead
-
-    def hold_delivery_bytes(self, size: int) -> None:
-        with self._held_lock:
-            self._held_bytes += size
-
-    def delivery_room_bytes(self) -> int:
-        """What the dispatchers may still read before they hold `max_delivery_bytes`."""
-        with self._held_lock:
-            return self.settings.max_delivery_bytes - self._held_bytes
-
-    def wait_for_bytes(self, dispatcher: TopicDispatcher) -> None:
-        """`dispatcher`'s reads stopped at the budget: bytes any topic frees wake it."""
-        with self._held_lock:
-            self._short_of_bytes.add(dispatcher)
-
-    def stop_waiting_for_bytes(self, dispatcher: TopicDispatcher) -> None:
-        with self._held_lock:
-            self._short_of_bytes.discard(dispatcher)
-
-    def _wake_waiting_for_bytes(self, freed_by: TopicDispatcher) -> None:
-        """Bodies acked in `freed_by` (which woke its own subscribers) left the budget
-        that every dispatcher shares: the others whose reads stopped at it may go on.
-        Without this they waited for an ack of their own topic, or `IDLE_WAKE_S`. Each
-        is woken under its own cond, after ours is released: two conds are never held
-        at once. A dispatcher that stops at the budget looks at it again once
-        registered (`TopicDispatcher.refill`), so bytes freed meanwhile are not missed."""
-        with self._held_lock:
-            waiting = [d for d in self._short_of_bytes if d is not freed_by]
-        for dispatcher in waiting:
-            with dispatcher.cond:
-                if dispatcher.short_of_bytes:
-                    dispatcher.cond.notify_all()
-
-    @property
-    def held_bytes(self) -> int:
-        with self._held_lock:
-            return self._held_bytes
 
     def restore_attempts(
         self, dispatcher: TopicDispatcher, new: list[tuple[str, Entry]]
@@ -391,7 +354,7 @@ class DeliveryHub:
             idle = not (dispatcher.subscribers or dispatcher.entries or dispatcher.dying)
         if idle and self._topics.get(dispatcher.name) is dispatcher:
             del self._topics[dispatcher.name]
-            self.stop_waiting_for_bytes(dispatcher)
+            self.budget.stop_waiting(dispatcher)
 
     def _run(self) -> None:
         """Fired topics from the writer -> dirty dispatchers, subscribers woken."""

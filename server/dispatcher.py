@@ -3,8 +3,8 @@
 `DeliveryHub` (server.delivery) holds one `TopicDispatcher` per topic that has
 subscribers or tracked messages. It works in memory only; the durable truth is the
 engine's `ready` column family, which keeps a fired message until it is acked. It calls
-back into its hub for the byte budget every dispatcher shares (`delivery_room_bytes`,
-`hold_delivery_bytes`) and for the attempt counts of messages an earlier hub may have
+back into its hub for the byte budget every dispatcher shares (`hub.budget`,
+`server.delivery_budget`) and for the attempt counts of messages an earlier hub may have
 delivered (`restore_attempts`).
 
 * A dispatcher keeps a cursor (the last fire sequence it read) and pulls newly fired
@@ -129,12 +129,12 @@ class TopicDispatcher:
         settings = self.hub.settings
         self.stop_waiting_for_bytes()
         while self.dirty and len(self.fresh) < wanted:
-            room_bytes = self.hub.delivery_room_bytes()
+            room_bytes = self.hub.budget.room()
             if room_bytes <= 0 and self.entries:
                 if self.short_of_bytes:
                     return  # acks, of any topic, will free the budget (dirty stays set)
                 self.short_of_bytes = True
-                self.hub.wait_for_bytes(self)
+                self.hub.budget.wait(self)
                 continue  # look again: bytes freed before the hub knew we wait wake nobody
             self.stop_waiting_for_bytes()
             limit = min(max(wanted - len(self.fresh), settings.delivery_batch_max), MAX_FETCH)
@@ -158,7 +158,7 @@ class TopicDispatcher:
     def stop_waiting_for_bytes(self) -> None:
         if self.short_of_bytes:
             self.short_of_bytes = False
-            self.hub.stop_waiting_for_bytes(self)
+            self.hub.budget.stop_waiting(self)
 
     def track(self, message_id: str, entry: Entry) -> None:
         self.track_many([(message_id, entry)])
@@ -171,7 +171,7 @@ class TopicDispatcher:
             self.entries[message_id] = entry
             size += entry.body_bytes
         self.held_bytes += size
-        self.hub.hold_delivery_bytes(size)
+        self.hub.budget.hold(size)
 
     def untrack(self, message_id: str) -> Entry | None:
         """Stop tracking an entry (acked, dead, gone): its bytes leave the budget."""
@@ -179,7 +179,7 @@ class TopicDispatcher:
         if entry is not None:
             size = entry.body_bytes
             self.held_bytes -= size
-            self.hub.hold_delivery_bytes(-size)
+            self.hub.budget.hold(-size)
         return entry
 
     def take(self, subscriber: Subscriber, room: int, now_ms: int) -> list[Delivered]:
@@ -255,7 +255,7 @@ class TopicDispatcher:
                     entry.owner.in_flight -= 1
         if freed:
             self.held_bytes -= freed
-            self.hub.hold_delivery_bytes(-freed)
+            self.hub.budget.hold(-freed)
         return wakes or (freed > 0 and self.short_of_bytes)
 
     def wait_s(self, now_ms: int, until_s: float) -> float:

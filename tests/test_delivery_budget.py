@@ -38,12 +38,12 @@ def test_reads_stop_at_the_byte_budget_and_acks_make_room(hub):
     subscriber = hub.subscribe("jobs", 10)
     first = hub.next_batch(subscriber, timeout_s=0)
     assert [d.fired.message_id for d in first] == sent[:3]  # 3 x 1,000 B: the budget
-    assert hub.held_bytes == 3 * BODY
+    assert hub.budget.held == 3 * BODY
     assert hub.next_batch(subscriber, timeout_s=0) == []  # room for 7, but no bytes
     assert hub.ack("jobs", sent[:2]) == 2
     second = hub.next_batch(subscriber, timeout_s=0)
     assert [d.fired.message_id for d in second] == sent[3:5]
-    assert hub.held_bytes == 3 * BODY
+    assert hub.budget.held == 3 * BODY
 
 
 def test_an_ack_freeing_bytes_a_read_stopped_at_wakes_the_subscriber(hub):
@@ -90,4 +90,4 @@ def test_a_topic_holding_nothing_gets_one_message_over_the_budget(hub):
     [delivered] = hub.next_batch(reader, timeout_s=0)
     assert delivered.fired.message_id == big  # one, though it alone is over
     assert hub.next_batch(reader, timeout_s=0) == []  # not a second
-    assert hub.held_bytes == 3 * BODY + 10 * BODY
+    assert hub.budget.held == 3 * BODY + 10 * BODY
