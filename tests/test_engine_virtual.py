@@ -1,9 +1,10 @@
-"""bench/engine_bench.py `steady` and `burst`, run small. steady: the shape it claims (a
-SendBatch every 20 ms, one fire commit a fire tick, an ack every 10 ms, each its own
-group commit) and that every message sent in the window is acked in it once the fires
-have caught up, with the retention sweep running beside them. burst: every timer of the
-window fired, fetched and acked, one writer iteration a tick, `--set` applied, and with
-`--delivery-traces` each delivery stored in the trace as the delivery process stores it."""
+"""bench/engine_virtual.py: `steady` and `burst`, run small by `bench.engine_bench`. steady:
+the shape it claims (a SendBatch every 20 ms, one fire commit a fire tick, an ack every 10
+ms, each its own group commit) and that every message sent in the window is acked in it once
+the fires have caught up, with the retention sweep running beside them. burst: every timer
+of the window fired, fetched and acked, one writer iteration a tick, `--set` applied, and
+with `--delivery-traces` each delivery stored in the trace as the delivery process stores
+it."""
 
 from __future__ import annotations
 
