@@ -18,14 +18,15 @@ import random
 import time
 from itertools import repeat
 
+from timerwheel.cli.config import parse_assignment
+from timerwheel.engine.engine import Engine
+from timerwheel.store import records
+from timerwheel.wheels.clock import VirtualClock
+from timerwheel.wheels.domain import SendSpec, When, WhenKind
+from timerwheel.wheels.settings import Settings
+from timerwheel.wheels.trace import TraceKind
+
 from bench.instructions import collect
-from cli.config import parse_assignment
-from engine.engine import Engine
-from store import records
-from wheels.clock import VirtualClock
-from wheels.domain import SendSpec, When, WhenKind
-from wheels.settings import Settings
-from wheels.trace import TraceKind
 
 
 def bench_settings(args, data_dir: str, **given: object) -> Settings:
@@ -118,9 +119,9 @@ DELIVERED = int(TraceKind.DELIVERED)
 
 def _note_deliveries(args, engine: Engine, fired: list) -> dict[str, bytes]:
     """With `--delivery-traces`, each delivered message's DELIVERED event (attempt 1) as
-    the delivery process hands it over (`server.delivery_trace`), one group a
+    the delivery process hands it over (`timerwheel.delivery.trace`), one group a
     DeliveryBatch (`delivery_batch_max` messages): by default held for the Ack, so the
-    returned trailers go with the ack calls (`_ack`; server.first_deliveries); with
+    returned trailers go with the ack calls (`_ack`; timerwheel.delivery.first_deliveries); with
     `--set first_delivery_hold_ms=0` handed over at once, staged with the next commit."""
     if not args.delivery_traces:
         return {}

@@ -23,14 +23,13 @@ import threading
 import time
 
 import psutil
-
-from capacity.report import ReportRequest, run_report
-from capacity.tables import ReportOptions
-from engine.engine import Engine
-from store.export import export_data_dir
-from wheels.clock import VirtualClock
-from wheels.domain import SendSpec, When, WhenKind
-from wheels.settings import DAY_MS, HOUR_MS, Settings
+from timerwheel.capacity.report import ReportRequest, run_report
+from timerwheel.capacity.tables import ReportOptions
+from timerwheel.engine.engine import Engine
+from timerwheel.store.export import export_data_dir
+from timerwheel.wheels.clock import VirtualClock
+from timerwheel.wheels.domain import SendSpec, When, WhenKind
+from timerwheel.wheels.settings import DAY_MS, HOUR_MS, Settings
 
 T0_MS = 1_700_000_000_000
 CHUNK = 10_000

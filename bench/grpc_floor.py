@@ -8,7 +8,7 @@ The upper bound of `timerwheel loadtest --scenario tdmq --batch 1 ... --connecti
 does), each a grpcio server built as timerwheel's is (a thread pool of 32 for unary
 calls, health answers that name the worker so a client spreads its connections), whose
 `TimerService.Send` answers at once without storing, firing or delivering anything. The
-load is the harness's own: `--producers` processes, each running `loadtest.producer`'s
+load is the harness's own: `--producers` processes, each running `timerwheel.loadtest.producer`'s
 send loop (unary futures, open loop at `--rate` in all, `--max-outstanding` unanswered
 at most, `--connections` per process). So what it prints (one JSON line: calls answered
 a second, and the CPU a call of the servers and of the producers, from each process's
@@ -29,10 +29,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 from grpc_health.v1 import health_pb2_grpc
+from timerwheel.loadtest.pacing import use_measuring_switch_interval
+from timerwheel.loadtest.producer import Producer, ProducerPlan
+from timerwheel.server.worker_health import WorkerHealth
 
-from loadtest.pacing import use_measuring_switch_interval
-from loadtest.producer import Producer, ProducerPlan
-from server.worker_health import WorkerHealth
 from timerwheel.client import TimerClient
 from timerwheel.v1 import timerwheel_pb2 as pb
 from timerwheel.v1 import timerwheel_pb2_grpc as pb_grpc

@@ -8,7 +8,7 @@ worker sends it) for the sender and the receiver, and the engine's answer to it;
 fired rows as the engine hands them to the delivery process; the records' decode that
 the delivery and worker processes then do; and a delivered batch's trace events (2,000
 ids) as the delivery process notes and pickles them and the engine unpickles and stages
-them (engine.trace_ops). Prints one JSON line; docs/architecture.md cites it.
+them (timerwheel.engine.trace_ops). Prints one JSON line; docs/architecture.md cites it.
 """
 
 from __future__ import annotations
@@ -21,15 +21,17 @@ import shutil
 import tempfile
 import time
 
-from engine.ids import MessageIds
-from engine.ipc import CallClient, CallServer
-from engine.prepare import prepare_sends
-from engine.trace_ops import TraceOp
-from server.delivery_trace import DeliveryTrace
-from store import records
-from store.batch import StagedBatch
-from wheels.domain import SendSpec, State, Timer, When, WhenKind
-from wheels.settings import Settings
+from timerwheel.delivery.trace import DeliveryTrace
+from timerwheel.engine.ids import MessageIds
+from timerwheel.engine.prepare import prepare_sends
+from timerwheel.engine.trace_ops import TraceOp
+from timerwheel.procs.ipc import CallClient, CallServer
+from timerwheel.store import records
+from timerwheel.store.batch import StagedBatch
+from timerwheel.wheels.domain import SendSpec, Timer, When, WhenKind
+from timerwheel.wheels.settings import Settings
+
+from timerwheel.common import State
 
 KEY = b"b" * 32
 TRACE_BATCH = 2_000  # ids a delivered batch carries at most (`delivery_batch_max`)

@@ -55,15 +55,19 @@ from pathlib import Path
 
 import psutil
 from hdrh.histogram import HdrHistogram
-
-from cli.commands.loadtest import OVERRIDES
-from engine.proc import die_with_parent, run_as_child_of
-from loadtest.figures import timeline
-from loadtest.interpreter import interpreter
-from loadtest.pacing import DeliverTimes, Pacer, split_messages, use_measuring_switch_interval
-from loadtest.scenarios import Scenario, ScenarioError, scenario
-from loadtest.server_proc import Sample, StatsSampler, machine_busy_s, vm_hwm_bytes
-from loadtest.stopping import unwind_on_sigterm
+from timerwheel.cli.commands.loadtest import OVERRIDES
+from timerwheel.loadtest.figures import timeline
+from timerwheel.loadtest.interpreter import interpreter
+from timerwheel.loadtest.pacing import (
+    DeliverTimes,
+    Pacer,
+    split_messages,
+    use_measuring_switch_interval,
+)
+from timerwheel.loadtest.scenarios import Scenario, ScenarioError, scenario
+from timerwheel.loadtest.server_proc import Sample, StatsSampler, machine_busy_s, vm_hwm_bytes
+from timerwheel.loadtest.stopping import unwind_on_sigterm
+from timerwheel.procs.lifecycle import die_with_parent, run_as_child_of
 
 KEY = "delayq"
 POP_DUE = """
@@ -159,7 +163,7 @@ class RedisServer:
 def produce(index: int, shape: Scenario, port: int, start_ns: int, start_wall_ms: int, results):
     import redis
 
-    use_measuring_switch_interval()  # as the harness's processes (loadtest.pacing)
+    use_measuring_switch_interval()  # as the harness's processes (timerwheel.loadtest.pacing)
     client = redis.Redis(port=port)
     rng = random.Random(index)
     pacer = Pacer(start_ns, shape.rate, shape.batch, shape.producers, index)

@@ -1,11 +1,11 @@
-"""What reading a group of neighbouring records costs: a multi-get, or store.range_reads
+"""What reading a group of neighbouring records costs: a multi-get, or timerwheel.store.range_reads
 (one iterator over the run, a multi-get for what it did not reach) (not a test).
 
     python -m bench.read_bench --records 1000000
 
 Real RocksDB in a temporary directory (removed afterwards) with this project's options:
 `--records` records of `--body` bytes under server-made ids (deliver time first, as
-engine.ids makes them), written in id order. Each case reads every record once, in
+timerwheel.engine.ids makes them), written in id order. Each case reads every record once, in
 groups of neighbouring ids, and reports the CPU a wanted record took each way: groups of
 10,000, 1,000, 100 and 20 from SST files (after a flush), groups of 3,000 and 300 of which
 every third record is not wanted (a run with timers cancelled in it), and groups of
@@ -24,10 +24,10 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from engine.ids import MessageIds
-from store.keys import CF_MESSAGES
-from store.range_reads import read_records
-from store.rocks import RocksDatabase, RocksTuning
+from timerwheel.engine.ids import MessageIds
+from timerwheel.store.keys import CF_MESSAGES
+from timerwheel.store.range_reads import read_records
+from timerwheel.store.rocks import RocksDatabase, RocksTuning
 
 MEMTABLE_RECORDS = 100_000  # 15 MB of 150 B records: within one 32 MiB memtable
 
@@ -64,7 +64,7 @@ def _case(family, ids: list[bytes], size: int, skip_every: int = 0) -> dict:
     first = groups[0]
     walked, multi = read_records(family, first), dict(zip(first, family.get(first), strict=True))
     if walked != multi:  # the bench measures two ways to one answer, never two answers
-        raise AssertionError("store.range_reads and a multi-get disagree")
+        raise AssertionError("timerwheel.store.range_reads and a multi-get disagree")
     return {
         "multi_get_us": _us_a_record(family.get, groups),
         "range_read_us": _us_a_record(lambda group: read_records(family, group), groups),
@@ -99,7 +99,7 @@ def _measure(database: RocksDatabase, count: int, body: bytes) -> dict:
         "memtable_10000": _case(messages, recent, 10_000),
         "load_average": [round(v, 2) for v in os.getloadavg()],
     }
-    del messages  # a column-family object keeps RocksDB's LOCK (store.rocks)
+    del messages  # a column-family object keeps RocksDB's LOCK (timerwheel.store.rocks)
     return figures
 
 

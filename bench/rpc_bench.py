@@ -15,14 +15,15 @@ import json
 import os
 import time
 
-from engine.ids import MessageIds
-from engine.prepare import prepare_sends
-from server.service import delivery_batch, send_batch_response, specs_from_proto
-from store import records
+from timerwheel.engine.ids import MessageIds
+from timerwheel.engine.prepare import prepare_sends
+from timerwheel.server.service import delivery_batch, send_batch_response, specs_from_proto
+from timerwheel.store import records
+from timerwheel.wheels.settings import Settings
+from timerwheel.wheels.validation import validate_message_refs
+
+from timerwheel.common import SendResult
 from timerwheel.v1 import timerwheel_pb2 as pb
-from wheels.domain import SendResult
-from wheels.settings import Settings
-from wheels.validation import validate_message_refs
 
 BATCH = 100
 ACK_IDS = 1_000
@@ -51,7 +52,7 @@ def main() -> None:
     fired = [
         records.as_fired(record, now_ms, seq) for seq, record in enumerate(op.records, start=1)
     ]
-    batch = [  # rows, as a stream takes them (server.subscriber.DeliveryRow)
+    batch = [  # rows, as a stream takes them (timerwheel.delivery.subscriber.DeliveryRow)
         (seq, message_id, record, 1)
         for seq, (message_id, record) in enumerate(zip(op.message_ids, fired, strict=True))
     ]

@@ -1,1 +1,1 @@
-"""Capacity reports: a PySpark job over an SST export (see capacity.report)."""
+"""Capacity reports: a PySpark job over an SST export (see timerwheel.capacity.report)."""

@@ -22,8 +22,7 @@ import matplotlib.dates as mdates
 import matplotlib.pyplot as plt
 import pyarrow as pa
 from matplotlib.ticker import EngFormatter, FuncFormatter, MaxNLocator
-
-from capacity.seconds import DAY_MS, HOUR_MS, MINUTE_MS, ZOOM_MS
+from timerwheel.capacity.seconds import DAY_MS, HOUR_MS, MINUTE_MS, ZOOM_MS
 
 LATE_COLOUR = "#d62728"
 OK_COLOUR = "#1f77b4"
@@ -42,7 +41,7 @@ class Chart:
 
 
 def draw_all(result, charts_dir: str) -> dict[str, Chart]:
-    """Draw every chart of `result` (capacity.tables.ReportTables) into `charts_dir`."""
+    """Draw every chart of `result` (timerwheel.capacity.tables.ReportTables) into `charts_dir`."""
     os.makedirs(charts_dir, exist_ok=True)
     tables, summary, seconds = result.tables, result.summary, result.seconds
     start = seconds.zoom_start_ms

@@ -1,21 +1,22 @@
-"""The PySpark Python Data Source ``timerwheel_sst``: reads an export made by store.export.
+"""The PySpark Python Data Source ``timerwheel_sst``: reads an export made by
+timerwheel.store.export.
 
     spark.dataSource.register(TimerwheelSstDataSource)
     df = spark.read.format("timerwheel_sst").load("/path/to/export")
 
 One row per stored timer (any state), with the columns of `SCHEMA`. There is one
-partition per slice. The export is cut into slices of wheel-key space (see store.export),
+partition per slice. The export is cut into slices of wheel-key space (see timerwheel.store.export),
 and a slice's wheel files hold exactly the wheel keys of that slice, so a partition learns
 which wheel holds each of its scheduled timers by reading only the wheel files of its own
 slice: a set lookup per row, no join, no shuffle. A slice's records may be in several
 ``messages`` files (a parallel export writes one per message-id range, and a large slice
 rolls over); its partition reads the wheel files once and then each of them.
 
-The path is a local directory or any URI pyarrow's filesystems open (store.export_location);
-off this machine each task fetches its files to its local temp space and checks their
-CRC-32 there. Options: ``verify`` ("checksums" by default, "size" or "none"): how the files
-are checked against the manifest before any partition is planned (sizes only for a remote
-export); ``scratch_dir``: where each task makes the throw-away database it reads an SST
+The path is a local directory or any URI pyarrow's filesystems open
+(timerwheel.store.export_location); off this machine each task fetches its files to its local temp
+space and checks their CRC-32 there. Options: ``verify`` ("checksums" by default, "size" or "none"):
+how the files are checked against the manifest before any partition is planned (sizes only for a
+remote export); ``scratch_dir``: where each task makes the throw-away database it reads an SST
 through, and its fetched copies (default: the system temp dir of the worker);
 ``filesystem``: a pyarrow filesystem object the path is on (`filesystem_option`).
 """
@@ -32,9 +33,8 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
-
-from store import keys
-from store.export_files import (
+from timerwheel.store import keys
+from timerwheel.store.export_files import (
     WHEEL_OF_FAMILY,
     ExportFormatError,
     file_crc32,
@@ -42,7 +42,7 @@ from store.export_files import (
     read_sst,
     verify_files,
 )
-from store.export_location import ExportLocation
+from timerwheel.store.export_location import ExportLocation
 
 SOURCE_NAME = "timerwheel_sst"
 SCHEMA = (
@@ -154,7 +154,7 @@ def read_partition(partition: SlicePartition, scratch_dir: str) -> Iterator[pa.R
     at a time, after reading the slice's wheel keys once. Off this machine, each file is
     fetched to a temp dir under `scratch_dir` first (and its CRC-32 checked); the copies
     are removed when the partition is done."""
-    from capacity.rows import decode_messages  # imported on the worker
+    from timerwheel.capacity.rows import decode_messages  # imported on the worker
 
     fetch_dir = None
     if partition.location.local_dir is None:

@@ -41,7 +41,8 @@ _TIME_SUFFIXES = ("start_ms", "deliver_ms", "created_ms")
 
 
 def render(result, charts: dict) -> str:
-    """The page of `result` (capacity.tables.ReportTables) with `charts` (capacity.charts)."""
+    """The page of `result` (timerwheel.capacity.tables.ReportTables) with `charts`
+    (timerwheel.capacity.charts)."""
     summary = result.summary
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",

@@ -4,9 +4,9 @@ Reading the SST files is the expensive part (Python decodes every record), so th
 are read exactly once: a single ``GROUP BY GROUPING SETS`` aggregates them by
 (state, second), (state, topic), (state, wheel), (state, delay bucket), (state, fine
 delay bin) and (state) in one job, written by Spark as Parquet. The per-second rows can
-be as many as the timers, so they stay on disk for capacity.seconds (Spark again); the
+be as many as the timers, so they stay on disk for timerwheel.capacity.seconds (Spark again); the
 other groupings are bounded (topics, wheels, delay bins, states) and go to the driver as
-one Arrow table, from which capacity.tables derives the rest of the report.
+one Arrow table, from which timerwheel.capacity.tables derives the rest of the report.
 
 Delays are deliver_at_ms - created_at_ms. Besides the coarse histogram buckets, each
 pending timer's delay falls in a fine logarithmic bin (2 % wide) from which the delay
@@ -22,8 +22,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-
-from capacity.datasource import SOURCE_NAME, filesystem_option
+from timerwheel.capacity.datasource import SOURCE_NAME, filesystem_option
 
 SECOND_MS = 1_000
 MINUTE_MS = 60 * SECOND_MS
@@ -38,7 +37,7 @@ DELAY_BUCKETS: tuple[tuple[str, int], ...] = (
 )  # fmt: skip
 DELAY_BIN_GROWTH = 1.02  # fine bins: bin b holds delays in [g^b - 1, g^(b+1) - 1)
 
-# The groupings of the one pass, by the name capacity.tables uses for each.
+# The groupings of the one pass, by the name timerwheel.capacity.tables uses for each.
 GROUPINGS: dict[str, str] = {
     "second": "second_start_ms",
     "topic": "topic",

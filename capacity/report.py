@@ -5,8 +5,8 @@
 writes into `out_dir`::
 
     index.html        key figures, charts and the head of every table
-    charts/*.png      one chart per question (capacity.charts)
-    tables/*.parquet  every table in full (capacity.tables), and the same as CSV
+    charts/*.png      one chart per question (timerwheel.capacity.charts)
+    tables/*.parquet  every table in full (timerwheel.capacity.tables), and the same as CSV
     summary.json      the key figures, machine-readable
 
 The export is checked first (manifest, sizes, CRC-32s), so a damaged file is named
@@ -26,13 +26,12 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 import structlog
-
-from capacity import charts, html
-from capacity.job import aggregate, read_rows
-from capacity.seconds import SecondsResult, summarise
-from capacity.tables import ReportOptions, ReportTables, build_tables
-from store.export_files import load_manifest, verify_files
-from store.export_location import ExportLocation
+from timerwheel.capacity import charts, html
+from timerwheel.capacity.job import aggregate, read_rows
+from timerwheel.capacity.seconds import SecondsResult, summarise
+from timerwheel.capacity.tables import ReportOptions, ReportTables, build_tables
+from timerwheel.store.export_files import load_manifest, verify_files
+from timerwheel.store.export_location import ExportLocation
 
 log = structlog.get_logger("timerwheel.capacity")
 
@@ -76,7 +75,7 @@ def run_report(request: ReportRequest, *, spark=None, say: Say | None = None) ->
     verify_files(location, manifest, checksums=True)
     own_session = spark is None
     if own_session:
-        from capacity.spark import build_remote_session, build_session
+        from timerwheel.capacity.spark import build_remote_session, build_session
 
         if request.remote:
             say(f"connecting to Spark Connect at {request.remote}")

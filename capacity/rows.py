@@ -1,6 +1,6 @@
 """Decoding exported ``messages`` records into report rows (an Arrow table per file).
 
-The record codec is store.records (`record_summary` reads just the fields the report
+The record codec is timerwheel.store.records (`record_summary` reads just the fields the report
 needs). The per-row Python work is kept to that one call and a few appends; everything
 that can be done per column is done by Arrow in C++: the UTF-8 check of the ids, the
 state names, and finding which wheel holds each scheduled timer (one hash lookup of
@@ -13,9 +13,9 @@ from collections.abc import Iterable
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from timerwheel.store import keys, records
 
-from store import keys, records
-from wheels.domain import State
+from timerwheel.common import State
 
 
 def _state_names() -> pa.Array:

@@ -1,6 +1,6 @@
 """Everything derived from the per-second counts, computed by Spark and written by Spark.
 
-The one pass (capacity.job) leaves one row per distinct second that has pending timers,
+The one pass (timerwheel.capacity.job) leaves one row per distinct second that has pending timers,
 on disk as Parquet. That can be as many rows as there are timers (a year with timers in
 every second is 31M rows), so none of it goes to the driver as such: Spark rolls the
 seconds up per minute and per hour and writes those tables (one file each, moved to

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import importlib
 import os
 import shutil
 import sys
@@ -19,10 +20,12 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from pyspark.sql import SparkSession
+from timerwheel.capacity.datasource import TimerwheelSstDataSource
 
-from capacity.datasource import TimerwheelSstDataSource
-
-SHIPPED_PACKAGES = ("capacity", "store", "wheels")
+# What the workers import: the report's rooms and the two modules of the root package
+# they build on (the root's __init__ loads nothing else until asked).
+SHIPPED_PACKAGES = ("timerwheel.capacity", "timerwheel.store", "timerwheel.wheels")
+SHIPPED_MODULES = ("timerwheel", "timerwheel.common", "timerwheel.durations")
 DEFAULT_MASTER = "local[*]"
 
 
@@ -90,12 +93,21 @@ def _code_zip() -> str:
     """A zip of the packages the workers import, built from the running code: once a
     process, and removed when the process exits (Spark serves an added file from its
     path for as long as the session lives, so it cannot go sooner)."""
-    root = Path(__file__).resolve().parent.parent
     directory = tempfile.mkdtemp(prefix="timerwheel-code-")
     atexit.register(shutil.rmtree, directory, ignore_errors=True)
     path = os.path.join(directory, "timerwheel_capacity.zip")
     with zipfile.ZipFile(path, "w") as archive:
-        for package in SHIPPED_PACKAGES:
-            for source in sorted((root / package).rglob("*.py")):
-                archive.write(source, source.relative_to(root).as_posix())
+        for name in SHIPPED_MODULES:
+            source = Path(importlib.import_module(name).__file__ or "")
+            folder = name.replace(".", "/")
+            archive.write(
+                source, f"{folder}/__init__.py" if name == "timerwheel" else f"{folder}.py"
+            )
+        for name in SHIPPED_PACKAGES:
+            # Each room's folder, wherever it is installed (in the repo, an editable install
+            # maps `timerwheel.store` to the top-level `store/`).
+            package_dir = Path(importlib.import_module(name).__path__[0])
+            folder = name.replace(".", "/")
+            for source in sorted(package_dir.rglob("*.py")):
+                archive.write(source, f"{folder}/{source.relative_to(package_dir).as_posix()}")
     return path

@@ -1,6 +1,6 @@
 """The report's tables, derived on the driver from the bounded results of the one pass
-(capacity.job) and of the per-second summary (capacity.seconds, which writes the per-minute
-and per-hour tables itself).
+(timerwheel.capacity.job) and of the per-second summary (timerwheel.capacity.seconds, which writes
+the per-minute and per-hour tables itself).
 
 Everything about *when* load arrives is over the pending (SCHEDULED) timers: they are
 the future work. Per-topic and per-state tables also count the records kept for
@@ -14,10 +14,9 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
-
-from capacity.job import DAY_MS, DELAY_BUCKETS, HOUR_MS, SECOND_MS, delay_bin_upper_ms
-from capacity.seconds import SecondsResult
-from store import keys
+from timerwheel.capacity.job import DAY_MS, DELAY_BUCKETS, HOUR_MS, SECOND_MS, delay_bin_upper_ms
+from timerwheel.capacity.seconds import SecondsResult
+from timerwheel.store import keys
 
 DELAY_QUANTILES = (0.5, 0.9, 0.99)
 

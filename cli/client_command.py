@@ -3,7 +3,7 @@
 `add_client_parser` gives a sub-command --target HOST:PORT (default $TIMERWHEEL_TARGET or
 127.0.0.1:7070; a bare HOST gets port 7070), --timeout, and for a secured server
 --tls-ca FILE [--tls-cert FILE --tls-key FILE] and --token-file FILE (or
-$TIMERWHEEL_TOKEN; see cli.connection and docs/security.md). Its command then runs with
+$TIMERWHEEL_TOKEN; see timerwheel.cli.connection and docs/security.md). Its command then runs with
 a connected client, and errors become exit codes with one clear line: 0 done, 1 refused
 by the server (not found, bad input, unreachable: the message says which), 2 bad
 command line (a command raises `UsageError` for those).
@@ -16,8 +16,8 @@ import os
 import sys
 from collections.abc import Callable
 
-from cli.connection import add_connection_flags, connection_from_args
-from cli.times import parse_time_ms
+from timerwheel.cli.connection import add_connection_flags, connection_from_args
+from timerwheel.cli.times import parse_time_ms
 
 DEFAULT_TARGET = "127.0.0.1:7070"
 
@@ -67,7 +67,7 @@ class UsageError(ValueError):
 
 
 def time_range_ms(args: argparse.Namespace) -> tuple[int, int]:
-    """--from and --to of a command (cli.times formats), as epoch ms; a bad one is a
+    """--from and --to of a command (timerwheel.cli.times formats), as epoch ms; a bad one is a
     UsageError naming its flag."""
     try:
         return parse_time_ms(args.from_, "--from"), parse_time_ms(args.to, "--to")

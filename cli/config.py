@@ -1,6 +1,6 @@
 """Settings from an optional TOML file, the environment and flags, validated once.
 
-Precedence, lowest first: the defaults in `wheels.settings.Settings`, the TOML file
+Precedence, lowest first: the defaults in `timerwheel.wheels.settings.Settings`, the TOML file
 (`--config FILE` or `TIMERWHEEL_CONFIG`), environment variables `TIMERWHEEL_<FIELD>`
 (e.g. `TIMERWHEEL_ACK_TIMEOUT_MS=5s`), then flags. Keys are the `Settings` field names.
 
@@ -18,8 +18,9 @@ import os
 import tomllib
 from collections.abc import Mapping
 
-from wheels.durations import parse_duration_ms
-from wheels.settings import Settings, SettingsError
+from timerwheel.wheels.settings import Settings, SettingsError
+
+from timerwheel.durations import parse_duration_ms
 
 ENV_PREFIX = "TIMERWHEEL_"
 CONFIG_ENV = "TIMERWHEEL_CONFIG"

@@ -1,4 +1,4 @@
-"""`timerwheel` command line: discovers the sub-commands in `cli.commands`.
+"""`timerwheel` command line: discovers the sub-commands in `timerwheel.cli.commands`.
 
 `timerwheel` alone prints the help; `timerwheel --version` the installed version. Flags
 must be spelled out (no abbreviations), and an unknown flag is named in the error with
@@ -14,7 +14,7 @@ import importlib.metadata
 import pkgutil
 import sys
 
-import cli.commands
+import timerwheel.cli.commands
 
 
 class Parser(argparse.ArgumentParser):
@@ -60,8 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(
         dest="command", required=True, metavar="COMMAND", parser_class=Parser
     )
-    for module_info in sorted(pkgutil.iter_modules(cli.commands.__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"cli.commands.{module_info.name}")
+    for module_info in sorted(
+        pkgutil.iter_modules(timerwheel.cli.commands.__path__), key=lambda m: m.name
+    ):
+        module = importlib.import_module(f"timerwheel.cli.commands.{module_info.name}")
         module.register(subparsers)
     return parser
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from wheels.durations import parse_duration_ms
+from timerwheel.durations import parse_duration_ms
 
 
 def parse_time_ms(text: str, name: str) -> int:

@@ -14,9 +14,8 @@ import threading
 
 import structlog
 import uvicorn
-
-from console.app import ApiBackend, build_app
-from wheels.clock import Clock
+from timerwheel.console.app import ApiBackend, build_app
+from timerwheel.wheels.clock import Clock
 
 log = structlog.get_logger("timerwheel.console")
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from cli.trace_view import describe_event, kind_name
+from timerwheel.observability.trace_view import describe_event, kind_name
+
 from timerwheel.v1 import timerwheel_pb2 as pb
 
 BODY_PREVIEW_BYTES = 4096

@@ -20,8 +20,8 @@ import signal
 import sys
 import tempfile
 
-from capacity.local_cluster import LocalSparkCluster
-from engine.proc import SignalStop
+from timerwheel.capacity.local_cluster import LocalSparkCluster
+from timerwheel.procs.lifecycle import SignalStop
 
 
 def main() -> int:

@@ -1,9 +1,9 @@
-"""The writer's clock, watched for steps: the edge where `wheels.clock_step` meets real
+"""The writer's clock, watched for steps: the edge where `timerwheel.wheels.clock_step` meets real
 clocks and the log.
 
 `ClockWatch` is a `Clock` that reads the wrapped one and, on every wall-clock reading,
 feeds both readings to the pure detector. The engine hands it to the writer, whose loop
-reads the clock at least every `engine.writer.MAX_IDLE_SLEEP_S` (and at every group
+reads the clock at least every `timerwheel.engine.writer.MAX_IDLE_SLEEP_S` (and at every group
 commit), so a step is noticed within a quarter of a second. A step is logged as a
 warning (`clock_step`) and counted; `steps` is what Stats reports.
 """
@@ -13,9 +13,8 @@ from __future__ import annotations
 import threading
 
 import structlog
-
-from wheels.clock import Clock
-from wheels.clock_step import ClockSteps
+from timerwheel.wheels.clock import Clock
+from timerwheel.wheels.clock_step import ClockSteps
 
 log = structlog.get_logger("timerwheel.clock")
 

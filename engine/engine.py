@@ -1,7 +1,7 @@
 """The in-process engine: the public timer API over the store.
 
 Reads (get, list, fetch fired) go straight to the store; every mutation is an operation
-handed to the single writer (`engine.writer`), which applies it in a group commit and
+handed to the single writer (`timerwheel.engine.writer`), which applies it in a group commit and
 completes its future once durable. The engine validates input in the caller's thread and
 encodes records there too, so the writer's per-timer work stays small.
 
@@ -17,49 +17,47 @@ from collections.abc import Iterable
 from concurrent.futures import Future
 
 import structlog
-
-from engine.clock_watch import ClockWatch
-from engine.fired_cache import FiredCache
-from engine.gauges import UnackedByTopic, engine_gauges
-from engine.ids import MessageIds
-from engine.lookups import TimerLookups
-from engine.move_ops import DeadLetterOp, RescheduleOp
-from engine.ops import AckOp, CancelOp
-from engine.prepare import prepare_sends
-from engine.send_op import SendOp
-from engine.store_health import StoreHealth
-from engine.thread_cpu import thread_cpu_seconds
-from engine.trace_ops import DeliveryEvents, TraceBarrier, TraceOp
-from engine.writer import FiredListener, Writer
-from store import keys, records
-from store.counts import PendingCounts
-from store.export_root import ExportSlot, check_space
-from store.open_store import open_store
-from store.rocks import RocksTuning
-from store.timer_store import TimerStore
-from wheels.clock import Clock
-from wheels.domain import (
+from timerwheel.engine.clock_watch import ClockWatch
+from timerwheel.engine.fired_cache import FiredCache
+from timerwheel.engine.ids import MessageIds
+from timerwheel.engine.lookups import TimerLookups
+from timerwheel.engine.move_ops import DeadLetterOp, RescheduleOp
+from timerwheel.engine.ops import AckOp, CancelOp
+from timerwheel.engine.prepare import prepare_sends
+from timerwheel.engine.send_op import SendOp
+from timerwheel.engine.store_health import StoreHealth
+from timerwheel.engine.trace_ops import DeliveryEvents, TraceBarrier, TraceOp
+from timerwheel.engine.writer import FiredListener, Writer
+from timerwheel.observability.gauges import UnackedByTopic, engine_gauges
+from timerwheel.observability.thread_cpu import thread_cpu_seconds
+from timerwheel.store import keys, records
+from timerwheel.store.counts import PendingCounts
+from timerwheel.store.export_root import ExportSlot, check_space
+from timerwheel.store.open_store import open_store
+from timerwheel.store.rocks import RocksTuning
+from timerwheel.store.timer_store import TimerStore
+from timerwheel.wheels.clock import Clock
+from timerwheel.wheels.domain import (
     FiredTimer,
     InvalidArgument,
     Overloaded,
-    SendResult,
     SendSpec,
     ShuttingDown,
-    State,
     Timer,
-    TimerwheelError,
     When,
 )
-from wheels.lateness import LatenessMinute, RecentLateness
-from wheels.scheduler import Scheduler
-from wheels.settings import Settings
-from wheels.validation import (
+from timerwheel.wheels.lateness import LatenessMinute, RecentLateness
+from timerwheel.wheels.scheduler import Scheduler
+from timerwheel.wheels.settings import Settings
+from timerwheel.wheels.validation import (
     resolve_deliver_at_ms,
     validate_ack_count,
     validate_message_ref,
     validate_message_refs,
     validate_topic,
 )
+
+from timerwheel.common import SendResult, State, TimerwheelError
 
 log = structlog.get_logger("timerwheel.engine")
 
@@ -170,7 +168,7 @@ class Engine:
     ) -> list[str]:
         """Retire fired messages; returns the ids that were FIRED on `topic` and are now ACKED.
         `first_deliveries` (from the delivery hub, beside each id): the first delivery it
-        held for this Ack, written into the acked record (server.first_deliveries)."""
+        held for this Ack, written into the acked record (timerwheel.delivery.first_deliveries)."""
         validate_topic(topic, self.settings)
         ids = list(message_ids)
         validate_ack_count(len(ids), self.settings)
@@ -205,7 +203,8 @@ class Engine:
     def count(self, topic: str, from_ms: int = 0, to_ms: int = 0) -> tuple[int, int, int]:
         """Pending (SCHEDULED) timers of `topic`: (count, from_ms, to_ms) of what was
         counted. No range (both 0): the exact total. Else the whole minutes [from_ms,
-        to_ms) touches (to_ms 0: no upper bound), from per-minute counters (store.counts)."""
+        to_ms) touches (to_ms 0: no upper bound), from per-minute counters
+        (timerwheel.store.counts)."""
         validate_topic(topic, self.settings)
         if from_ms < 0:
             raise InvalidArgument("from_ms", from_ms, "must not be negative")
@@ -218,9 +217,9 @@ class Engine:
         return self._counts.in_range(topic, from_ms, to_ms or keys.NO_TIME_BOUND_MS)
 
     def get(self, message_id: str, include_trace: bool = False) -> Timer:
-        """The stored timer in any state (engine.lookups); NotFound for an unknown id.
+        """The stored timer in any state (timerwheel.engine.lookups); NotFound for an unknown id.
         With its trace, after the delivery events recorded so far are committed (they
-        linger for the writer's next commit: engine.writer)."""
+        linger for the writer's next commit: timerwheel.engine.writer)."""
         if include_trace:
             self._commit_lingering()
         return self._lookups.get(message_id, include_trace)
@@ -232,7 +231,7 @@ class Engine:
             self._writer.wait(self._writer.submit(TraceBarrier()))
 
     def record_trace(self, groups: list[DeliveryEvents]) -> bool:
-        """Store delivery events, in groups (engine.trace_ops), without waiting for their
+        """Store delivery events, in groups (timerwheel.engine.trace_ops), without waiting for their
         commit; False when the writer cannot take them now (overloaded, stopping): they
         are dropped, and the trace misses those attempts."""
         op = TraceOp(groups=groups)
@@ -258,7 +257,7 @@ class Engine:
         include_body: bool = True,
     ) -> tuple[list[Timer], str]:  # fmt: skip
         """Scheduled timers of `topic` due in [from_ms, to_ms), by time, one page at a time
-        (engine.lookups)."""
+        (timerwheel.engine.lookups)."""
         return self._lookups.list_pending(topic, from_ms, to_ms, limit, page_token, include_body)
 
     def fetch_fired(
@@ -293,15 +292,15 @@ class Engine:
         self, out_dir: str, max_rows_per_file: int = 0, reserve_bytes: int = 0, progress=None,
         **how,
     ):  # fmt: skip
-        """Write a consistent cut of the live store as SST files (see store.export; `how`:
-        its `workers` and `parallel_min_rows`). A large store is written by worker
+        """Write a consistent cut of the live store as SST files (see timerwheel.store.export;
+        `how`: its `workers` and `parallel_min_rows`). A large store is written by worker
         processes, so the export no longer holds this process's GIL row by row.
 
         One at a time (a second call meanwhile is refused, Overloaded), and only when it
         leaves `reserve_bytes` free on `out_dir`'s disk. Guarded here, in the engine's
         process, so the gRPC workers of `serve --workers N` share the one slot.
         """
-        from store.export import export_database
+        from timerwheel.store.export import export_database
 
         with self.export_slot.take():
             check_space(out_dir, self.settings.data_dir, reserve_bytes)
@@ -320,18 +319,20 @@ class Engine:
 
     @property
     def health(self) -> StoreHealth:
-        """The writer's fault state (engine.store_health): disk full, failed for good."""
+        """The writer's fault state (timerwheel.engine.store_health): disk full, failed for good."""
         return self._writer.health
 
     def queued_ops(self) -> int:
         return self._writer.queued_weight
 
     def metrics_gauges(self, top_topics: int) -> dict:
-        """Scrape-time gauges (engine.gauges): in memory or RocksDB properties only."""
+        """Scrape-time gauges (timerwheel.observability.gauges): in memory or RocksDB properties
+        only."""
         return engine_gauges(self, self._store, self._counts, self._unacked_by_topic, top_topics)
 
     def fire_lateness(self) -> list[LatenessMinute]:
-        """Fire lateness per minute over the last hour (wheels.lateness), oldest first."""
+        """Fire lateness per minute over the last hour (timerwheel.wheels.lateness), oldest
+        first."""
         return self._lateness.recent(self.now_ms())
 
     def topics(self) -> list[tuple[str, int, int]]:
@@ -342,7 +343,7 @@ class Engine:
 
     def stats(self) -> dict:
         """Counters of the engine, and its process's CPU by kind of thread (`thread_cpu_s`,
-        engine.thread_cpu: read in the process the writer runs in)."""
+        timerwheel.observability.thread_cpu: read in the process the writer runs in)."""
         state = self._scheduler.state
         counts = {f"keys_{n}": self._store.estimate_keys(n) for n in keys.ALL_COLUMN_FAMILIES}
         queued = self._writer.queued_weight

@@ -34,7 +34,7 @@ from collections import deque
 from itertools import islice
 from operator import itemgetter
 
-from store.timer_store import FiredEntry  # (fire seq, message id, record as committed)
+from timerwheel.store.timer_store import FiredEntry  # (fire seq, message id, record as committed)
 
 ENTRY_OVERHEAD_BYTES = 168  # sys.getsizeof: tuple 64, int 28, two empty bytes 66, a deque slot 8
 _SEQ, _ID, _RECORD = itemgetter(0), itemgetter(1), itemgetter(2)

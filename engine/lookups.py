@@ -13,14 +13,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from store import extras as extras_cf
-from store import keys, records
-from store.timer_store import TimerStore
-from wheels.domain import InvalidArgument, NotFound, State, Timer
-from wheels.scheduler import Scheduler, TimerKey
-from wheels.settings import Settings
-from wheels.trace import assemble, attempts_made
-from wheels.validation import validate_message_ref, validate_topic
+from timerwheel.store import extras as extras_cf
+from timerwheel.store import keys, records
+from timerwheel.store.timer_store import TimerStore
+from timerwheel.wheels.domain import InvalidArgument, NotFound, Timer
+from timerwheel.wheels.scheduler import Scheduler, TimerKey
+from timerwheel.wheels.settings import Settings
+from timerwheel.wheels.trace import assemble, attempts_made
+from timerwheel.wheels.validation import validate_message_ref, validate_topic
+
+from timerwheel.common import State
 
 MAX_LIST_LIMIT = 1_000
 LIST_SCAN_BUDGET = 200_000

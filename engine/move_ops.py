@@ -1,19 +1,21 @@
 """Writer operations that move an existing message: to a new time (Reschedule) or to its
-dead-letter topic. Like every operation (`engine.ops`), each checks before it stages."""
+dead-letter topic. Like every operation (`timerwheel.engine.ops`), each checks before it stages."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from engine.ops import Op, WriterContext, unschedule
-from engine.send_op import PreparedSend, stage_new
-from store import extras as extras_cf
-from store import records
-from store import trace as trace_cf
-from store.batch import StagedBatch
-from wheels.domain import FailedPrecondition, NotFound, State, When
-from wheels.trace import TraceEvent, TraceKind, assemble
-from wheels.validation import dead_letter_topic
+from timerwheel.engine.ops import Op, WriterContext, unschedule
+from timerwheel.engine.send_op import PreparedSend, stage_new
+from timerwheel.store import extras as extras_cf
+from timerwheel.store import records
+from timerwheel.store import trace as trace_cf
+from timerwheel.store.batch import StagedBatch
+from timerwheel.wheels.domain import FailedPrecondition, NotFound, When
+from timerwheel.wheels.trace import TraceEvent, TraceKind, assemble
+from timerwheel.wheels.validation import dead_letter_topic
+
+from timerwheel.common import State
 
 DEAD_LETTER_PREFIX = "timerwheel.dead_letter."  # properties a dead letter carries
 

@@ -2,8 +2,8 @@
 
 An operation checks everything before it stages anything, so a rejected operation
 leaves the batch untouched; its future is completed only after the batch is durable.
-The operations: `SendOp` (engine.send_op), `CancelOp` and `AckOp` (here), the moves and
-dead letters (engine.move_ops), delivery trace events (engine.trace_ops).
+The operations: `SendOp` (timerwheel.engine.send_op), `CancelOp` and `AckOp` (here), the moves and
+dead letters (timerwheel.engine.move_ops), delivery trace events (timerwheel.engine.trace_ops).
 """
 
 from __future__ import annotations
@@ -14,11 +14,13 @@ from functools import partial
 from itertools import repeat
 from typing import ClassVar
 
-from store import records
-from store.batch import StagedBatch
-from store.timer_store import TimerStore
-from wheels.domain import FailedPrecondition, NotFound, State
-from wheels.scheduler import Scheduler
+from timerwheel.store import records
+from timerwheel.store.batch import StagedBatch
+from timerwheel.store.timer_store import TimerStore
+from timerwheel.wheels.domain import FailedPrecondition, NotFound
+from timerwheel.wheels.scheduler import Scheduler
+
+from timerwheel.common import State
 
 
 @dataclass
@@ -51,8 +53,8 @@ class Op:
         """Ids whose stored records `apply` will read (prefetched for the whole group)."""
         return []
 
-    # An operation crosses from a worker process to the engine's (engine.host) without
-    # its future: the receiving side waits on a fresh one.
+    # An operation crosses from a worker process to the engine's (timerwheel.procs.engine_host)
+    # without its future: the receiving side waits on a fresh one.
     def __getstate__(self) -> dict:
         return {name: value for name, value in self.__dict__.items() if name != "future"}
 
@@ -100,7 +102,7 @@ class AckOp(Op):
     topic: str = ""
     message_ids: list[str] = field(default_factory=list)
     # Beside each id, the first delivery the delivery side held for this Ack
-    # (server.first_deliveries) as a record trailer (b"": none), or None for no id.
+    # (timerwheel.delivery.first_deliveries) as a record trailer (b"": none), or None for no id.
     first_deliveries: list[bytes] | None = None
 
     @property

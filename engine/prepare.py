@@ -4,14 +4,14 @@ validated, ids chosen, records encoded, so the single writer's per-timer work st
 
 from __future__ import annotations
 
-from engine.ids import MessageIds
-from engine.send_op import SendOp
-from store import extras as extras_cf
-from store import records
-from store.records import encode_new_many
-from wheels.domain import InvalidArgument, SendSpec
-from wheels.settings import Settings
-from wheels.validation import validate_sends
+from timerwheel.engine.ids import MessageIds
+from timerwheel.engine.send_op import SendOp
+from timerwheel.store import extras as extras_cf
+from timerwheel.store import records
+from timerwheel.store.records import encode_new_many
+from timerwheel.wheels.domain import InvalidArgument, SendSpec
+from timerwheel.wheels.settings import Settings
+from timerwheel.wheels.validation import validate_sends
 
 
 def prepare_sends(
@@ -38,7 +38,7 @@ def prepare_sends(
         topics=[spec.topic for spec in specs], client_ids=client_ids,
     )  # fmt: skip
     with_options = [index for index, spec in enumerate(specs) if spec.options]
-    if with_options:  # flagged records, and their `extras` entries (store.records)
+    if with_options:  # flagged records, and their `extras` entries (timerwheel.store.records)
         op.extras = [None] * len(specs)
         for index in with_options:
             options = specs[index].options

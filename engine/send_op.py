@@ -1,10 +1,11 @@
 """The send operation: one or more new timers, stored together or not at all.
 
 A `SendOp` is prepared outside the writer (validated, ids chosen, records encoded:
-`engine.prepare`), may cross from a worker process to the engine's without its requests
+`timerwheel.engine.prepare`), may cross from a worker process to the engine's without its requests
 (`__getstate__`), and is applied by the writer in a group commit like every operation
-(`engine.ops`): it checks every send before it stages any. `stage_new` places one timer
-(a wheel, or fired at once when due); moves and dead letters use it too (engine.move_ops).
+(`timerwheel.engine.ops`): it checks every send before it stages any. `stage_new` places one timer
+(a wheel, or fired at once when due); moves and dead letters use it too
+(timerwheel.engine.move_ops).
 """
 
 from __future__ import annotations
@@ -12,24 +13,24 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from engine.ops import Op, WriterContext, unschedule
-from engine.series import fire_due_series
-from store import extras as extras_cf
-from store import records
-from store import trace as trace_cf
-from store.batch import StagedBatch
-from wheels.domain import (
+from timerwheel.engine.ops import Op, WriterContext, unschedule
+from timerwheel.engine.series import fire_due_series
+from timerwheel.store import extras as extras_cf
+from timerwheel.store import records
+from timerwheel.store import trace as trace_cf
+from timerwheel.store.batch import StagedBatch
+from timerwheel.wheels.domain import (
     NO_PROPERTIES,
     AlreadyExists,
     FailedPrecondition,
     IfExists,
-    SendResult,
     SendSpec,
-    State,
     When,
     WhenKind,
 )
-from wheels.trace import TraceEvent, TraceKind
+from timerwheel.wheels.trace import TraceEvent, TraceKind
+
+from timerwheel.common import SendResult, State
 
 
 class PreparedSend(NamedTuple):

@@ -10,7 +10,7 @@ but hands it here (`StagedBatch.series_due`), and in the same batch:
    `ready` entry, deliver_at_ms = its schedule time, the series' topic, body and
    properties plus ``timerwheel.series.id`` and ``timerwheel.series.occurrence``;
 2. the series moves to occurrence n+1: its wheel key and record to the next time (by the
-   missed policy, `wheels.recurrence`), its `extras` to n+1 — or, past `max_count` or
+   missed policy, `timerwheel.wheels.recurrence`), its `extras` to n+1 — or, past `max_count` or
    `end_at_ms`, the series record is retired as ACKED (kept for the retention period).
 
 Both are one atomic WriteBatch: a crash loses or repeats no occurrence, and the numbering
@@ -23,14 +23,16 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from store import extras as extras_cf
-from store import records
-from store.batch import StagedBatch
-from wheels.domain import SendOptions, State, When, WhenKind
-from wheels.recurrence import finished, next_occurrence_ms
+from timerwheel.store import extras as extras_cf
+from timerwheel.store import records
+from timerwheel.store.batch import StagedBatch
+from timerwheel.wheels.domain import SendOptions, When, WhenKind
+from timerwheel.wheels.recurrence import finished, next_occurrence_ms
+
+from timerwheel.common import State
 
 if TYPE_CHECKING:
-    from engine.ops import WriterContext
+    from timerwheel.engine.ops import WriterContext
 
 MAX_CATCH_UP = 1_000  # occurrences fired for one series in one batch
 SERIES_ID = "timerwheel.series.id"

@@ -1,6 +1,6 @@
 """What the writer does when the store fails: retry, recover, or stop for good and say so.
 
-The writer (engine.writer) is the only thread that mutates the store, so it is the one
+The writer (timerwheel.engine.writer) is the only thread that mutates the store, so it is the one
 that meets write errors, and it decides here what each one means:
 
 * **A failed WAL sync** (`WalSyncFailed`): the batch is applied but maybe not durable, and
@@ -32,13 +32,14 @@ import threading
 from collections.abc import Callable
 
 import structlog
+from timerwheel.store.batch import StagedBatch
+from timerwheel.store.disk import free_bytes, is_disk_full
+from timerwheel.store.rocks import WalSyncFailed, WriteFailed
+from timerwheel.store.timer_store import TimerStore
+from timerwheel.wheels.domain import DiskFull, StoreUnavailable
+from timerwheel.wheels.scheduler import Scheduler
 
-from store.batch import StagedBatch
-from store.disk import free_bytes, is_disk_full
-from store.rocks import WalSyncFailed, WriteFailed
-from store.timer_store import TimerStore
-from wheels.domain import DiskFull, StoreUnavailable, TimerwheelError
-from wheels.scheduler import Scheduler
+from timerwheel.common import TimerwheelError
 
 log = structlog.get_logger("timerwheel.store_health")
 

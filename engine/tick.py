@@ -10,7 +10,7 @@ scheduler's `now_ms`:
  2. one chunk of firing: the second wheel's keys from the scheduler's `fire_from`
     through `now_ms`, at most `fire_chunk` of them, each record turned FIRED with the
     next fire sequence number and a `ready` entry;
- 3. the recurring series step 1-2 found due (`engine.series`): each occurrence out and
+ 3. the recurring series step 1-2 found due (`timerwheel.engine.series`): each occurrence out and
     the series on to its next time, in this same batch;
  4. once a second, one chunk of the retention sweep (`sweep_chunk` expired records).
 Each step reports whether it stopped at its chunk's limit; the writer then runs again at
@@ -18,7 +18,7 @@ once instead of sleeping, so a backlog drains a chunk per commit and no commit h
 fires behind it for long (docs/benchmarks.md, 2026-11-26 late: 250-key cascade chunks).
 
 `next_due_ms` is the other half: when the tick will next have work, for the writer's
-sleep. The tick decides nothing about time itself; the scheduler (`wheels.scheduler`)
+sleep. The tick decides nothing about time itself; the scheduler (`timerwheel.wheels.scheduler`)
 does, and the tick turns its verdicts (a cascade task, a fire range) into store writes.
 """
 
@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import time
 
-from engine import metrics
-from engine.ops import WriterContext
-from engine.series import fire_due_series
-from store import keys
-from store.batch import StagedBatch
-from wheels.scheduler import CascadeTask
-from wheels.settings import Settings
+from timerwheel.engine.ops import WriterContext
+from timerwheel.engine.series import fire_due_series
+from timerwheel.observability import metrics
+from timerwheel.store import keys
+from timerwheel.store.batch import StagedBatch
+from timerwheel.wheels.scheduler import CascadeTask
+from timerwheel.wheels.settings import Settings
 
 SWEEP_INTERVAL_MS = 1_000
 

@@ -1,6 +1,6 @@
 """Delivery events for message traces: the writer operation that stores them.
 
-Deliveries happen outside the writer (server.delivery, possibly another process), which
+Deliveries happen outside the writer (timerwheel.delivery.hub, possibly another process), which
 reports them in groups: one per subscriber's batch (DELIVERED, the subscriber, the
 batch's ids and their attempts) or per failed attempt (NACKED, why, one id). A group
 crosses between processes as two plain lists, which pickle in C, and is staged with a
@@ -9,7 +9,7 @@ few calls in C for the whole group: 0.13 us a message to unpickle and stage, aga
 0.20-0.23 to note and pickle in the delivery process (docs/benchmarks.md, 2026-12-01
 evening). The writer stamps the events with its clock when it applies them, like every
 other event of a trace, so an attempt's time is when the server recorded it: in the
-writer's next group commit after the delivery (they linger for it: engine.linger), and
+writer's next group commit after the delivery (they linger for it: timerwheel.engine.linger), and
 never before the fire or after the ack that the same delivery led to (the subscriber's
 ack is submitted after it).
 
@@ -23,15 +23,15 @@ from dataclasses import dataclass, field
 from itertools import chain
 from typing import ClassVar
 
-from engine.ops import Op, WriterContext
-from store.batch import StagedBatch
-from store.trace import encode_event
-from wheels.trace import TraceEvent, TraceKind
+from timerwheel.engine.ops import Op, WriterContext
+from timerwheel.store.batch import StagedBatch
+from timerwheel.store.trace import encode_event
+from timerwheel.wheels.trace import TraceEvent, TraceKind
 
 # (TraceKind, text, message ids, their attempts): the events of one batch or failed
 # attempt, at the time the writer applies them; a fifth element, when there, is the time
 # they happened (first attempts held for their Ack that came too late or not at all:
-# server.first_deliveries).
+# timerwheel.delivery.first_deliveries).
 DeliveryEvents = tuple[int, str, list[str], list[int]] | tuple[int, str, list[str], list[int], int]
 # Under load the writer commits every millisecond for fires anyway; idle, a delivery's
 # events wait this long for an ack to share a commit with (the client gathers acks 10 ms).
@@ -53,7 +53,7 @@ class TraceOp(Op):
 
     def apply(self, ctx: WriterContext, batch: StagedBatch, now_ms: int) -> int:
         """Stage every event; a message's events keep their order (the groups', then the
-        trace seqs `store.trace.TraceLog.stage` gives in staging order)."""
+        trace seqs `timerwheel.store.trace.TraceLog.stage` gives in staging order)."""
         staged = []
         for kind, text, message_ids, attempts, *happened in self.groups:
             at_ms = happened[0] if happened else now_ms

@@ -28,9 +28,8 @@ import time
 from collections.abc import Callable
 
 import structlog
-
-from engine import metrics
-from wheels.domain import ShuttingDown
+from timerwheel.observability import metrics
+from timerwheel.wheels.domain import ShuttingDown
 
 log = structlog.get_logger("timerwheel.wal_syncer")
 

@@ -8,13 +8,13 @@ inside a slot.
 
 One iteration, in order:
  1. observe the clock (the scheduler keeps a monotonic `now_ms`);
- 2. the tick (`engine.tick`): one chunk of every running cascade (top level first),
+ 2. the tick (`timerwheel.engine.tick`): one chunk of every running cascade (top level first),
     one chunk of firing out of the second wheel, the recurring series found due, and
     once a second a chunk of the retention sweep;
  3. apply the queued operations (up to `max_group_ops`), each checked before staged (a
     series due at once when sent or rescheduled fires inside its operation);
  4. stage the scheduler state into `meta` and the pending-timer counters the batch
-    changed (`store.counts`, from the deltas steps 2-3 noted), and write the batch to
+    changed (`timerwheel.store.counts`, from the deltas steps 2-3 noted), and write the batch to
     the WAL, without an fsync;
  5. update the in-memory counters; hand the operations whose callers wait on
     durability (`Op.durable`) to the WAL syncer, which completes their futures after
@@ -34,7 +34,7 @@ kernel once `write` returns, so the death of any process keeps them; the next fs
 a send, cancel or ack, at most milliseconds away under load) covers their bytes too; and
 a machine crash before that loses a suffix of the WAL, which RocksDB recovers as a
 consistent prefix, so a fire lost that way fires again (at least once).
-The fsyncs a caller waits on run on the WAL syncer's thread (`engine.wal_syncer` says
+The fsyncs a caller waits on run on the WAL syncer's thread (`timerwheel.engine.wal_syncer` says
 why, and what a failed one does); while one runs the writer fires what falls due but
 commits queued operations only after it (`_sleep_until_due`), so group commits stay as
 large. A commit is visible to readers once written, a moment before it is durable: a
@@ -45,12 +45,12 @@ Which ops wake the writer: every op but delivery trace events (`Op.linger_ms`). 
 5,000 sends/s half the writer's iterations were a commit of one delivery's trace events
 alone, queued a fraction of a millisecond after the fire commit that led to them and
 before the next one (docs/benchmarks.md, 2026-11-25 evening). Such an op lingers
-(`engine.linger`): it goes into the next group commit the writer makes anyway (the next
+(`timerwheel.engine.linger`): it goes into the next group commit the writer makes anyway (the next
 fire, send or ack) or, when there is none, one made `linger_ms` after it was queued. A
 reader of what they write (a message's trace) first commits what lingers (`Engine.get`,
 `TraceBarrier`), so it sees every event recorded before it asked.
 
-A failing iteration or idle read is not the end of the writer: `engine.store_health`
+A failing iteration or idle read is not the end of the writer: `timerwheel.engine.store_health`
 decides whether it is retried with backoff (a read error), waited out with a reopen of
 the store (a full disk), or fatal (a failed WAL sync), and tells the server so.
 
@@ -68,21 +68,22 @@ from collections.abc import Callable
 from concurrent.futures import Future
 
 import structlog
+from timerwheel.engine.linger import Lingering
+from timerwheel.engine.ops import Op, WriterContext
+from timerwheel.engine.store_health import StoreHealth, WriterFailed
+from timerwheel.engine.tick import Tick
+from timerwheel.engine.wal_syncer import WalSyncer, complete, fail
+from timerwheel.observability import metrics
+from timerwheel.store.batch import StagedBatch
+from timerwheel.store.counts import CountChanges, PendingCounts
+from timerwheel.store.rocks import WalSyncFailed
+from timerwheel.store.timer_store import TimerStore
+from timerwheel.wheels.clock import Clock
+from timerwheel.wheels.domain import Overloaded, ShuttingDown
+from timerwheel.wheels.scheduler import Scheduler
+from timerwheel.wheels.settings import Settings
 
-from engine import metrics
-from engine.linger import Lingering
-from engine.ops import Op, WriterContext
-from engine.store_health import StoreHealth, WriterFailed
-from engine.tick import Tick
-from engine.wal_syncer import WalSyncer, complete, fail
-from store.batch import StagedBatch
-from store.counts import CountChanges, PendingCounts
-from store.rocks import WalSyncFailed
-from store.timer_store import TimerStore
-from wheels.clock import Clock
-from wheels.domain import Overloaded, ShuttingDown, TimerwheelError
-from wheels.scheduler import Scheduler
-from wheels.settings import Settings
+from timerwheel.common import TimerwheelError
 
 log = structlog.get_logger("timerwheel.writer")
 

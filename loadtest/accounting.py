@@ -29,8 +29,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 
 from hdrh.histogram import HdrHistogram
-
-from loadtest.pacing import decode_body
+from timerwheel.loadtest.pacing import decode_body
 
 # Producer-side state of a sequence number.
 UNSENT = 0  # not sent, or refused by the server (a refused batch stores nothing)

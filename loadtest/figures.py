@@ -41,10 +41,10 @@ from __future__ import annotations
 import datetime as dt
 import os
 
-from engine.thread_cpu import GIL_KINDS, ROCKSDB_KINDS
-from loadtest.accounting import HIGHEST_US, merge_histograms, merge_worst, summary
-from loadtest.interpreter import interpreter
-from loadtest.scenarios import Scenario
+from timerwheel.loadtest.accounting import HIGHEST_US, merge_histograms, merge_worst, summary
+from timerwheel.loadtest.interpreter import interpreter
+from timerwheel.loadtest.scenarios import Scenario
+from timerwheel.observability.thread_cpu import GIL_KINDS, ROCKSDB_KINDS
 
 CEILING_PERCENT = 95  # of a core, for the threads that share the engine process's GIL
 

@@ -30,16 +30,16 @@ from collections.abc import Iterator, Sequence
 
 import grpc
 import structlog
+from timerwheel.loadtest.accounting import account, merge_counts
+from timerwheel.loadtest.consumer import ConsumerPlan, consumer_main
+from timerwheel.loadtest.figures import figures
+from timerwheel.loadtest.pacing import split_messages
+from timerwheel.loadtest.producer import ProducerPlan, producer_main
+from timerwheel.loadtest.scenarios import Scenario
+from timerwheel.loadtest.server_proc import SpawnedServer, StatsSampler, stats_reader
+from timerwheel.procs.lifecycle import run_as_child_of
 from tqdm import tqdm
 
-from engine.proc import run_as_child_of
-from loadtest.accounting import account, merge_counts
-from loadtest.consumer import ConsumerPlan, consumer_main
-from loadtest.figures import figures
-from loadtest.pacing import split_messages
-from loadtest.producer import ProducerPlan, producer_main
-from loadtest.scenarios import Scenario
-from loadtest.server_proc import SpawnedServer, StatsSampler, stats_reader
 from timerwheel.client import TimerClient
 from timerwheel.credentials import PLAIN, Connection
 from timerwheel.types import RemoteError
@@ -73,7 +73,7 @@ def run(
     progress: bool = True,
     connection: Connection = PLAIN,
 ) -> dict:
-    """Run `scenario` and return its figures (see loadtest.figures); never raises on a
+    """Run `scenario` and return its figures (see timerwheel.loadtest.figures); never raises on a
     failed accounting (that is in the figures' `problems`), only on a harness failure.
 
     `connection` (TLS, token) is how every process dials a secured `target`; the token

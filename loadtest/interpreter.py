@@ -1,6 +1,6 @@
 """Which Python interpreter a benchmark ran on: its build moves every figure.
 
-The harness spawns the server with its own interpreter (loadtest.server_proc), so one
+The harness spawns the server with its own interpreter (timerwheel.loadtest.server_proc), so one
 interpreter runs both. On one machine, alternating runs of the same code, Debian's
 ``/usr/bin/python3.11`` (3.11.2, libpython linked into the executable) took 8-14% less
 CPU than a pyenv build of 3.11.7 (libpython a shared library) for the engine alone, and

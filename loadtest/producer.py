@@ -6,7 +6,7 @@ handled by a callback on a gRPC thread. So a slow answer never delays the next s
 only `max_outstanding` unanswered requests stop the producer, and then the lateness
 shows in the latency measured from the intended time (`intended_us`).
 
-Each sequence number's outcome goes into `states` (see `loadtest.accounting`). With a
+Each sequence number's outcome goes into `states` (see `timerwheel.loadtest.accounting`). With a
 `cancel_share`, a deterministic share of the stored timers is cancelled right after the
 send is answered, from a thread of its own (Cancel is a unary call per message).
 """
@@ -22,8 +22,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 import grpc
-
-from loadtest.accounting import (
+from timerwheel.loadtest.accounting import (
     CANCEL_UNKNOWN,
     CANCELLED,
     HIGHEST_US,
@@ -32,13 +31,14 @@ from loadtest.accounting import (
     UNSENT,
     new_histogram,
 )
-from loadtest.pacing import (
+from timerwheel.loadtest.pacing import (
     DeliverTimes,
     Pacer,
     encode_body,
     padding_for,
     use_measuring_switch_interval,
 )
+
 from timerwheel.client import TimerClient
 from timerwheel.credentials import PLAIN, Connection
 from timerwheel.v1 import timerwheel_pb2 as pb

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 
-from loadtest.figures import CEILING_PERCENT
-from loadtest.interpreter import describe
+from timerwheel.loadtest.figures import CEILING_PERCENT
+from timerwheel.loadtest.interpreter import describe
 
 WORST_SECONDS = 5  # listed in the details, worst delay error first
 TDMQ_REFERENCE = {
@@ -170,7 +170,8 @@ def details(fig: dict) -> str:
 
 
 def _interpreter_label(target: str | None) -> str:
-    """A spawned server runs on the harness's interpreter (loadtest.server_proc); a dialled
+    """A spawned server runs on the harness's interpreter (timerwheel.loadtest.server_proc); a
+    dialled
     one on whatever its host runs."""
     if target == "spawned":
         return "interpreter (the harness's and the spawned server's)"

@@ -19,7 +19,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from loadtest.pacing import MIN_BODY_BYTES
+from timerwheel.loadtest.pacing import MIN_BODY_BYTES
+
 from timerwheel.acks import DEFAULT_ACK_LINGER_MS
 
 SECOND_MS = 1_000

@@ -1,6 +1,6 @@
 """The server under test: a spawned `timerwheel serve`, and the Stats sampler.
 
-`SpawnedServer` runs `python -m cli.main serve` on a temporary data dir, on 127.0.0.1
+`SpawnedServer` runs `python -m timerwheel.cli.main serve` on a temporary data dir, on 127.0.0.1
 port 0, and learns the port from its `server_started` JSON log line (read on a thread,
 which then keeps copying the log to `server.log` so the pipe never fills). Leaving the
 `with` block always stops it: SIGTERM, a bounded wait, then SIGKILL; the data dir is
@@ -35,8 +35,8 @@ from pathlib import Path
 
 import psutil
 import structlog
+from timerwheel.procs.lifecycle import die_with_parent
 
-from engine.proc import die_with_parent
 from timerwheel.client import TimerClient
 
 log = structlog.get_logger("timerwheel.loadtest")
@@ -56,7 +56,7 @@ class SpawnedServer:
         self.log_path = self.work_dir / "server.log"
         self.keep = keep
         self.args = [
-            sys.executable, "-m", "cli.main", "serve", "--data-dir", str(self.data_dir),
+            sys.executable, "-m", "timerwheel.cli.main", "serve", "--data-dir", str(self.data_dir),
             "--host", "127.0.0.1", "--port", "0", "--log-format", "json", *serve_flags,
         ]  # fmt: skip
         self.proc: subprocess.Popen | None = None
@@ -164,7 +164,8 @@ class Sample:
     data_dir_bytes: int
     keys: dict[str, int]
     unacked: int
-    # The engine process's CPU seconds by kind of thread (engine.thread_cpu), if reported.
+    # The engine process's CPU seconds by kind of thread (timerwheel.observability.thread_cpu), if
+    # reported.
     thread_cpu_s: dict[str, float] = field(default_factory=dict)
     # The whole machine's busy CPU seconds at the same moment (`machine_busy_s`), read by
     # the harness: the server shares the cores with it, so were they free then?

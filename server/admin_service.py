@@ -1,6 +1,6 @@
 """TimerAdmin: operator endpoints (Stats, Topics, Export), proto <-> engine translation only.
 
-Export writes only below the server's export root (store.export_root): switched off
+Export writes only below the server's export root (timerwheel.store.export_root): switched off
 (FAILED_PRECONDITION) when none is configured, one at a time, and only with room to spare.
 """
 
@@ -10,17 +10,17 @@ import contextlib
 
 import grpc
 import psutil
+from timerwheel.delivery.hub import DeliveryHub
+from timerwheel.engine.engine import Engine
+from timerwheel.security.settings import SecuritySettings
+from timerwheel.server.errors import rpc_errors
+from timerwheel.store import keys
+from timerwheel.store.export_root import dir_bytes, resolve_in_root
+from timerwheel.wheels.domain import FailedPrecondition, InvalidArgument
+from timerwheel.wheels.lateness import LatenessMinute
 
-from engine.engine import Engine
-from server.delivery import DeliveryHub
-from server.errors import rpc_errors
-from store import keys
-from store.export_root import dir_bytes, resolve_in_root
 from timerwheel.v1 import timerwheel_pb2 as pb
 from timerwheel.v1 import timerwheel_pb2_grpc as pb_grpc
-from wheels.domain import FailedPrecondition, InvalidArgument
-from wheels.lateness import LatenessMinute
-from wheels.security_settings import SecuritySettings
 
 
 def server_processes(root_pid: int | None) -> list[psutil.Process]:

@@ -5,11 +5,11 @@ the engine, whose API is blocking (group-commit futures, RocksDB reads); under a
 each would have to hop to an executor anyway, and the measured throughput comes from
 batching (SendBatch, DeliveryBatch), not from cheaper per-call dispatch. The cost of the
 sync server is one thread per open Subscribe stream, so streams run on a pool of their
-own (server.stream_pool: `max_subscribers` threads, and `grpc_workers` more on which the
+own (timerwheel.server.stream_pool: `max_subscribers` threads, and `grpc_workers` more on which the
 delivery hub refuses streams beyond `max_subscribers`), while unary calls run on
 `grpc_workers` threads: subscribers can never take the threads unary calls need, and
 unary calls never run 288 at once. Ack and Nack run on `settle_workers` threads of their
-own (server.settle_pool), so a consumer's acks never wait behind queued sends.
+own (timerwheel.server.settle_pool), so a consumer's acks never wait behind queued sends.
 
 Shutdown (`stop`, run on SIGTERM by `timerwheel serve`): health goes NOT_SERVING; the
 delivery hub ends the Subscribe streams (un-acked messages stay in the store and are
@@ -29,25 +29,31 @@ import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from timerwheel.console.http import ConsoleEndpoint, api_target
+from timerwheel.delivery.hub import DeliveryHub
+from timerwheel.engine.engine import Engine
+from timerwheel.engine.system_clock import SystemClock
+from timerwheel.observability import metrics
+from timerwheel.observability.metrics_http import MetricsEndpoint, ScrapeGauges
+from timerwheel.security.guard import RequestGuard
+from timerwheel.security.protection import (
+    UNPROTECTED,
+    Protection,
+    listen,
+    load_protection,
+    log_protection,
+)
+from timerwheel.security.settings import SecuritySettings
+from timerwheel.server.admin_service import TimerAdmin
+from timerwheel.server.service import TimerService
+from timerwheel.server.settle_pool import SettlePool
+from timerwheel.server.stream_pool import StreamPool
+from timerwheel.server.worker_health import WorkerHealth
+from timerwheel.wheels.clock import Clock
+from timerwheel.wheels.settings import Settings
 
-from console.http import ConsoleEndpoint, api_target
-from engine import metrics
-from engine.engine import Engine
-from engine.system_clock import SystemClock
-from server.admin_service import TimerAdmin
-from server.delivery import DeliveryHub
-from server.guard import RequestGuard
-from server.metrics_http import MetricsEndpoint, ScrapeGauges
-from server.protection import UNPROTECTED, Protection, listen, load_protection, log_protection
-from server.service import TimerService
-from server.settle_pool import SettlePool
-from server.stream_pool import StreamPool
-from server.worker_health import WorkerHealth
 from timerwheel.v1 import timerwheel_pb2 as pb
 from timerwheel.v1 import timerwheel_pb2_grpc as pb_grpc
-from wheels.clock import Clock
-from wheels.security_settings import SecuritySettings
-from wheels.settings import Settings
 
 log = structlog.get_logger("timerwheel.server")
 
@@ -86,13 +92,13 @@ def build_grpc_server(
 ) -> GrpcServer:  # fmt: skip
     """The gRPC server with every service on it, not yet bound: TimerService and TimerAdmin
     over `engine` and `hub` (in-process objects, or the remote ones of a worker process),
-    health and reflection, behind the request guard (server.guard: tokens and roles from
-    `protection`, undecodable requests).
+    health and reflection, behind the request guard (timerwheel.security.guard: tokens and roles
+    from `protection`, undecodable requests).
 
     `reuse_port`: the worker processes of `timerwheel serve --workers N` all listen on one
     port (SO_REUSEPORT; the kernel spreads connections over them). Off otherwise, so a
     second server on a busy port fails instead of sharing it. `worker`: this server's
-    (index, count) among them, which its health answers tell (server.worker_health).
+    (index, count) among them, which its health answers tell (timerwheel.server.worker_health).
     """
     unary_pool = ThreadPoolExecutor(settings.grpc_workers, thread_name_prefix="grpc-unary")
     # A stream beyond max_subscribers needs a thread too, to be refused on (the hub's
@@ -198,7 +204,7 @@ class TimerServer:
     def start(self) -> TimerServer:
         self._grpc.server.start()
         set_serving(self.health)
-        # A writer that stops for good (engine.store_health) leaves nothing to serve:
+        # A writer that stops for good (timerwheel.engine.store_health) leaves nothing to serve:
         # NOT_SERVING at once, so probes and load balancers see it; `failure` tells
         # `timerwheel serve` to exit non-zero, so the process gets restarted.
         self.engine.health.on_failed(self._writer_failed)

@@ -15,9 +15,8 @@ from contextlib import contextmanager
 
 import grpc
 import structlog
-
-from engine import metrics
-from wheels.domain import (
+from timerwheel.observability import metrics
+from timerwheel.wheels.domain import (
     AlreadyExists,
     DiskFull,
     FailedPrecondition,
@@ -26,12 +25,13 @@ from wheels.domain import (
     Overloaded,
     ShuttingDown,
     StoreUnavailable,
-    TimerwheelError,
 )
+
+from timerwheel.common import TimerwheelError
 
 log = structlog.get_logger("timerwheel.rpc")
 
-# Most specific first: subclasses (e.g. store.export.ExportError < FailedPrecondition)
+# Most specific first: subclasses (e.g. timerwheel.store.export.ExportError < FailedPrecondition)
 # map through their base.
 STATUS_OF: tuple[tuple[type[TimerwheelError], grpc.StatusCode], ...] = (
     (InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),

@@ -1,6 +1,6 @@
 """Regenerate `timerwheel/v1/*_pb2*.py` from `proto/` with grpcio-tools.
 
-`python -m server.protogen` writes the files; `--check` exits 1 when the committed files
+`python -m timerwheel.server.protogen` writes the files; `--check` exits 1 when the committed files
 differ from what the .proto would generate (a test runs the check).
 """
 
@@ -46,7 +46,10 @@ def main() -> int:
     if "--check" in sys.argv:
         stale = stale_files()
         if stale:
-            print(f"stale generated code: {', '.join(stale)}; run python -m server.protogen")
+            print(
+                f"stale generated code: {', '.join(stale)}; "
+                "run python -m timerwheel.server.protogen"
+            )
             return 1
         return 0
     generate(ROOT)

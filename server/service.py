@@ -2,7 +2,7 @@
 
 Validation, idempotency and storage are the engine's; redelivery and backpressure are the
 delivery hub's. Each method converts the request, calls them, converts the answer, and
-lets `server.errors.rpc_errors` turn domain errors into status codes.
+lets `timerwheel.server.errors.rpc_errors` turn domain errors into status codes.
 
 The `when` oneof: proto3 guarantees at most one of deliver_at_ms / delay_ms / delay_level
 arrives (setting one clears the others, and a parser keeps the last one on the wire), so
@@ -15,30 +15,30 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import grpc
-
-from engine.engine import Engine
-from server.delivery import DeliveryHub
-from server.errors import rpc_errors
-from server.limits import ByteBudget, caller_identity
-from server.subscriber import DeliveryRow
-from store.records import delivery_parts
-from timerwheel.v1 import timerwheel_pb2 as pb
-from timerwheel.v1 import timerwheel_pb2_grpc as pb_grpc
-from wheels.domain import (
+from timerwheel.delivery.hub import DeliveryHub
+from timerwheel.delivery.subscriber import DeliveryRow
+from timerwheel.engine.engine import Engine
+from timerwheel.security.limits import ByteBudget, caller_identity
+from timerwheel.server.errors import rpc_errors
+from timerwheel.store.records import delivery_parts
+from timerwheel.wheels.domain import (
     NO_PROPERTIES,
     IfExists,
     InvalidArgument,
     MissedPolicy,
     Repeat,
     SendOptions,
-    SendResult,
     SendSpec,
     Timer,
     When,
     WhenKind,
 )
-from wheels.trace import TraceEvent
-from wheels.validation import validate_ack_count, validate_consumer_name
+from timerwheel.wheels.trace import TraceEvent
+from timerwheel.wheels.validation import validate_ack_count, validate_consumer_name
+
+from timerwheel.common import SendResult
+from timerwheel.v1 import timerwheel_pb2 as pb
+from timerwheel.v1 import timerwheel_pb2_grpc as pb_grpc
 
 NO_UPPER_BOUND_MS = 2**63 - 1  # List with to_ms=0: every pending timer from from_ms on
 
@@ -196,7 +196,7 @@ def send_batch_response(results: list[SendResult]) -> pb.SendBatchResponse:
 
 def delivery_batch(rows: list[DeliveryRow]) -> pb.DeliveryBatch:
     """The stream's next message, from the fired records as stored
-    (`store.records.delivery_parts`): each distinct topic decoded once a batch."""
+    (`timerwheel.store.records.delivery_parts`): each distinct topic decoded once a batch."""
     out = pb.DeliveryBatch()
     add = out.deliveries.add  # built in place: append() would copy each message
     topics: dict[bytes, str] = {}

@@ -10,7 +10,7 @@ second while the sends went on (docs/benchmarks.md, 2026-11-29, late morning).
 
 So Ack and Nack run on a pool of `settle_workers` threads of their own, through grpcio's
 per-method pool (a behaviour's `experimental_thread_pool` attribute, as
-`server.stream_pool` does for streams): they wait only behind other settlements. They
+`timerwheel.server.stream_pool` does for streams): they wait only behind other settlements. They
 still go through the request guard and the same servicer methods; only the thread they
 run on changes.
 """
@@ -20,8 +20,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
-
-from server.stream_pool import on_pool
+from timerwheel.server.stream_pool import on_pool
 
 SETTLE_METHODS = frozenset({"/timerwheel.v1.TimerService/Ack", "/timerwheel.v1.TimerService/Nack"})
 

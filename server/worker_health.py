@@ -8,8 +8,8 @@ afternoon). The server cannot choose (grpcio binds and accepts in its C core), b
 tell: every health `Check` answer carries `timerwheel-worker: INDEX/COUNT` in its trailing
 metadata ("0/1" for the one-process server), and `timerwheel.Client.wait_ready` dials a
 connection again while it shares a worker that another worker has fewer of
-(timerwheel/connections.py). Health is not guarded (server.guard), so any client can ask;
-what it learns is the number of worker processes and which one it reached.
+(timerwheel/connections.py). Health is not guarded (timerwheel.security.guard), so any client can
+ask; what it learns is the number of worker processes and which one it reached.
 """
 
 from __future__ import annotations

@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rocksdict import WriteBatch
-
-from store import keys
+from timerwheel.store import keys
 
 
 @dataclass
@@ -32,25 +31,25 @@ class StagedBatch:
         default_factory=lambda: {family: {} for family in keys.ALL_COLUMN_FAMILIES}
     )
     # Committed records read ahead for this batch's operations in one read
-    # (store.range_reads): every call into RocksDB gives up the GIL and waits to get it
+    # (timerwheel.store.range_reads): every call into RocksDB gives up the GIL and waits to get it
     # back from the gRPC threads, so one read for the whole group beats one per operation.
     prefetched: dict[bytes, bytes | None] = field(default_factory=dict)
     fired_topics: set[str] = field(default_factory=set)
     fired_entries: dict[str, list[tuple[int, bytes, bytes]]] = field(default_factory=dict)
     # Fire sequences whose `ready` entries this batch removes (acks, dead letters), per
-    # topic: the fired cache must not hand those out again (engine.fired_cache).
+    # topic: the fired cache must not hand those out again (timerwheel.engine.fired_cache).
     retired: dict[str, list[int]] = field(default_factory=dict)
     # Trace events of this group, (message id, encoded event), keyed at commit
-    # (store.trace.TraceLog.stage).
+    # (timerwheel.store.trace.TraceLog.stage).
     trace: list[tuple[bytes, bytes]] = field(default_factory=list)
     fired: int = 0
     operations: int = 0
-    # Changes of the pending-timer counters, per minute counter key (store.counts).
+    # Changes of the pending-timer counters, per minute counter key (timerwheel.store.counts).
     count_deltas: dict[bytes, int] = field(default_factory=dict)
-    # Recurring series found due: (id, record, topic, fire seq), fired by engine.series.
+    # Recurring series found due: (id, record, topic, fire seq), fired by timerwheel.engine.series.
     series_due: list[tuple[bytes, bytes, str, int]] = field(default_factory=list)
     # The scheduler's state as `meta` holds it once this batch is committed (every value,
-    # staged or not: store.timer_store.TimerStore.stage_state).
+    # staged or not: timerwheel.store.timer_store.TimerStore.stage_state).
     meta_state: dict[bytes, bytes | None] = field(default_factory=dict)
 
     def remove_ready(self, topic: str, seq: int) -> None:

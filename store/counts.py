@@ -25,10 +25,9 @@ from dataclasses import dataclass
 from itertools import islice
 
 from rocksdict import ReadOptions
-
-from store import keys
-from store.batch import StagedBatch
-from store.rocks import RocksDatabase
+from timerwheel.store import keys
+from timerwheel.store.batch import StagedBatch
+from timerwheel.store.rocks import RocksDatabase
 
 BUCKET_MS = keys.COUNT_BUCKET_MS
 
@@ -47,7 +46,7 @@ class CountChanges:
 class PendingCounts:
     def __init__(self, database: RocksDatabase) -> None:
         # No column-family object is kept here: a live one would hold the database's LOCK
-        # after close (store.rocks.RocksDatabase.close).
+        # after close (timerwheel.store.rocks.RocksDatabase.close).
         self._database = database
         self._lock = threading.Lock()  # readers of `_values` vs the writer's commit
         self._values: dict[bytes, int] = {}
@@ -155,7 +154,9 @@ class PendingCounts:
         lo_ms = from_ms - from_ms % BUCKET_MS
         hi_ms = min(to_ms + (-to_ms) % BUCKET_MS, keys.NO_TIME_BOUND_MS)
         topic_bytes = topic.encode()
-        read_options = ReadOptions()  # kept referenced while iterating (store.timer_reads)
+        read_options = (
+            ReadOptions()
+        )  # kept referenced while iterating (timerwheel.store.timer_reads)
         read_options.set_iterate_upper_bound(keys.count_bucket_key(topic_bytes, hi_ms))
         items = self._database.families[keys.CF_COUNTS].items(
             from_key=keys.count_bucket_key(topic_bytes, lo_ms), read_opt=read_options

@@ -13,8 +13,8 @@ The files
 ---------
 The ``messages`` column family and the three wheel column families are written with
 ``SstFileWriter`` (block-based ``format_version`` 5 and LZ4, which Debian's stock
-``sst_dump`` 7.8 reads), keys and values byte-for-byte as stored (layout: store.keys,
-store.records). The export is cut into *slices* of wheel-key space (deliver_at_ms +
+``sst_dump`` 7.8 reads), keys and values byte-for-byte as stored (layout: timerwheel.store.keys,
+timerwheel.store.records). The export is cut into *slices* of wheel-key space (deliver_at_ms +
 message id) so a reader can process one slice without seeing the others:
 
 * the wheels are merged in key (= time) order and a new slice starts every
@@ -26,7 +26,7 @@ message id) so a reader can process one slice without seeing the others:
 
 Who writes them: below ``parallel_min_rows`` rows (or with ``workers=1``) this process,
 over the whole checkpoint; above, ``workers`` spawned processes (default one per CPU),
-each over key ranges of the same read-only checkpoint (store.export_parallel). The rows
+each over key ranges of the same read-only checkpoint (timerwheel.store.export_parallel). The rows
 and the rules are the same; a parallel export has a few more slices (each range starts
 one) and a slice may have a messages file from each range of message ids.
 
@@ -46,10 +46,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rocksdict import Checkpoint
-
-from store import export_parallel, keys, records
-from store.disk import is_disk_full
-from store.export_files import (
+from timerwheel.store import export_parallel, keys, records
+from timerwheel.store.disk import is_disk_full
+from timerwheel.store.export_files import (
     EXPORT_FORMAT,
     EXPORT_FORMAT_VERSION,
     EXPORTED_FAMILIES,
@@ -60,12 +59,12 @@ from store.export_files import (
     sync_tree,
     write_json,
 )
-from store.export_location import ExportLocation
-from store.export_parallel import PARALLEL_MIN_ROWS, SliceFiles
-from store.export_slices import CheckpointReader, Progress, SliceWriter
-from store.integrity import StoreRefused, check_meta
-from store.rocks import RocksDatabase
-from wheels.domain import FailedPrecondition
+from timerwheel.store.export_location import ExportLocation
+from timerwheel.store.export_parallel import PARALLEL_MIN_ROWS, SliceFiles
+from timerwheel.store.export_slices import CheckpointReader, Progress, SliceWriter
+from timerwheel.store.integrity import StoreRefused, check_meta
+from timerwheel.store.rocks import RocksDatabase
+from timerwheel.wheels.domain import FailedPrecondition
 
 DEFAULT_MAX_ROWS_PER_FILE = 500_000
 
@@ -98,7 +97,7 @@ def export_data_dir(
     """Export a *stopped* data dir. A dir in use by a running server is refused.
 
     `out_dir` is a local dir, or any URI pyarrow's filesystems open, or a path on
-    `filesystem` (store.export_location); off this machine the export is made in local
+    `filesystem` (timerwheel.store.export_location); off this machine the export is made in local
     temp space and then uploaded, manifest last. `workers` and `parallel_min_rows`: as
     for `export_database`."""
     try:
@@ -123,7 +122,7 @@ def export_data_dir(
         raise ExportError(f"data dir {data_dir!r} is not a RocksDB database (no CURRENT file)")
     _check_output(out_dir)  # before opening: a bad --out must not touch the store
     try:
-        database = RocksDatabase(data_dir)  # refuses a non-store (store.integrity)
+        database = RocksDatabase(data_dir)  # refuses a non-store (timerwheel.store.integrity)
     except StoreRefused as exc:
         raise ExportError(str(exc)) from exc
     except Exception as exc:
@@ -160,7 +159,7 @@ def export_database(
     `now_ms` is the clock the cut time is read from (a live engine passes its own).
     `workers`: how many processes write the files (default: one per CPU; 1 = this
     process only, as does a store of fewer than `parallel_min_rows` rows, where starting
-    processes would cost more than it saves; store.export_parallel)."""
+    processes would cost more than it saves; timerwheel.store.export_parallel)."""
     if max_rows_per_file < 0:
         raise ExportError(f"max_rows_per_file={max_rows_per_file}: must be >= 0 (0 = default)")
     workers = export_parallel.default_workers() if workers is None else workers
@@ -233,7 +232,8 @@ def _check_output(out_dir: str) -> None:
 
 
 def key_layout() -> dict:
-    """The manifest's description of the bytes (the codecs are store.keys/store.records)."""
+    """The manifest's description of the bytes (the codecs are
+    timerwheel.store.keys/timerwheel.store.records)."""
     wheel = {
         "key": f"deliver_at_ms ({keys.TIME_BYTES} B big-endian) + message id (UTF-8)",
         "value": "topic (UTF-8)",

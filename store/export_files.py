@@ -1,6 +1,6 @@
 """The export's files: writing one SST, and reading an export back (manifest + SSTs).
 
-store.export makes the cut and decides which rows go into which file; this module owns
+timerwheel.store.export makes the cut and decides which rows go into which file; this module owns
 the file-level details both sides share: SST options, checksums, the manifest's
 constants, and the reader. rocksdict has no SST reader, so `read_sst` ingests a *copy*
 of the file into a throw-away database (``set_move_files(False)``: a move would take
@@ -26,9 +26,8 @@ from rocksdict import (
     Rdict,
     SstFileWriter,
 )
-
-from store import keys
-from store.export_location import ExportLocation
+from timerwheel.store import keys
+from timerwheel.store.export_location import ExportLocation
 
 EXPORT_FORMAT = "timerwheel-sst-export"
 EXPORT_FORMAT_VERSION = 1
@@ -97,7 +96,7 @@ class SstSink:
     def finish(self) -> dict | None:
         """Close the file; its manifest entry, or None when it never got a row. The
         entry's crc32 is None: it reads the file back, so the caller computes it where
-        that wait costs nothing (store.export_slices, a thread of its own)."""
+        that wait costs nothing (timerwheel.store.export_slices, a thread of its own)."""
         if self._writer is None:
             return None
         self._writer.finish()

@@ -3,7 +3,7 @@
 One process writes about 300k rows/s (the per-row Python loop: docs/capacity.md), so
 a large export is split by key range and written by worker processes, each opening the
 same read-only checkpoint itself. The cut and the output are those of the in-process
-path (store.export); only the slice boundaries may differ, as every range starts a slice.
+path (timerwheel.store.export); only the slice boundaries may differ, as every range starts a slice.
 
 Two phases, each a set of tasks handed out to `workers` processes
 (`TASKS_PER_WORKER` tasks a worker, so a range that was estimated too small does not
@@ -28,7 +28,7 @@ Processes are started with ``spawn``: the export may run inside the server's eng
 process, and forking a process with RocksDB and gRPC threads is unsafe. On any failure
 (a worker's error, a full disk, Ctrl-C) the parent raises a shared stop flag, which
 every worker checks at each progress report (every `PROGRESS_EVERY_ROWS` rows), and
-waits until the pool has shut down before store.export removes the staging directory.
+waits until the pool has shut down before timerwheel.store.export removes the staging directory.
 """
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 
-from store import keys
-from store.export_files import WHEEL_FAMILIES
-from store.export_slices import CheckpointReader, Progress, SliceWriter
+from timerwheel.store import keys
+from timerwheel.store.export_files import WHEEL_FAMILIES
+from timerwheel.store.export_slices import CheckpointReader, Progress, SliceWriter
 
 TASKS_PER_WORKER = 2
 # Below this many rows (all exported families, estimated) the export stays in-process:

@@ -23,7 +23,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from wheels.domain import InvalidArgument, Overloaded
+from timerwheel.wheels.domain import InvalidArgument, Overloaded
 
 OUTSIDE_ROOT = (
     "must be a relative folder inside the server's export root: no absolute path, "

@@ -1,9 +1,10 @@
 """Writing rows into slice files: the export's inner loops, shared by both ways to run it.
 
-store.export runs them in its own process for a small store; store.export_parallel runs
-them in worker processes, each over one key range of the checkpoint. `SliceWriter`
-decides which file every row goes to (the rules are in store.export's docstring) and
-`CheckpointReader` is the checkpoint opened read-only, with bounded range scans.
+timerwheel.store.export runs them in its own process for a small store;
+timerwheel.store.export_parallel runs them in worker processes, each over one key range of the
+checkpoint. `SliceWriter` decides which file every row goes to (the rules are in
+timerwheel.store.export's docstring) and `CheckpointReader` is the checkpoint opened read-only, with
+bounded range scans.
 
 A writer given a key range (`lo` <= key < `hi`) and a `prefix` writes files named
 ``PREFIX<family>-s<slice>...`` with slice numbers that start at 0 in its range; the
@@ -20,9 +21,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import chain
 
 from rocksdict import AccessType, Options, Rdict, ReadOptions
-
-from store import keys, records
-from store.export_files import MAX_FILE_BYTES, WHEEL_FAMILIES, SstSink, file_crc32
+from timerwheel.store import keys, records
+from timerwheel.store.export_files import MAX_FILE_BYTES, WHEEL_FAMILIES, SstSink, file_crc32
 
 PROGRESS_EVERY_ROWS = 100_000
 
@@ -31,7 +31,8 @@ Row = tuple[bytes, bytes]
 
 
 class SliceWriter:
-    """Writes the slices; see store.export's docstring for how rows are assigned to them."""
+    """Writes the slices; see timerwheel.store.export's docstring for how rows are assigned to
+    them."""
 
     def __init__(
         self, directory: str, max_rows: int, progress: Progress | None, prefix: str = ""

@@ -2,8 +2,8 @@
 encoding, and the staged writes of the features that use it: dead letters and finished
 series.
 
-Writer thread only for the `stage_*` functions, like `TimerStore`'s; see store.keys for
-the layout and store.records for the flags that say a record has an entry here.
+Writer thread only for the `stage_*` functions, like `TimerStore`'s; see timerwheel.store.keys for
+the layout and timerwheel.store.records for the flags that say a record has an entry here.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from store import keys, records
-from store.batch import StagedBatch
-from store.timer_store import TimerStore
-from wheels.domain import MissedPolicy, Repeat, SendOptions
+from timerwheel.store import keys, records
+from timerwheel.store.batch import StagedBatch
+from timerwheel.store.timer_store import TimerStore
+from timerwheel.wheels.domain import MissedPolicy, Repeat, SendOptions
 
 
 def get_extras(store: TimerStore, batch: StagedBatch | None, message_id: bytes) -> bytes | None:

@@ -26,10 +26,9 @@ import os
 from itertools import islice
 
 from rocksdict import Rdict
-
-from store import keys
-from wheels.scheduler import CascadeState, SchedulerState, TimerKey
-from wheels.wheel import LEVELS
+from timerwheel.store import keys
+from timerwheel.wheels.scheduler import CascadeState, SchedulerState, TimerKey
+from timerwheel.wheels.wheel import LEVELS
 
 # Families every timerwheel store has had since the first release; later ones (extras,
 # counts, trace) are created when an older store is opened, so they are not required.

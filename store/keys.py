@@ -6,7 +6,7 @@ default comparator) equals numeric order, and a time range is a key range.
 ==================  ============================================  ==========================
 column family       key                                           value
 ==================  ============================================  ==========================
-``messages``        message id (UTF-8)                            record (store.records)
+``messages``        message id (UTF-8)                            record (timerwheel.store.records)
 ``wheel_hour``      deliver_at_ms (8 B BE) + message id (UTF-8)   topic (UTF-8): enough to
 ``wheel_minute``    same                                          route, list and fire
 ``wheel_second``    same                                          without reading messages
@@ -19,7 +19,7 @@ column family       key                                           value
                                                                   together (one Ack's, the
                                                                   key's first), 0x00 between
 ``meta``            name (ASCII, see ``META_*``)                  8 B BE int, or a wheel key
-``extras``          message id (UTF-8)                            JSON (store.extras
+``extras``          message id (UTF-8)                            JSON (timerwheel.store.extras
                                                                   ``encode_extras``): send
                                                                   options of the few
                                                                   messages that have them
@@ -28,10 +28,11 @@ column family       key                                           value
                                                                   record, removed with it
 ``counts``          topic + 0x00 + minute start ms (8 B BE)       8 B BE int: SCHEDULED
                     topic + 0x01 (the topic's total)              timers due in that minute
-                                                                  (store.counts); absent = 0
+                                                                  (timerwheel.store.counts); absent
+                                                                  = 0
 ``trace``           message id + 0x00 + trace seq (8 B BE)        one event of the message's
-                                                                  life (store.trace): only
-                                                                  what its record cannot
+                                                                  life (timerwheel.store.trace):
+                                                                  only what its record cannot
                                                                   say; removed with it
 ==================  ============================================  ==========================
 
@@ -46,7 +47,7 @@ one time, so one entry stands for all of them instead of one entry an id, which 
 1 of the 6 entries a message writes in a burst (``expiry_entry``).
 
 Wheels are named in values by one byte (``WHEEL_CODES``): trace events and the two
-placement bits of a record (store.records).
+placement bits of a record (timerwheel.store.records).
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ from collections.abc import Iterable, Sequence
 from itertools import repeat
 from operator import itemgetter, mod, sub
 
-from wheels.scheduler import TimerKey
+from timerwheel.wheels.scheduler import TimerKey
 
 U64 = struct.Struct(">Q")
 TIME_BYTES = U64.size
@@ -290,5 +291,5 @@ def count_keys(topic: bytes, deliver_at_ms: int) -> tuple[bytes, bytes]:
 
 
 # A minute counter key's topic is `key[:COUNT_TOPIC_END]` (a slice, not a call: the send
-# path's counters run once per timer, store.counts).
+# path's counters run once per timer, timerwheel.store.counts).
 COUNT_TOPIC_END = -(TIME_BYTES + len(TOPIC_SEPARATOR))

@@ -1,6 +1,6 @@
 """Opening a store: the one path from a data dir to a `TimerStore` and its scheduler state.
 
-The rules of what may be opened are `store.integrity`'s. Here they are applied in order:
+The rules of what may be opened are `timerwheel.store.integrity`'s. Here they are applied in order:
 the directory is checked before RocksDB creates anything, the families once it is open,
 and `meta` last. A new store gets its first scheduler state written at once, so a store
 that exists always has a whole `meta`: a later open that finds data without one knows
@@ -13,11 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import structlog
-
-from store.batch import StagedBatch
-from store.rocks import RocksDatabase, RocksTuning
-from store.timer_store import TimerStore
-from wheels.scheduler import SchedulerState
+from timerwheel.store.batch import StagedBatch
+from timerwheel.store.rocks import RocksDatabase, RocksTuning
+from timerwheel.store.timer_store import TimerStore
+from timerwheel.wheels.scheduler import SchedulerState
 
 log = structlog.get_logger("timerwheel.store")
 
@@ -28,7 +27,7 @@ def open_store(
     """The store in `data_dir`, its persisted scheduler state, and whether it was just
     created. A new store (missing or empty directory, or a store never written) is
     created with `new_state()` and logged as `store_created`; a refusal raises
-    `store.integrity.StoreRefused`."""
+    `timerwheel.store.integrity.StoreRefused`."""
     database = RocksDatabase(data_dir, tuning)
     store = None
     try:

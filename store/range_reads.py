@@ -3,7 +3,7 @@ a multi-get for the rest.
 
 The writer reads records in groups: a fire chunk's (up to 10,000 timers due in the same
 few milliseconds), an Ack's (ids in the order they fired), the sweep's. Server-made ids
-begin with the deliver time (engine.ids), so such a group is mostly one contiguous run
+begin with the deliver time (timerwheel.engine.ids), so such a group is mostly one contiguous run
 of `messages`. Walking that run with one iterator costs about half a multi-get of
 the same keys: 0.39-0.73 against 0.67-1.10 us a record, from SST files or the memtable,
 in groups of 20 to 10,000 (`python -m bench.read_bench`; docs/benchmarks.md,
@@ -53,7 +53,7 @@ def _walk(family, ordered: list[bytes]) -> tuple[dict[bytes, bytes], bytes]:
     skipped = skipped_bytes = 0
     found: dict[bytes, bytes] = {}
     # The ReadOptions holds the upper bound's buffer and must outlive the iteration
-    # (store.timer_reads._range: rocksdict 0.3.29 borrows it without keeping it alive).
+    # (timerwheel.store.timer_reads._range: rocksdict 0.3.29 borrows it without keeping it alive).
     read_options = ReadOptions()
     read_options.set_iterate_upper_bound(last + b"\x00")
     for key, value in family.items(from_key=ordered[0], read_opt=read_options):

@@ -10,7 +10,7 @@
                 struct ">qH" (10 bytes): delivered_at_ms, the name's length
 
 Version 2 is version 1 with the trailer: an Ack writes the message's first delivery into
-its record (when the delivery hub held that event for it: server.first_deliveries)
+its record (when the delivery hub held that event for it: timerwheel.delivery.first_deliveries)
 instead of a `trace` entry of its own, since it rewrites the record anyway. Version 1 records stay
 as they are; every reader of a body stops where the trailer starts (`_body_end`).
 
@@ -18,11 +18,11 @@ State changes (fire, ack, cancel) rewrite only the header: the rest of the recor
 copied as bytes, never decoded, which keeps the firing path cheap.
 
 The when_kind byte holds flags above its low four bits: ``EXTRAS_FLAG`` says the message
-has an entry in the ``extras`` column family (its send options, store.extras), so only
+has an entry in the ``extras`` column family (its send options, timerwheel.store.extras), so only
 those few messages cost a read there; ``SERIES_FLAG`` marks a recurring series, which
 the writer fires as an occurrence instead of firing the record itself; bits 4-5 say which
-wheel the send placed it in (``store.keys.WHEEL_CODES``; 0: due at once, or a record
-written before they were), the start of its trace (store.trace).
+wheel the send placed it in (``timerwheel.store.keys.WHEEL_CODES``; 0: due at once, or a record
+written before they were), the start of its trace (timerwheel.store.trace).
 """
 
 from __future__ import annotations
@@ -34,15 +34,11 @@ from itertools import repeat
 from operator import itemgetter
 from typing import NamedTuple
 
-from store.keys import WHEEL_CODES, WHEEL_NAMES
-from wheels.domain import (
-    FiredTimer,
-    State,
-    Timer,
-    When,
-    WhenKind,
-)
-from wheels.trace import RecordFacts
+from timerwheel.store.keys import WHEEL_CODES, WHEEL_NAMES
+from timerwheel.wheels.domain import FiredTimer, Timer, When, WhenKind
+from timerwheel.wheels.trace import RecordFacts
+
+from timerwheel.common import State
 
 RECORD_VERSION = 1
 RECORD_WITH_DELIVERY = 2  # version 1 + the first-delivery trailer (the newest version)
@@ -147,7 +143,7 @@ def delivery_parts(raw: bytes) -> tuple[bytes, bytes, dict[str, str], int, int]:
     """(topic as stored, body, properties, deliver_at_ms, fired_at_ms) of a fired record:
     what a Delivery carries besides its id and attempt, the hot path of every worker's
     stream. Two header fields read, not ten, and the topic left undecoded: a batch's
-    records share it, so the caller decodes it once (`server.service.delivery_batch`;
+    records share it, so the caller decodes it once (`timerwheel.server.service.delivery_batch`;
     `python -m bench.rpc_bench`: 1.04-1.05 against 1.48 us a message, built and
     serialised in batches of 2,000)."""
     deliver_at_ms, fired_at_ms = _DELIVER_AND_FIRED_AT.unpack_from(raw, _DELIVER_AT_OFFSET)

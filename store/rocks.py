@@ -23,11 +23,10 @@ from rocksdict import (
     WriteBatch,
     WriteOptions,
 )
-
-from store.disk import is_disk_full
-from store.integrity import check_data_dir
-from store.keys import ALL_COLUMN_FAMILIES, CF_COUNTS, CF_MESSAGES, CF_WHEEL
-from wheels.domain import StoreUnavailable
+from timerwheel.store.disk import is_disk_full
+from timerwheel.store.integrity import check_data_dir
+from timerwheel.store.keys import ALL_COLUMN_FAMILIES, CF_COUNTS, CF_MESSAGES, CF_WHEEL
+from timerwheel.wheels.domain import StoreUnavailable
 
 log = structlog.get_logger("timerwheel.store")
 
@@ -155,7 +154,7 @@ class RocksDatabase:
         self.tuning = tuning or RocksTuning()
         self.path = path
         # Before RocksDB's create_if_missing can write anything: a directory of other
-        # files, or another program's RocksDB, is refused (store.integrity).
+        # files, or another program's RocksDB, is refused (timerwheel.store.integrity).
         self.created = check_data_dir(path)
         os.makedirs(path, exist_ok=True)
         self._cache = Cache(self.tuning.block_cache_bytes)

@@ -3,9 +3,9 @@
 `TimerReads` answers `get`, `find_wheel`, `list_pending`, `read_ready_raw`, `scan` and the
 rest from committed data, on any thread. It holds the column-family objects of the open
 database, which is why it also owns `reopen` and `close`: rocksdict keeps the LOCK while
-any such object is alive (store.rocks), so they are dropped before the database closes,
+any such object is alive (timerwheel.store.rocks), so they are dropped before the database closes,
 and until they are bound again every read raises StoreUnavailable. `TimerStore`
-(store.timer_store) adds the staged writes of the one writer thread.
+(timerwheel.store.timer_store) adds the staged writes of the one writer thread.
 """
 
 from __future__ import annotations
@@ -16,12 +16,13 @@ from heapq import merge
 from itertools import islice
 
 from rocksdict import ReadOptions
+from timerwheel.store import integrity, keys, records
+from timerwheel.store.rocks import RocksDatabase
+from timerwheel.store.trace import TraceLog
+from timerwheel.wheels.domain import StoreUnavailable, Timer
+from timerwheel.wheels.scheduler import SchedulerState
 
-from store import integrity, keys, records
-from store.rocks import RocksDatabase
-from store.trace import TraceLog
-from wheels.domain import State, StoreUnavailable, Timer
-from wheels.scheduler import SchedulerState
+from timerwheel.common import State
 
 WheelEntry = tuple[bytes, bytes]  # (wheel key, topic)
 LIST_READ_CHUNK = 16  # records per multi-get (List, fired reads): 64 MiB at most of 4 MiB bodies
@@ -232,7 +233,7 @@ class TimerReads:
     def load_state(self) -> SchedulerState | None:
         """The scheduler state persisted by the last commit; None for a new store (every
         column family empty). A store with data whose `meta` is missing, damaged or of
-        another schema version raises `store.integrity.StoreDamaged`."""
+        another schema version raises `timerwheel.store.integrity.StoreDamaged`."""
         if integrity.is_empty(self.database.families):
             return None
         return integrity.decode_state(self.database.path, self._meta)

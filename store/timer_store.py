@@ -2,8 +2,8 @@
 
 Reads (`get`, `find_wheel`, `list_pending`, `read_ready_raw`, `scan`) run on any thread and
 see committed data; they, and the column families they go through, are `TimerReads`'s
-(store.timer_reads). Writes are staged into a `StagedBatch` by the single writer thread
-and committed as one atomic WriteBatch (group commit); see `store.batch` for how a
+(timerwheel.store.timer_reads). Writes are staged into a `StagedBatch` by the single writer thread
+and committed as one atomic WriteBatch (group commit); see `timerwheel.store.batch` for how a
 batch holds its writes and why it hands them to RocksDB sorted.
 """
 
@@ -14,15 +14,16 @@ from collections.abc import Callable, Iterable
 from itertools import compress, filterfalse, repeat
 from operator import itemgetter
 
-from store import keys, records
-from store.batch import StagedBatch
-from store.range_reads import read_records
-from store.timer_reads import TimerReads, WheelEntry
-from store.trace import cascaded_event, encode_event
-from wheels.domain import State
-from wheels.scheduler import SchedulerState
-from wheels.trace import TraceEvent, TraceKind
-from wheels.wheel import LEVELS
+from timerwheel.store import keys, records
+from timerwheel.store.batch import StagedBatch
+from timerwheel.store.range_reads import read_records
+from timerwheel.store.timer_reads import TimerReads, WheelEntry
+from timerwheel.store.trace import cascaded_event, encode_event
+from timerwheel.wheels.scheduler import SchedulerState
+from timerwheel.wheels.trace import TraceEvent, TraceKind
+from timerwheel.wheels.wheel import LEVELS
+
+from timerwheel.common import State
 
 _FINAL_STATES = (State.ACKED, State.CANCELLED)
 FiredEntry = tuple[int, bytes, bytes]  # (fire seq, message id, its FIRED record)
@@ -49,7 +50,7 @@ class TimerStore(TimerReads):
 
     def prefetch(self, batch: StagedBatch, message_ids: list[bytes]) -> None:
         """Read the committed records of `message_ids` into the batch, all at once
-        (store.range_reads: one walk over the neighbours, a multi-get for the rest)."""
+        (timerwheel.store.range_reads: one walk over the neighbours, a multi-get for the rest)."""
         wanted = list(filterfalse(batch.prefetched.__contains__, dict.fromkeys(message_ids)))
         if wanted:
             batch.prefetched.update(read_records(self._messages, wanted))
@@ -169,7 +170,7 @@ class TimerStore(TimerReads):
 
     def stage_expiry(self, batch: StagedBatch, expire_at_ms: int, message_ids: list[bytes]) -> None:
         """Remove the final records of `message_ids` (UTF-8, at least one) by a sweep at
-        `expire_at_ms`: one `expiry` entry for them all (store.keys.expiry_entry).
+        `expire_at_ms`: one `expiry` entry for them all (timerwheel.store.keys.expiry_entry).
 
         That entry is keyed by the time and the first id, so a client id finished twice in
         one millisecond of the writer's clock (acked, sent again, fired and acked again)
@@ -203,7 +204,7 @@ class TimerStore(TimerReads):
     ) -> list[str]:  # fmt: skip
         """Retire the FIRED timers of `topic` among `message_ids` (distinct ids; their
         records as this batch leaves them, read in one go): ready entry out, record
-        ACKED, expiry scheduled (one `expiry` entry for all of them: store.keys).
+        ACKED, expiry scheduled (one `expiry` entry for all of them: timerwheel.store.keys).
         Returns the ids retired; unknown ids, other states and other topics' are skipped.
 
         The hot path of Ack, with no Python step a message but its record's patch: an Ack
@@ -322,7 +323,7 @@ def _fire_each(
             # timer left its minute's count when it stopped being scheduled.
             tally[keys.count_keys(topic, keys.key_time_ms(key))[0]] -= 1
             continue
-        if records.is_series(raw):  # fires an occurrence instead (engine.series)
+        if records.is_series(raw):  # fires an occurrence instead (timerwheel.engine.series)
             batch.series_due.append((message_id, raw, topic.decode(), seq))
             seq += 1
             continue

@@ -1,9 +1,9 @@
 """The `trace` column family: the events of a message's life its record cannot hold.
 
-What is stored here, one key per event (``store.keys.trace_keys``): each cascade, a fire
+What is stored here, one key per event (``timerwheel.store.keys.trace_keys``): each cascade, a fire
 straight out of an upper wheel, each delivery attempt and each failed one, a reschedule,
 a replacement, a dead-lettering. Sent, fired, acked and cancelled are times the record
-already has; `wheels.trace.assemble` merges both into the trace `Get` returns.
+already has; `timerwheel.wheels.trace.assemble` merges both into the trace `Get` returns.
 
 An event's value::
 
@@ -23,10 +23,9 @@ import struct
 from collections.abc import Iterable
 
 from rocksdict import ReadOptions
-
-from store import keys
-from store.batch import StagedBatch
-from wheels.trace import TraceEvent, TraceKind
+from timerwheel.store import keys
+from timerwheel.store.batch import StagedBatch
+from timerwheel.wheels.trace import TraceEvent, TraceKind
 
 _EVENT = struct.Struct(">BqqBBH")
 _KINDS = {int(kind): kind for kind in TraceKind}
@@ -79,7 +78,7 @@ class TraceLog:
     def attempts(self, message_ids: Iterable[str]) -> dict[str, int]:
         """Per id, the highest delivery attempt recorded, delivered or failed, since it
         last fired into its topic (a dead letter starts again); ids with none are left
-        out (`wheels.trace.attempts_made` for a decoded trace)."""
+        out (`timerwheel.wheels.trace.attempts_made` for a decoded trace)."""
         found = {}
         for message_id in message_ids:
             attempt = 0

@@ -16,13 +16,13 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from engine.engine import Engine
-from store import keys
-from store.export import export_data_dir
-from store.rocks import RocksDatabase
-from wheels.clock import VirtualClock
-from wheels.domain import SendSpec, When, WhenKind
-from wheels.settings import DAY_MS, HOUR_MS, Settings
+from timerwheel.engine.engine import Engine
+from timerwheel.store import keys
+from timerwheel.store.export import export_data_dir
+from timerwheel.store.rocks import RocksDatabase
+from timerwheel.wheels.clock import VirtualClock
+from timerwheel.wheels.domain import SendSpec, When, WhenKind
+from timerwheel.wheels.settings import DAY_MS, HOUR_MS, Settings
 
 T0_MS = 1_700_000_123_000
 SENT_AT_MS = T0_MS + 5_000
@@ -144,7 +144,7 @@ def wheel_membership(data_dir: str) -> dict[str, str]:
 
 def family_contents(data_dir: str) -> dict[str, list[tuple[bytes, bytes]]]:
     """Every (key, value) of each exported column family, in key order."""
-    from store.export_files import EXPORTED_FAMILIES
+    from timerwheel.store.export_files import EXPORTED_FAMILIES
 
     database = RocksDatabase(data_dir)
     try:

@@ -22,13 +22,13 @@ from pathlib import Path
 import grpc
 import psutil
 import pytest
+from timerwheel.security.settings import SecuritySettings
+from timerwheel.server.app import TimerServer
+from timerwheel.wheels.settings import Settings
 
-from server.app import TimerServer
 from timerwheel.client import RemoteError, TimerClient
 from timerwheel.v1 import timerwheel_pb2 as pb
 from timerwheel.v1 import timerwheel_pb2_grpc as pb_grpc
-from wheels.security_settings import SecuritySettings
-from wheels.settings import Settings
 
 WAIT_S = 10.0  # generous: the suite runs beside other work on 2 cores
 
@@ -309,7 +309,8 @@ class ServeProcess:
         return code
 
     def kill(self) -> None:
-        """SIGKILL the server; its children die with it (engine.proc), waited for here so
+        """SIGKILL the server; its children die with it (timerwheel.procs.lifecycle), waited for
+        here so
         the next start finds RocksDB's lock free; then remove its temporary files."""
         if self.proc.poll() is None:
             self.proc.kill()

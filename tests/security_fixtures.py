@@ -4,7 +4,7 @@
 signed by the same CA, and a second, unrelated CA with a client certificate of its own
 (the "wrong" client of the mutual-TLS tests). EC P-256 keys: quick to make.
 
-`write_tokens`: a TOML token file in the format of server.tokens, with one token per
+`write_tokens`: a TOML token file in the format of timerwheel.security.tokens, with one token per
 role and two limited to the topic prefix `orders.`; returns role name -> plain token.
 """
 
@@ -20,8 +20,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-from server.tokens import sha256_hex
+from timerwheel.security.tokens import sha256_hex
 
 
 @dataclass(frozen=True)

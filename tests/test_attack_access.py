@@ -16,12 +16,12 @@ import grpc
 import pytest
 from conftest import WAIT_S, Collector
 from security_fixtures import write_tokens
+from timerwheel.security.settings import SecuritySettings
+from timerwheel.server.app import TimerServer
+from timerwheel.wheels.settings import Settings
 
-from server.app import TimerServer
 from timerwheel.client import RemoteError, TimerClient
-from wheels.domain import State
-from wheels.security_settings import SecuritySettings
-from wheels.settings import Settings
+from timerwheel.common import State
 
 OK = grpc.StatusCode.OK
 

@@ -1,4 +1,5 @@
-"""store.batch: a staged group commit becomes one WriteBatch with every family's last writes.
+"""timerwheel.store.batch: a staged group commit becomes one WriteBatch with every family's last
+writes.
 
 Real RocksDB in a temp dir: each family's puts and deletes must land as staged, whether
 the family holds only puts, only deletes, or both (the first two go in without a Python
@@ -10,10 +11,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from store import keys
-from store.batch import StagedBatch
-from store.rocks import RocksDatabase, RocksTuning
+from timerwheel.store import keys
+from timerwheel.store.batch import StagedBatch
+from timerwheel.store.rocks import RocksDatabase, RocksTuning
 
 FAMILIES = (keys.CF_MESSAGES, keys.CF_READY, keys.CF_EXPIRY)
 

@@ -1,6 +1,6 @@
 """The capacity report on a real Spark standalone cluster (master + two workers on loopback).
 
-The cluster (capacity.local_cluster) is started once for the module from the installed
+The cluster (timerwheel.capacity.local_cluster) is started once for the module from the installed
 pyspark; `timerwheel report --master spark://127.0.0.1:PORT` runs as a user would run it,
 so the code is shipped to the workers (its zip removed when the command ends), the data
 source runs in the executors' Python workers and the report is written from the
@@ -18,8 +18,7 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 from capacity_data import build_and_export
-
-from capacity.local_cluster import LocalSparkCluster
+from timerwheel.capacity.local_cluster import LocalSparkCluster
 
 pytestmark = pytest.mark.timeout(900)  # two JVM clusters' worth of start-up on a busy machine
 SMALL_EXECUTOR = ["--conf", "spark.executor.memory=512m", "--conf", "spark.driver.memory=1g"]
@@ -72,7 +71,8 @@ def _report(
     export_dir: str, out_dir: str, *engine: str, tmp_dir: str | None = None
 ) -> subprocess.CompletedProcess:
     command = [
-        sys.executable, "-m", "cli.main", "report", "--input", export_dir, "--out", out_dir,
+        sys.executable, "-m", "timerwheel.cli.main", "report", "--input", export_dir, "--out",
+        out_dir,
         *engine, "--drain-rate", "500", "--top-seconds", "5", *SMALL_EXECUTOR,
     ]  # fmt: skip
     env = {**os.environ, "TMPDIR": tmp_dir} if tmp_dir else None

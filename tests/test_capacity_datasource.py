@@ -1,4 +1,5 @@
-"""capacity.datasource / capacity.rows without Spark: the reader run in-process.
+"""timerwheel.capacity.datasource / timerwheel.capacity.rows without Spark: the reader run
+in-process.
 
 Spark pickles the partitions and calls `read` on a worker; here the same objects are
 pickled and read directly, and the rows are compared with the known timers.
@@ -10,16 +11,15 @@ import pickle
 
 import pytest
 from capacity_data import build_and_export
-
-from capacity.datasource import (
+from timerwheel.capacity.datasource import (
     ARROW_SCHEMA,
     TimerwheelSstDataSource,
     TimerwheelSstReader,
     plan_partitions,
     read_partition,
 )
-from store.export import export_data_dir
-from store.export_files import ExportFormatError, load_manifest
+from timerwheel.store.export import export_data_dir
+from timerwheel.store.export_files import ExportFormatError, load_manifest
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +80,7 @@ def test_a_slice_of_several_messages_files_reads_its_wheel_files_once(
 ):
     """A partition of k messages files and w wheel files opens w + k SST files: the
     slice's wheel keys are read once, not once per messages file."""
-    import capacity.datasource as datasource
+    import timerwheel.capacity.datasource as datasource
 
     export_dir, truth = exported
     manifest = load_manifest(export_dir)
@@ -112,9 +112,9 @@ def with_first_messages_file_repeated(partition, times: int):
 
 
 def test_empty_export_reads_as_no_rows(tmp_path):
-    from engine.engine import Engine
-    from wheels.clock import VirtualClock
-    from wheels.settings import Settings
+    from timerwheel.engine.engine import Engine
+    from timerwheel.wheels.clock import VirtualClock
+    from timerwheel.wheels.settings import Settings
 
     Engine(Settings(data_dir=str(tmp_path / "data")), VirtualClock(), background=False).close()
     export_data_dir(str(tmp_path / "data"), str(tmp_path / "export"))

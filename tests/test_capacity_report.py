@@ -1,4 +1,4 @@
-"""capacity.report on local Spark: its numbers against the known timers, and its outputs.
+"""timerwheel.capacity.report on local Spark: its numbers against the known timers, and its outputs.
 
 One Spark session for the module (starting one takes seconds); every test that needs
 Spark shares it.
@@ -16,12 +16,11 @@ import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 import pytest
 from capacity_data import HOT_A_MS, HOT_B_MS, SENT_AT_MS, T0_MS, build_and_export
-
-from capacity.job import DELAY_BUCKETS
-from capacity.report import ReportError, ReportRequest, run_report
-from capacity.tables import ReportOptions
-from store.export import export_data_dir
-from store.export_files import ExportFormatError, load_manifest
+from timerwheel.capacity.job import DELAY_BUCKETS
+from timerwheel.capacity.report import ReportError, ReportRequest, run_report
+from timerwheel.capacity.tables import ReportOptions
+from timerwheel.store.export import export_data_dir
+from timerwheel.store.export_files import ExportFormatError, load_manifest
 
 MINUTE_MS = 60_000
 HOUR_MS = 60 * MINUTE_MS
@@ -29,7 +28,7 @@ HOUR_MS = 60 * MINUTE_MS
 
 @pytest.fixture(scope="module")
 def spark():
-    from capacity.spark import build_session
+    from timerwheel.capacity.spark import build_session
 
     session = build_session("local[2]", app_name="timerwheel-tests")
     yield session
@@ -196,9 +195,9 @@ def test_damaged_export_names_the_file(spark, exported, tmp_path):
 
 
 def test_empty_export_gives_an_empty_report(spark, tmp_path):
-    from engine.engine import Engine
-    from wheels.clock import VirtualClock
-    from wheels.settings import Settings
+    from timerwheel.engine.engine import Engine
+    from timerwheel.wheels.clock import VirtualClock
+    from timerwheel.wheels.settings import Settings
 
     Engine(Settings(data_dir=str(tmp_path / "data")), VirtualClock(), background=False).close()
     export_data_dir(str(tmp_path / "data"), str(tmp_path / "export"))
@@ -211,7 +210,7 @@ def test_empty_export_gives_an_empty_report(spark, tmp_path):
 
 
 def test_report_refuses_a_used_output_and_bad_options(exported, tmp_path, capsys):
-    from cli.main import main
+    from timerwheel.cli.main import main
 
     export_dir, _ = exported
     (tmp_path / "used").mkdir()

@@ -1,4 +1,4 @@
-"""The command line against a live server: `cli.main.main([...])` with captured output,
+"""The command line against a live server: `timerwheel.cli.main.main([...])` with captured output,
 and the installed `timerwheel` script itself as a subprocess."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import subprocess
 
 import pytest
 from conftest import TIMERWHEEL, wall_ms
+from timerwheel.cli.main import main
 
-from cli.main import main
-from wheels.domain import State
+from timerwheel.common import State
 
 pytestmark = pytest.mark.wallclock
 

@@ -6,8 +6,7 @@ import json
 
 import pytest
 from conftest import wall_ms
-
-from cli.main import main
+from timerwheel.cli.main import main
 
 pytestmark = pytest.mark.wallclock
 

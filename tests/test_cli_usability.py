@@ -12,11 +12,11 @@ import threading
 
 import pytest
 from conftest import TIMERWHEEL, WAIT_S
+from timerwheel.cli.main import main
 
 import timerwheel.types
-from cli.main import main
 from timerwheel.client import TimerClient
-from wheels.domain import State
+from timerwheel.common import State
 
 
 @pytest.fixture
@@ -170,7 +170,7 @@ def test_a_busy_port_says_so_in_one_line(tmp_path):
 
 
 def test_report_without_its_extra_says_how_to_install_it(tmp_path, monkeypatch, capsys):
-    for module in ("capacity.report", "capacity.tables"):
+    for module in ("timerwheel.capacity.report", "timerwheel.capacity.tables"):
         monkeypatch.delitem(sys.modules, module, raising=False)
     monkeypatch.setitem(sys.modules, "pyarrow", None)  # as if `pip install -e .` only
     code = main(["report", "--input", str(tmp_path), "--out", str(tmp_path / "r")])

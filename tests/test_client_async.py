@@ -10,11 +10,11 @@ import grpc
 import pytest
 from conftest import WAIT_S
 from security_fixtures import make_pki, write_tokens
+from timerwheel.security.settings import SecuritySettings
+from timerwheel.server.service import TimerService
 
 import timerwheel
-from server.service import TimerService
-from wheels.domain import State
-from wheels.security_settings import SecuritySettings
+from timerwheel.common import State
 
 
 def run(coro):

@@ -20,6 +20,7 @@ from conftest import WAIT_S
 from grpc_health.v1 import health, health_pb2_grpc
 
 import timerwheel
+from timerwheel.common import State
 from timerwheel.connections import (
     REDIALS_PER_CONNECTION,
     TakingTurns,
@@ -27,7 +28,6 @@ from timerwheel.connections import (
     redial_choice,
     redials,
 )
-from wheels.domain import State
 
 
 def _connections_to(target: str) -> int:

@@ -10,7 +10,7 @@ from conftest import WAIT_S
 
 import timerwheel
 from timerwheel.client import TimerClient
-from wheels.domain import State
+from timerwheel.common import State
 
 
 def _fire_now(client, topic: str, count: int) -> list[str]:

@@ -9,10 +9,10 @@ import threading
 import grpc
 import pytest
 from conftest import WAIT_S
+from timerwheel.server.service import TimerService
 
 import timerwheel
-from server.service import TimerService
-from wheels.domain import State
+from timerwheel.common import State
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The clock-step detector (wheels.clock_step), pure: readings in, verdicts out; and the
+"""The clock-step detector (timerwheel.wheels.clock_step), pure: readings in, verdicts out; and the
 virtual clock's wall steps it is tested with in the engine (tests/test_engine_clock.py)."""
 
 from __future__ import annotations
@@ -6,10 +6,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from wheels.clock import VirtualClock
-from wheels.clock_step import ClockStep, ClockSteps
-from wheels.settings import Settings, SettingsError
+from timerwheel.wheels.clock import VirtualClock
+from timerwheel.wheels.clock_step import ClockStep, ClockSteps
+from timerwheel.wheels.settings import Settings, SettingsError
 
 THRESHOLD_MS = 1_000
 

@@ -1,4 +1,4 @@
-"""cli.config: durations, precedence (defaults < TOML < env < flags), clear errors;
+"""timerwheel.cli.config: durations, precedence (defaults < TOML < env < flags), clear errors;
 and `timerwheel serve`'s flags feeding it."""
 
 from __future__ import annotations
@@ -6,11 +6,11 @@ from __future__ import annotations
 import argparse
 
 import pytest
+from timerwheel.cli.commands import serve
+from timerwheel.cli.config import load_settings, parse_assignment
+from timerwheel.wheels.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings, SettingsError
 
-from cli.commands import serve
-from cli.config import load_settings, parse_assignment
-from wheels.durations import parse_duration_ms
-from wheels.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings, SettingsError
+from timerwheel.durations import parse_duration_ms
 
 
 @pytest.mark.parametrize(

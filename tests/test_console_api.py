@@ -1,4 +1,4 @@
-"""The web console's JSON endpoints over real HTTP, against a real server (console.app),
+"""The web console's JSON endpoints over real HTTP, against a real server (timerwheel.console.app),
 and how `serve --console-port` starts it (one process and --workers N)."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from conftest import WAIT_S
 from security_fixtures import write_tokens
+from timerwheel.console.http import api_target
+from timerwheel.console.views import relative
+from timerwheel.security.settings import SecuritySettings
+from timerwheel.wheels.settings import Settings, SettingsError
 
-from console.http import api_target
-from console.views import relative
 from timerwheel import Client, State
-from wheels.security_settings import SecuritySettings
-from wheels.settings import Settings, SettingsError
 
 pytestmark = pytest.mark.wallclock
 

@@ -16,9 +16,9 @@ from helpers.console_page import (
 )
 from playwright.sync_api import expect
 from security_fixtures import write_tokens
+from timerwheel.security.settings import SecuritySettings
 
 from timerwheel import Client, State
-from wheels.security_settings import SecuritySettings
 
 pytestmark = pytest.mark.wallclock
 

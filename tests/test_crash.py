@@ -20,12 +20,12 @@ from collections import Counter
 from pathlib import Path
 
 from helpers.crash_child import SERIES_COUNT, SERIES_EVERY_MS, SERIES_ID
+from timerwheel.engine.engine import Engine
+from timerwheel.store import keys
+from timerwheel.wheels.clock import VirtualClock
+from timerwheel.wheels.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
 
-from engine.engine import Engine
-from store import keys
-from wheels.clock import VirtualClock
-from wheels.domain import State
-from wheels.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
+from timerwheel.common import State
 
 SPEED = 600  # virtual ms per real ms: a minute cascade every 100 ms of real time
 BASE_MS = 1_700_002_800_000 - 10 * MINUTE_MS  # ten virtual minutes before an hour boundary

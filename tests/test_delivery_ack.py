@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import pytest
 from helpers.wakes import CountingCondition
+from timerwheel.delivery.hub import DeliveryHub
+from timerwheel.engine.engine import Engine
+from timerwheel.wheels.clock import VirtualClock
+from timerwheel.wheels.domain import InvalidArgument, SendSpec, When, WhenKind
+from timerwheel.wheels.settings import Settings
 
-from engine.engine import Engine
-from server.delivery import DeliveryHub
-from wheels.clock import VirtualClock
-from wheels.domain import InvalidArgument, SendSpec, State, When, WhenKind
-from wheels.settings import Settings
+from timerwheel.common import State
 
 ACK_TIMEOUT_MS = 5_000
 

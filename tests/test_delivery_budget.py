@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import pytest
 from helpers.wakes import CountingCondition
-
-from engine.engine import Engine
-from server.delivery import DeliveryHub
-from wheels.clock import VirtualClock
-from wheels.domain import SendSpec, When, WhenKind
-from wheels.settings import Settings
+from timerwheel.delivery.hub import DeliveryHub
+from timerwheel.engine.engine import Engine
+from timerwheel.wheels.clock import VirtualClock
+from timerwheel.wheels.domain import SendSpec, When, WhenKind
+from timerwheel.wheels.settings import Settings
 
 BODY = 1_000
 

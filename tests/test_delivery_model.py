@@ -8,7 +8,7 @@ the hub exactly. Properties checked after every step:
 - a delivered message has fired, never before its time; it is not acked, not dead, not
   in flight at anyone else, and not inside a nack's backoff;
 - its attempt number is its failed attempts, plus one; a reopen fails what was in
-  flight, and attempt counts carry on across it (from the traces: server/delivery_trace.py);
+  flight, and attempt counts carry on across it (from the traces: delivery/trace.py);
   one whose reopen used up its last attempt goes to its DLQ when its topic is next read;
 - a subscriber with room gets as many as it has room for, up to what is available;
 - a message that fails its max_attempts-th attempt (nack, ack timeout, stream end)
@@ -28,13 +28,12 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, precondition, rule
-
-from engine.engine import Engine
-from server.delivery import DeliveryHub, Subscriber
-from store.records import record_fired_at_ms
-from wheels.clock import VirtualClock
-from wheels.domain import SendOptions, SendSpec, When, WhenKind
-from wheels.settings import Settings
+from timerwheel.delivery.hub import DeliveryHub, Subscriber
+from timerwheel.engine.engine import Engine
+from timerwheel.store.records import record_fired_at_ms
+from timerwheel.wheels.clock import VirtualClock
+from timerwheel.wheels.domain import SendOptions, SendSpec, When, WhenKind
+from timerwheel.wheels.settings import Settings
 
 TOPICS = ("jobs", "mail")
 ACK_TIMEOUT_MS = 1_000
@@ -94,7 +93,8 @@ class DeliveryModel(RuleBasedStateMachine):
         self._check_dead_letters()
 
     def _fail(self, msg: Msg, backoff_until_ms: int = 0) -> bool:
-        """One failed attempt (server.attempts.fail); True when it made the message dead."""
+        """One failed attempt (timerwheel.delivery.attempts.fail); True when it made the message
+        dead."""
         msg.holder = None
         msg.failures += 1
         if msg.limit and msg.failures >= msg.limit:

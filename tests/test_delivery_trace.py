@@ -1,13 +1,12 @@
-"""server.delivery_trace: what a dispatcher notes reaches the engine once, as groups in
+"""timerwheel.delivery.trace: what a dispatcher notes reaches the engine once, as groups in
 the order noted (one per delivered batch, one per failed attempt)."""
 
 from __future__ import annotations
 
 import pytest
-
-from server.delivery_trace import DeliveryTrace
-from store import records
-from wheels.trace import TraceKind
+from timerwheel.delivery.trace import DeliveryTrace
+from timerwheel.store import records
+from timerwheel.wheels.trace import TraceKind
 
 DELIVERED, NACKED = int(TraceKind.DELIVERED), int(TraceKind.NACKED)
 

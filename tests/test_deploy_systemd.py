@@ -12,11 +12,10 @@ import sys
 from pathlib import Path
 
 from conftest import WAIT_S
-
-from cli.commands import serve
-from cli.main import build_parser
-from server.supervisor import CHILD_STOP_S, ENGINE_STOP_S
-from wheels.settings import Settings
+from timerwheel.cli.commands import serve
+from timerwheel.cli.main import build_parser
+from timerwheel.procs.supervisor import CHILD_STOP_S, ENGINE_STOP_S
+from timerwheel.wheels.settings import Settings
 
 UNIT = Path(__file__).resolve().parent.parent / "deploy" / "timerwheel.service"
 INSTALLED = "/opt/timerwheel/bin/timerwheel"

@@ -1,16 +1,15 @@
-"""A topic dispatcher's reads of the store (server/dispatcher.py), in virtual time on real
+"""A topic dispatcher's reads of the store (delivery/dispatcher.py), in virtual time on real
 RocksDB: a read that comes back short is handed out before the store is read again, and
 a read cut at its byte budget reads on."""
 
 from __future__ import annotations
 
 import pytest
-
-from engine.engine import Engine
-from server.delivery import DeliveryHub
-from wheels.clock import VirtualClock
-from wheels.domain import SendSpec, When, WhenKind
-from wheels.settings import Settings
+from timerwheel.delivery.hub import DeliveryHub
+from timerwheel.engine.engine import Engine
+from timerwheel.wheels.clock import VirtualClock
+from timerwheel.wheels.domain import SendSpec, When, WhenKind
+from timerwheel.wheels.settings import Settings
 
 BODY = 1_000
 

@@ -8,11 +8,10 @@ import threading
 
 import pytest
 from helpers.engines import T0, delay, engine_factory, wheel_count
-
-from engine.engine import Engine
-from engine.system_clock import SystemClock
-from wheels.clock import VirtualClock
-from wheels.domain import (
+from timerwheel.engine.engine import Engine
+from timerwheel.engine.system_clock import SystemClock
+from timerwheel.wheels.clock import VirtualClock
+from timerwheel.wheels.domain import (
     AlreadyExists,
     FailedPrecondition,
     InvalidArgument,
@@ -20,11 +19,12 @@ from wheels.domain import (
     Overloaded,
     SendSpec,
     ShuttingDown,
-    State,
     When,
     WhenKind,
 )
-from wheels.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
+from timerwheel.wheels.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
+
+from timerwheel.common import State
 
 
 @pytest.fixture
@@ -190,7 +190,7 @@ def test_a_200k_timer_minute_slot_cascades_paced_in_bounded_chunks(make_engine, 
         moved_per_second.append(sum(moved_per_batch[before:]))
         clock.advance(1_000)
     assert max(moved_per_batch) <= chunk and sum(moved_per_second) == 200_000
-    # Paced over the window (wheels.scheduler, "Pacing"): 60 s of timers in 40 steps of
+    # Paced over the window (timerwheel.wheels.scheduler, "Pacing"): 60 s of timers in 40 steps of
     # 1.5 s each; at most 4 timers a ms, so at most 6,000 a second instead of all at once.
     window_s = (defaults.minute_cascade_lead_ms - minute_finish_ahead_ms) // 1000
     assert len([n for n in moved_per_second if n]) == window_s

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import pytest
 from helpers.engines import T0, engine_factory
-
-from engine.engine import Engine
-from wheels.clock import VirtualClock
-from wheels.domain import InvalidArgument, SendSpec, When, WhenKind
-from wheels.settings import MINUTE_MS
+from timerwheel.engine.engine import Engine
+from timerwheel.wheels.clock import VirtualClock
+from timerwheel.wheels.domain import InvalidArgument, SendSpec, When, WhenKind
+from timerwheel.wheels.settings import MINUTE_MS
 
 KIB = 1024
 

@@ -1,4 +1,4 @@
-"""Wall-clock steps in the engine, in virtual time (engine.clock_watch, docs/engine.md
+"""Wall-clock steps in the engine, in virtual time (timerwheel.engine.clock_watch, docs/engine.md
 "Clock steps"): detected, logged, counted in stats; a step back fires nothing early or
 twice, a step forward fires what became due at once and loses nothing."""
 
@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import pytest
 from structlog.testing import capture_logs
+from timerwheel.engine.engine import Engine
+from timerwheel.wheels.clock import VirtualClock
+from timerwheel.wheels.domain import SendSpec, When, WhenKind
+from timerwheel.wheels.settings import HOUR_MS, MINUTE_MS, SECOND_MS, Settings
 
-from engine.engine import Engine
-from wheels.clock import VirtualClock
-from wheels.domain import SendSpec, State, When, WhenKind
-from wheels.settings import HOUR_MS, MINUTE_MS, SECOND_MS, Settings
+from timerwheel.common import State
 
 T0 = 1_700_002_800_000 - 30 * MINUTE_MS
 

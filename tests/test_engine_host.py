@@ -1,5 +1,6 @@
-"""engine.host: the engine's calls over a real unix socket to a real engine (RocksDB in a
-temp dir, the writer thread running), the way a worker process makes them: sends carried
+"""timerwheel.procs.engine_host: the engine's calls over a real unix socket to a real engine
+(RocksDB in a temp dir, the writer thread running), the way a worker process makes them: sends
+carried
 several requests to a call, each request answered alone (`submit_sends_many`)."""
 
 from __future__ import annotations
@@ -9,16 +10,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from timerwheel.engine.engine import Engine
+from timerwheel.engine.ids import MessageIds
+from timerwheel.engine.prepare import prepare_sends
+from timerwheel.engine.system_clock import SystemClock
+from timerwheel.procs.engine_host import EngineHost
+from timerwheel.procs.ipc import CallClient, CallServer, unpack_error
+from timerwheel.procs.remote_engine import RemoteEngine
+from timerwheel.wheels.domain import AlreadyExists, SendOptions, SendSpec, When, WhenKind
+from timerwheel.wheels.settings import Settings
 
-from engine.engine import Engine
-from engine.host import EngineHost
-from engine.ids import MessageIds
-from engine.ipc import CallClient, CallServer, unpack_error
-from engine.prepare import prepare_sends
-from engine.remote import RemoteEngine
-from engine.system_clock import SystemClock
-from wheels.domain import AlreadyExists, SendOptions, SendSpec, State, When, WhenKind
-from wheels.settings import Settings
+from timerwheel.common import State
 
 IN_AN_HOUR = When(WhenKind.DELAY, 3_600_000)
 
@@ -74,7 +76,7 @@ def test_submit_sends_many_answers_each_op_alone(hosted):
 
 
 def test_server_made_ids_cross_without_their_specs_and_are_stored_whole(hosted):
-    """An op of server-made ids reaches the engine without its SendSpecs (engine.send_op,
+    """An op of server-made ids reaches the engine without its SendSpecs (timerwheel.engine.send_op,
     `SendOp.__getstate__`): the due-at-once and the scheduled send are each stored with
     their topic, body and options."""
     engine, calls, settings = hosted

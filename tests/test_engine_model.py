@@ -34,10 +34,9 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
-
-from engine.engine import Engine
-from wheels.clock import VirtualClock
-from wheels.domain import (
+from timerwheel.engine.engine import Engine
+from timerwheel.wheels.clock import VirtualClock
+from timerwheel.wheels.domain import (
     FailedPrecondition,
     IfExists,
     MissedPolicy,
@@ -45,11 +44,12 @@ from wheels.domain import (
     Repeat,
     SendOptions,
     SendSpec,
-    State,
     When,
     WhenKind,
 )
-from wheels.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
+from timerwheel.wheels.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
+
+from timerwheel.common import State
 
 TOPICS = ("orders", "reminders")
 DLQ_TOPICS = tuple(f"{topic}.dlq" for topic in TOPICS)

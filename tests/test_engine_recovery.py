@@ -7,13 +7,14 @@ from __future__ import annotations
 import pytest
 from helpers.engines import T0, delay, wheel_count
 from helpers.failing_syncs import FailingSyncs
+from timerwheel.engine.engine import Engine
+from timerwheel.store.rocks import WalSyncFailed
+from timerwheel.wheels.clock import VirtualClock
+from timerwheel.wheels.domain import SendSpec, ShuttingDown, When, WhenKind
+from timerwheel.wheels.scheduler import TimerKey
+from timerwheel.wheels.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
 
-from engine.engine import Engine
-from store.rocks import WalSyncFailed
-from wheels.clock import VirtualClock
-from wheels.domain import SendSpec, ShuttingDown, State, When, WhenKind
-from wheels.scheduler import TimerKey
-from wheels.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
+from timerwheel.common import State
 
 
 @pytest.fixture

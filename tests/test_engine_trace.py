@@ -6,13 +6,12 @@ fire, delivery and trace write happens inside the call that causes it)."""
 from __future__ import annotations
 
 import pytest
-
-from engine.engine import Engine
-from server.delivery import DeliveryHub
-from wheels.clock import VirtualClock
-from wheels.domain import SendOptions, SendSpec, When, WhenKind
-from wheels.settings import Settings
-from wheels.trace import TraceKind
+from timerwheel.delivery.hub import DeliveryHub
+from timerwheel.engine.engine import Engine
+from timerwheel.wheels.clock import VirtualClock
+from timerwheel.wheels.domain import SendOptions, SendSpec, When, WhenKind
+from timerwheel.wheels.settings import Settings
+from timerwheel.wheels.trace import TraceKind
 
 K = TraceKind
 T0 = 1_700_000_000_000

@@ -1,4 +1,5 @@
-"""store.export / store.export_files: the consistent cut, the SST files and the manifest.
+"""timerwheel.store.export / timerwheel.store.export_files: the consistent cut, the SST files and
+the manifest.
 
 Real RocksDB in tmp dirs; the stores are filled by the real engine (tests/capacity_data).
 """
@@ -14,14 +15,13 @@ import threading
 
 import pytest
 from capacity_data import T0_MS, build_store, family_contents
-
-from engine.engine import Engine
-from store import export, export_files, keys, records
-from store.export import ExportError, export_data_dir
-from store.export_files import ExportFormatError, load_manifest, read_sst, verify_files
-from wheels.clock import VirtualClock
-from wheels.domain import SendSpec, When, WhenKind
-from wheels.settings import Settings
+from timerwheel.engine.engine import Engine
+from timerwheel.store import export, export_files, keys, records
+from timerwheel.store.export import ExportError, export_data_dir
+from timerwheel.store.export_files import ExportFormatError, load_manifest, read_sst, verify_files
+from timerwheel.wheels.clock import VirtualClock
+from timerwheel.wheels.domain import SendSpec, When, WhenKind
+from timerwheel.wheels.settings import Settings
 
 
 @pytest.fixture(scope="module")
@@ -209,7 +209,7 @@ def test_data_dir_of_a_running_server_says_to_use_target(store_dir, tmp_path):
     data_dir, _ = store_dir
     holder = subprocess.Popen(
         [sys.executable, "-c",
-         "import sys; from store.rocks import RocksDatabase\n"
+         "import sys; from timerwheel.store.rocks import RocksDatabase\n"
          f"db = RocksDatabase({data_dir!r}); print('open', flush=True); sys.stdin.readline()\n"
          "db.close()"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
@@ -310,7 +310,7 @@ def test_damaged_exports_name_the_file(store_dir, tmp_path):
 
 
 def test_export_cli_from_a_stopped_data_dir(store_dir, tmp_path, capsys):
-    from cli.main import main
+    from timerwheel.cli.main import main
 
     data_dir, truth = store_dir
     out_dir = str(tmp_path / "export")
@@ -322,7 +322,7 @@ def test_export_cli_from_a_stopped_data_dir(store_dir, tmp_path, capsys):
 
 
 def test_export_cli_workers_flag(store_dir, tmp_path, capsys, monkeypatch):
-    from cli.main import main
+    from timerwheel.cli.main import main
 
     data_dir, truth = store_dir
     asked = []
@@ -350,9 +350,10 @@ def test_export_cli_workers_flag(store_dir, tmp_path, capsys, monkeypatch):
 
 def test_export_cli_from_a_live_server(make_server, tmp_path, capsys):
     """--target: the running server (TimerAdmin.Export) writes the cut below its export root."""
-    from cli.main import main
+    from timerwheel.cli.main import main
+    from timerwheel.security.settings import SecuritySettings
+
     from timerwheel.client import TimerClient
-    from wheels.security_settings import SecuritySettings
 
     root = tmp_path / "exports"
     root.mkdir()

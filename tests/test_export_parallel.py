@@ -1,4 +1,4 @@
-"""store.export_parallel: the export written by worker processes.
+"""timerwheel.store.export_parallel: the export written by worker processes.
 
 The same store is exported in-process (workers=1) and by two spawned workers with the
 parallel threshold at 0, and the two are compared row for row; failures inside a worker
@@ -12,16 +12,15 @@ import os
 import psutil
 import pytest
 from capacity_data import T0_MS, build_store, family_contents
-
-from capacity.datasource import TimerwheelSstDataSource, read_partition
-from engine.engine import Engine
-from store import export_files, export_parallel, keys, records
-from store.export import ExportError, export_data_dir
-from store.export_files import load_manifest, read_sst, verify_files
-from store.export_parallel import split_keys
-from wheels.clock import VirtualClock
-from wheels.domain import SendSpec, When, WhenKind
-from wheels.settings import Settings
+from timerwheel.capacity.datasource import TimerwheelSstDataSource, read_partition
+from timerwheel.engine.engine import Engine
+from timerwheel.store import export_files, export_parallel, keys, records
+from timerwheel.store.export import ExportError, export_data_dir
+from timerwheel.store.export_files import load_manifest, read_sst, verify_files
+from timerwheel.store.export_parallel import split_keys
+from timerwheel.wheels.clock import VirtualClock
+from timerwheel.wheels.domain import SendSpec, When, WhenKind
+from timerwheel.wheels.settings import Settings
 
 PARALLEL = {"workers": 2, "parallel_min_rows": 0}
 

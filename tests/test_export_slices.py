@@ -1,4 +1,5 @@
-"""store.export_slices: the wheels merged run by run, and SST files written a run at a time.
+"""timerwheel.store.export_slices: the wheels merged run by run, and SST files written a run at a
+time.
 
 Plain iterators for the merge; real SST files in a tmp dir, read back with RocksDB."""
 
@@ -10,9 +11,8 @@ import random
 
 from hypothesis import given
 from hypothesis import strategies as st
-
-from store.export_files import SstSink, read_sst
-from store.export_slices import merge_runs
+from timerwheel.store.export_files import SstSink, read_sst
+from timerwheel.store.export_slices import merge_runs
 
 
 def _rows(keys: list[bytes]) -> list[tuple[bytes, bytes]]:

@@ -1,4 +1,5 @@
-"""Faults the server survives or reports (engine.store_health, docs/security.md "Faults").
+"""Faults the server survives or reports (timerwheel.engine.store_health, docs/security.md
+"Faults").
 
 * A failed WAL sync: health NOT_SERVING on every service name, sends UNAVAILABLE, and
   `timerwheel serve` exits non-zero (so systemd or Kubernetes restart it).
@@ -24,8 +25,8 @@ import grpc
 import pytest
 from conftest import WAIT_S, Collector, ServeProcess
 from helpers.wal_sync_child import INJECTED, FailingSync
+from timerwheel.server.app import SERVICE_NAMES
 
-from server.app import SERVICE_NAMES
 from timerwheel.client import RemoteError, TimerClient
 
 REPO = Path(__file__).resolve().parent.parent
@@ -248,10 +249,10 @@ def test_sigterm_while_the_disk_is_full_exits_cleanly(small_disk):
 def test_reads_during_a_reopen_answer_or_say_unavailable(tmp_path):
     """The writer's reopen (after a full disk) closes the database under readers: each
     read answers, or raises StoreUnavailable (UNAVAILABLE), never anything else."""
-    from engine.engine import Engine
-    from wheels.clock import VirtualClock
-    from wheels.domain import SendSpec, StoreUnavailable, When, WhenKind
-    from wheels.settings import Settings
+    from timerwheel.engine.engine import Engine
+    from timerwheel.wheels.clock import VirtualClock
+    from timerwheel.wheels.domain import SendSpec, StoreUnavailable, When, WhenKind
+    from timerwheel.wheels.settings import Settings
 
     engine = Engine(Settings(data_dir=str(tmp_path / "d")), VirtualClock(0), background=False)
     try:

@@ -1,8 +1,10 @@
 """The fired-record cache: answers only when it is complete above the reader's cursor."""
 
-from engine.fired_cache import ENTRY_OVERHEAD_BYTES, FiredCache, entries_bytes
-from store import records
-from wheels.domain import State, Timer, When, WhenKind
+from timerwheel.engine.fired_cache import ENTRY_OVERHEAD_BYTES, FiredCache, entries_bytes
+from timerwheel.store import records
+from timerwheel.wheels.domain import Timer, When, WhenKind
+
+from timerwheel.common import State
 
 
 def entry(seq: int, topic: str = "t") -> tuple[int, bytes, bytes]:

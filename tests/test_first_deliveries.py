@@ -1,11 +1,11 @@
-"""server.first_deliveries: first attempts held for their Ack, pure: what an Ack takes,
+"""timerwheel.delivery.first_deliveries: first attempts held for their Ack, pure: what an Ack takes,
 what is handed over as events and when, and the bound on what is held."""
 
 from __future__ import annotations
 
-from server import first_deliveries
-from server.first_deliveries import FirstDeliveries
-from store import records
+from timerwheel.delivery import first_deliveries
+from timerwheel.delivery.first_deliveries import FirstDeliveries
+from timerwheel.store import records
 
 HOLD_MS = 5_000
 

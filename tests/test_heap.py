@@ -1,4 +1,4 @@
-"""engine.heap: start-up objects leave the full collection's scan; young collections are
+"""timerwheel.procs.heap: start-up objects leave the full collection's scan; young collections are
 rare; new cycles are still collected, without being asked. Run in a child interpreter:
 freezing pytest's own heap would outlive the test."""
 
@@ -10,15 +10,15 @@ import sys
 import textwrap
 from pathlib import Path
 
-from engine.heap import YOUNG_THRESHOLD
+from timerwheel.procs.heap import YOUNG_THRESHOLD
 
 ROOT = Path(__file__).resolve().parent.parent
 
 PROBE = textwrap.dedent(
     """
     import gc, json, weakref
-    import server.app  # what a server process imports: grpc, protobuf, rocksdict, ...
-    from engine.heap import YOUNG_THRESHOLD, prepare_heap_for_serving
+    import timerwheel.server.app  # what a server process imports: grpc, protobuf, rocksdict, ...
+    from timerwheel.procs.heap import YOUNG_THRESHOLD, prepare_heap_for_serving
 
     tracked_before = len(gc.get_objects())
     frozen = prepare_heap_for_serving()

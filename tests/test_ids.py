@@ -1,14 +1,14 @@
-"""engine.ids: server-made message ids, unguessable and in deliver-time order."""
+"""timerwheel.engine.ids: server-made message ids, unguessable and in deliver-time order."""
 
 from __future__ import annotations
 
 import itertools
 import threading
 
-from engine.ids import MessageIds
-from engine.prepare import prepare_sends
-from wheels.domain import SendSpec, When, WhenKind
-from wheels.settings import Settings
+from timerwheel.engine.ids import MessageIds
+from timerwheel.engine.prepare import prepare_sends
+from timerwheel.wheels.domain import SendSpec, When, WhenKind
+from timerwheel.wheels.settings import Settings
 
 DUE_MS = 1_795_344_000_123
 

@@ -1,4 +1,4 @@
-"""engine.ipc: calls between processes over a unix socket, tested with a real socket (the
+"""timerwheel.procs.ipc: calls between processes over a unix socket, tested with a real socket (the
 server side on a thread of this process, which the channel cannot tell apart)."""
 
 from __future__ import annotations
@@ -7,9 +7,8 @@ import threading
 from pathlib import Path
 
 import pytest
-
-from engine.ipc import CallClient, CallContext, CallServer, PeerUnavailable, RemoteFailure
-from wheels.domain import InvalidArgument, NotFound
+from timerwheel.procs.ipc import CallClient, CallContext, CallServer, PeerUnavailable, RemoteFailure
+from timerwheel.wheels.domain import InvalidArgument, NotFound
 
 KEY = b"k" * 32
 

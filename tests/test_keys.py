@@ -4,9 +4,8 @@ from collections import Counter
 
 from hypothesis import given
 from hypothesis import strategies as st
-
-from store import keys
-from wheels.scheduler import TimerKey
+from timerwheel.store import keys
+from timerwheel.wheels.scheduler import TimerKey
 
 times = st.integers(0, 2**63 - 1)
 ids = st.text(alphabet="ABCDEFabcdef0123456789_.:@-", min_size=1, max_size=40)

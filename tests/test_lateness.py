@@ -1,4 +1,4 @@
-"""wheels.lateness: the recent fire lateness per minute that Stats reports."""
+"""timerwheel.wheels.lateness: the recent fire lateness per minute that Stats reports."""
 
 from __future__ import annotations
 
@@ -7,8 +7,13 @@ from collections import Counter
 
 from hypothesis import given
 from hypothesis import strategies as st
-
-from wheels.lateness import BOUNDS_MS, MINUTE_MS, LatenessMinute, RecentLateness, bucket_counts
+from timerwheel.wheels.lateness import (
+    BOUNDS_MS,
+    MINUTE_MS,
+    LatenessMinute,
+    RecentLateness,
+    bucket_counts,
+)
 
 
 def test_percentiles_are_bucket_bounds_capped_by_the_exact_maximum():

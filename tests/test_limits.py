@@ -1,5 +1,5 @@
 """Fair limits of a gRPC process: request bytes in flight, Subscribe streams per caller,
-topic dispatchers freed when idle (server.limits, server.delivery)."""
+topic dispatchers freed when idle (timerwheel.security.limits, timerwheel.delivery.hub)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import time
 import grpc
 import pytest
 from conftest import WAIT_S, Collector, own_connection
+from timerwheel.security.limits import ByteBudget, PerKeyLimit
+from timerwheel.wheels.domain import Overloaded
 
-from server.limits import ByteBudget, PerKeyLimit
 from timerwheel.client import TimerClient
-from wheels.domain import Overloaded
 
 
 def wait_until(predicate, timeout_s: float = WAIT_S) -> bool:

@@ -1,9 +1,9 @@
-"""`engine.linger`: when the writer must wake for a queued op that may linger (delivery
+"""`timerwheel.engine.linger`: when the writer must wake for a queued op that may linger (delivery
 trace events), as verdicts on times passed in."""
 
 from __future__ import annotations
 
-from engine.linger import Lingering
+from timerwheel.engine.linger import Lingering
 
 NOW = 1_700_000_000_000
 

@@ -31,14 +31,13 @@ from pathlib import Path
 import psutil
 import pytest
 from helpers.processes import command_line, descendants
-
-from cli.main import main
-from engine import thread_cpu
-from engine.system_clock import SystemClock
-from loadtest.figures import at_ceiling
-from loadtest.interpreter import describe, interpreter
-from server.app import TimerServer
-from wheels.settings import Settings
+from timerwheel.cli.main import main
+from timerwheel.engine.system_clock import SystemClock
+from timerwheel.loadtest.figures import at_ceiling
+from timerwheel.loadtest.interpreter import describe, interpreter
+from timerwheel.observability import thread_cpu
+from timerwheel.server.app import TimerServer
+from timerwheel.wheels.settings import Settings
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -334,7 +333,7 @@ def test_a_sigkilled_run_leaves_no_process_behind(tmp_path):
         run.kill()  # nothing of the run's own code runs after this
         run.wait(timeout=10)
     names = {command_line(process) for process in started}
-    assert any("cli.main serve" in name for name in names), names
+    assert any("timerwheel.cli.main serve" in name for name in names), names
     # The server gets SIGTERM from the kernel and stops; producers and consumers are
     # killed with their parent (PR_SET_PDEATHSIG).
     _, alive = psutil.wait_procs(started, timeout=SIGNAL_TEST_BOUND_S)
@@ -352,7 +351,8 @@ def _run_in_progress(temp: Path, *target: str):
     own, which the caller may signal as a whole."""
     temp.mkdir()
     run = subprocess.Popen(
-        [sys.executable, "-m", "cli.main", "loadtest", "--scenario", "smoke", "--duration",
+        [sys.executable, "-m", "timerwheel.cli.main", "loadtest", "--scenario", "smoke",
+        "--duration",
          "60", *target, *QUIET],
         cwd=Path(__file__).parent.parent, env={**os.environ, "TMPDIR": str(temp)},
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,

@@ -1,4 +1,4 @@
-"""loadtest.interpreter: which interpreter a run's figures came from."""
+"""timerwheel.loadtest.interpreter: which interpreter a run's figures came from."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 import platform
 import sys
 
-from loadtest.interpreter import describe, interpreter
+from timerwheel.loadtest.interpreter import describe, interpreter
 
 
 def test_this_process_names_its_version_and_real_executable():

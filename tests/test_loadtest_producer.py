@@ -1,4 +1,4 @@
-"""loadtest.producer in isolation: its open loop over a fake transport (requests go out
+"""timerwheel.loadtest.producer in isolation: its open loop over a fake transport (requests go out
 on schedule whatever the answers, waits only at max_outstanding, stops at abort and
 still reports what it sent) and the deterministic choice of what to cancel."""
 
@@ -10,10 +10,10 @@ from types import SimpleNamespace
 
 import grpc
 import psutil
+from timerwheel.loadtest.accounting import SENT, UNKNOWN, UNSENT
+from timerwheel.loadtest.pacing import decode_body
+from timerwheel.loadtest.producer import Producer, ProducerPlan, wants_cancel
 
-from loadtest.accounting import SENT, UNKNOWN, UNSENT
-from loadtest.pacing import decode_body
-from loadtest.producer import Producer, ProducerPlan, wants_cancel
 from timerwheel.client import TimerClient
 from timerwheel.v1 import timerwheel_pb2 as pb
 

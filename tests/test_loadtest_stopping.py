@@ -1,12 +1,11 @@
-"""SIGTERM during a load run unwinds it (loadtest.stopping); the end-to-end stops of the
+"""SIGTERM during a load run unwinds it (timerwheel.loadtest.stopping); the end-to-end stops of the
 harness and the Redis peer are in tests/test_loadtest.py and tests/test_peer_redis.py."""
 
 import os
 import signal
 
 import pytest
-
-from loadtest.stopping import unwind_on_sigterm
+from timerwheel.loadtest.stopping import unwind_on_sigterm
 
 
 def test_sigterm_in_the_block_unwinds_it_and_says_so(capsys):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 import time
 
-from loadtest.figures import at_ceiling, timeline
-from loadtest.server_proc import Sample, StatsSampler, machine_busy_s
+from timerwheel.loadtest.figures import at_ceiling, timeline
+from timerwheel.loadtest.server_proc import Sample, StatsSampler, machine_busy_s
 
 
 def test_server_cpu_by_wall_second_from_consecutive_stats_samples():

@@ -10,10 +10,9 @@ from types import SimpleNamespace
 
 import grpc
 import pytest
-
-from cli.commands.loadtest import is_loopback
-from loadtest import report
-from loadtest.accounting import (
+from timerwheel.cli.commands.loadtest import is_loopback
+from timerwheel.loadtest import report
+from timerwheel.loadtest.accounting import (
     CANCEL_UNKNOWN,
     CANCELLED,
     SENT,
@@ -28,8 +27,8 @@ from loadtest.accounting import (
     merge_worst,
     summary,
 )
-from loadtest.harness import Run
-from loadtest.pacing import (
+from timerwheel.loadtest.harness import Run
+from timerwheel.loadtest.pacing import (
     MIN_BODY_BYTES,
     SWITCH_INTERVAL_S,
     DeliverTimes,
@@ -40,7 +39,8 @@ from loadtest.pacing import (
     split_messages,
     use_measuring_switch_interval,
 )
-from loadtest.scenarios import SCENARIOS, ScenarioError, scenario
+from timerwheel.loadtest.scenarios import SCENARIOS, ScenarioError, scenario
+
 from timerwheel.credentials import PLAIN
 from timerwheel.types import RemoteError
 

@@ -1,4 +1,5 @@
-"""Logging of `timerwheel serve` (cli.log_config) when its stdout's reader goes away.
+"""Logging of `timerwheel serve` (timerwheel.observability.log_config) when its stdout's reader goes
+away.
 
 A server's stdout is often a pipe to whatever started it (the load-test harness, a log
 shipper). When that process dies, writes fail with EPIPE; the server must go on, and
@@ -20,8 +21,8 @@ import threading
 import pytest
 import structlog
 from conftest import WAIT_S
+from timerwheel.observability.log_config import configure_logging
 
-from cli.log_config import configure_logging
 from timerwheel.client import TimerClient
 from timerwheel.types import RemoteError
 
@@ -50,7 +51,7 @@ def test_a_log_line_to_a_pipe_without_reader_is_dropped_and_the_stream_points_at
 @pytest.mark.parametrize("extra", [(), ("--workers", "2")], ids=["one process", "workers 2"])
 def test_sigterm_stops_a_server_whose_stdout_reader_is_gone(tmp_path, extra):
     args = [
-        sys.executable, "-m", "cli.main", "serve", "--data-dir", str(tmp_path / "data"),
+        sys.executable, "-m", "timerwheel.cli.main", "serve", "--data-dir", str(tmp_path / "data"),
         "--host", "127.0.0.1", "--port", "0", "--log-format", "json", *extra,
     ]  # fmt: skip
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "TMPDIR": str(tmp_path)}

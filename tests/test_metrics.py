@@ -12,11 +12,11 @@ import pytest
 from conftest import WAIT_S, Collector
 from prometheus_client import Histogram
 from prometheus_client.parser import text_string_to_metric_families
+from timerwheel.observability import thread_cpu
+from timerwheel.observability.metrics import _observe_many
+from timerwheel.wheels.settings import MINUTE_MS, Settings, SettingsError
 
-from engine import thread_cpu
-from engine.metrics import _observe_many
 from timerwheel.client import RemoteError, TimerClient
-from wheels.settings import MINUTE_MS, Settings, SettingsError
 
 pytestmark = pytest.mark.wallclock
 
@@ -113,7 +113,7 @@ def run_scenario(target: str, port: int, clock_offset_ms: int) -> None:
         # sends, the cancel, the acks (the refused send never queued), and the trace's
         # delivery events: the nacked message's first delivery (handed over by its nack),
         # the nack and the redelivery. The other three first deliveries ride with the Ack
-        # (server.first_deliveries): they are no op of their own.
+        # (timerwheel.delivery.first_deliveries): they are no op of their own.
         "commit_ops": 6 + 1 + 4 + 3,
     }  # fmt: skip
     assert value(after, "timerwheel_fired_unacked", topic="m") == 0

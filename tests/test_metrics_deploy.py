@@ -14,8 +14,7 @@ from pathlib import Path
 import yaml
 from conftest import WAIT_S
 from prometheus_client.parser import text_string_to_metric_families
-
-from engine.thread_cpu import GIL_KINDS
+from timerwheel.observability.thread_cpu import GIL_KINDS
 
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARD = ROOT / "deploy" / "grafana-dashboard.json"

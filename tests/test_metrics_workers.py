@@ -10,9 +10,8 @@ import signal
 
 import pytest
 from test_metrics import clock_offset_to_second, run_scenario
-
-from engine.ipc import PeerUnavailable
-from server.metrics_http import ScrapeGauges
+from timerwheel.observability.metrics_http import ScrapeGauges
+from timerwheel.procs.ipc import PeerUnavailable
 
 pytestmark = pytest.mark.wallclock
 

@@ -17,9 +17,8 @@ import time
 import psutil
 import pytest
 from helpers.processes import descendants
-
-from loadtest.interpreter import interpreter
-from loadtest.scenarios import scenario
+from timerwheel.loadtest.interpreter import interpreter
+from timerwheel.loadtest.scenarios import scenario
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -1,6 +1,6 @@
-"""A load run's worker processes (engine.proc.run_as_child_of) and the multiprocessing
-Events they sleep on: a signal must never leave an Event that the parent cannot set.
-The stop flag a signal sets (engine.proc.SignalStop): its handler can never wait for
+"""A load run's worker processes (timerwheel.procs.lifecycle.run_as_child_of) and the
+multiprocessing Events they sleep on: a signal must never leave an Event that the parent cannot set.
+The stop flag a signal sets (timerwheel.procs.lifecycle.SignalStop): its handler can never wait for
 the thread it interrupted.
 
 The server's children (`become_child`) are tested end to end in tests/test_supervisor.py."""
@@ -15,8 +15,7 @@ import threading
 import time
 
 import pytest
-
-from engine.proc import SignalStop, run_as_child_of
+from timerwheel.procs.lifecycle import SignalStop, run_as_child_of
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -1,4 +1,4 @@
-"""store.range_reads against real RocksDB: the same answer as a multi-get, from one walk
+"""timerwheel.store.range_reads against real RocksDB: the same answer as a multi-get, from one walk
 where the keys are neighbours, and a walk that gives up within its budget where they are
 not."""
 
@@ -10,10 +10,9 @@ import tempfile
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from store.keys import CF_MESSAGES
-from store.range_reads import MAX_SKIPPED_BYTES, MIN_GROUP, MIN_SKIPS, read_records
-from store.rocks import RocksDatabase, RocksTuning
+from timerwheel.store.keys import CF_MESSAGES
+from timerwheel.store.range_reads import MAX_SKIPPED_BYTES, MIN_GROUP, MIN_SKIPS, read_records
+from timerwheel.store.rocks import RocksDatabase, RocksTuning
 
 SERVER_IDS = [f"{1_700_000_000_000 + i:012X}{i * 7919:020X}".encode() for i in range(400)]
 CLIENT_IDS = [f"order-{i}".encode() for i in range(40)]

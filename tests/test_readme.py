@@ -9,8 +9,7 @@ import shlex
 from pathlib import Path
 
 import pytest
-
-from cli.main import build_parser, main
+from timerwheel.cli.main import build_parser, main
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 CLIENT_COMMANDS = {"send", "get", "cancel", "list", "stats", "tail", "reschedule", "count"}

@@ -5,9 +5,10 @@ from dataclasses import replace
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from timerwheel.store import keys, records
+from timerwheel.wheels.domain import SendSpec, Timer, When, WhenKind
 
-from store import keys, records
-from wheels.domain import SendSpec, State, Timer, When, WhenKind
+from timerwheel.common import State
 
 timers = st.builds(
     Timer,

@@ -1,4 +1,4 @@
-"""server.remote_hub: a worker's Subscribe stream reading from the delivery process, over
+"""timerwheel.procs.remote_hub: a worker's Subscribe stream reading from the delivery process, over
 a real unix socket to a real `DeliveryHost` (its hub on real RocksDB, in virtual time).
 The stream asks for its next batch before it hands this one on, so the delivery process
 picks one while the worker sends the other; a stream that ends with a batch read ahead
@@ -11,17 +11,16 @@ import threading
 
 import pytest
 from conftest import WAIT_S
-
-from engine.engine import Engine
-from engine.host import EngineHost
-from engine.ipc import CallClient, CallServer
-from engine.remote import RemoteEngine
-from server.delivery import DeliveryHub
-from server.delivery_host import DeliveryHost
-from server.remote_hub import RemoteHub
-from wheels.clock import VirtualClock
-from wheels.domain import SendSpec, When, WhenKind
-from wheels.settings import Settings
+from timerwheel.delivery.hub import DeliveryHub
+from timerwheel.engine.engine import Engine
+from timerwheel.procs.delivery_host import DeliveryHost
+from timerwheel.procs.engine_host import EngineHost
+from timerwheel.procs.ipc import CallClient, CallServer
+from timerwheel.procs.remote_engine import RemoteEngine
+from timerwheel.procs.remote_hub import RemoteHub
+from timerwheel.wheels.clock import VirtualClock
+from timerwheel.wheels.domain import SendSpec, When, WhenKind
+from timerwheel.wheels.settings import Settings
 
 
 class CountedHost:

@@ -14,10 +14,10 @@ import grpc
 import pytest
 from conftest import WAIT_S, Collector, Producer, ServeProcess
 from helpers.ports import close_after_the_server, idle_connection, wait_until_plain_bind_refused
+from timerwheel.wheels.settings import HOUR_MS
 
 from timerwheel.client import RemoteError, TimerClient
-from wheels.domain import State
-from wheels.settings import HOUR_MS
+from timerwheel.common import State
 
 pytestmark = pytest.mark.wallclock
 

@@ -1,4 +1,4 @@
-"""What store.rocks hands RocksDB: the options it persists in the data dir's OPTIONS
+"""What timerwheel.store.rocks hands RocksDB: the options it persists in the data dir's OPTIONS
 file are the ones RocksDB runs with; how a failed WAL sync is reported."""
 
 from __future__ import annotations
@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 from helpers.wal_sync_child import FailingSync
 from rocksdict import WriteBatch
-
-from store.keys import ALL_COLUMN_FAMILIES
-from store.rocks import RocksDatabase, RocksTuning, WalSyncFailed
+from timerwheel.store.keys import ALL_COLUMN_FAMILIES
+from timerwheel.store.rocks import RocksDatabase, RocksTuning, WalSyncFailed
 
 
 def _persisted_options(data_dir: Path) -> configparser.ConfigParser:

@@ -1,4 +1,4 @@
-"""The supervisor's runtime dir (server.runtime_dir): private, locked for the life of its
+"""The supervisor's runtime dir (timerwheel.procs.runtime_dir): private, locked for the life of its
 supervisor, and removed by the next start once that supervisor is dead, SIGKILLed ones
 included; nothing that is alive, not ours, or not a runtime dir is touched."""
 
@@ -11,12 +11,11 @@ import sys
 
 import pytest
 from conftest import WAIT_S
-
-from server.runtime_dir import LOCK_NAME, RuntimeDir, sweep_dead
+from timerwheel.procs.runtime_dir import LOCK_NAME, RuntimeDir, sweep_dead
 
 HOLD_A_DIR = """
 import sys
-from server.runtime_dir import RuntimeDir
+from timerwheel.procs.runtime_dir import RuntimeDir
 runtime, _ = RuntimeDir.create(sys.argv[1])
 print(runtime.path, flush=True)
 sys.stdin.read()  # alive until killed

@@ -3,10 +3,9 @@
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from wheels.scheduler import CascadeState, Scheduler, SchedulerState, TimerKey
-from wheels.settings import HOUR_MS, MINUTE_MS
-from wheels.wheel import HOUR_WHEEL, MINUTE_WHEEL, SECOND_WHEEL
+from timerwheel.wheels.scheduler import CascadeState, Scheduler, SchedulerState, TimerKey
+from timerwheel.wheels.settings import HOUR_MS, MINUTE_MS
+from timerwheel.wheels.wheel import HOUR_WHEEL, MINUTE_WHEEL, SECOND_WHEEL
 
 LEADS = (10_000, 300_000)  # minute->second, hour->minute
 T0 = 1_700_002_800_000 - 20_000  # 20 s before an hour boundary

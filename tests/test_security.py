@@ -1,7 +1,7 @@
 """TLS, mutual TLS, token roles and the exposure rule, over real gRPC on 127.0.0.1.
 
 Certificates are made in the test (tests/security_fixtures.py); every server binds
-loopback port 0. The role table below is the contract of server.access.
+loopback port 0. The role table below is the contract of timerwheel.security.access.
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ import grpc
 import pytest
 from conftest import WAIT_S, status_of
 from security_fixtures import make_pki, write_tokens
+from timerwheel.security.settings import SecuritySettings, exposure_check
+from timerwheel.server.app import TimerServer
+from timerwheel.wheels.settings import Settings, SettingsError
 
-from server.app import TimerServer
 from timerwheel.client import TimerClient
 from timerwheel.credentials import Tls
-from wheels.security_settings import SecuritySettings, exposure_check
-from wheels.settings import Settings, SettingsError
 
 DENIED = grpc.StatusCode.PERMISSION_DENIED
 _fresh = itertools.count()

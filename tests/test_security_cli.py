@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 from security_fixtures import make_pki, write_tokens
-
-from cli.main import main
-from server.tokens import load_tokens, sha256_hex
-from wheels.settings import SettingsError
+from timerwheel.cli.main import main
+from timerwheel.security.tokens import load_tokens, sha256_hex
+from timerwheel.wheels.settings import SettingsError
 
 
 @pytest.fixture

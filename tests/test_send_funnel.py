@@ -1,4 +1,4 @@
-"""engine.send_funnel: concurrent ops carried together, in turns, each answered alone.
+"""timerwheel.procs.send_funnel: concurrent ops carried together, in turns, each answered alone.
 
 The carry is the test's own: it records what each turn carried and blocks until the test
 lets it go, so what shares a turn is decided by the test, not by thread timing. (Over a
@@ -12,11 +12,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from timerwheel.engine.send_op import SendOp
+from timerwheel.procs.ipc import PeerUnavailable, RemoteFailure, pack_error
+from timerwheel.procs.send_funnel import SendFunnel
+from timerwheel.wheels.domain import AlreadyExists
 
-from engine.ipc import PeerUnavailable, RemoteFailure, pack_error
-from engine.send_funnel import SendFunnel
-from engine.send_op import SendOp
-from wheels.domain import AlreadyExists, SendResult
+from timerwheel.common import SendResult
 
 WAIT_S = 10
 

@@ -1,15 +1,17 @@
-"""engine.send_op: what a send operation carries from a worker process to the engine's."""
+"""timerwheel.engine.send_op: what a send operation carries from a worker process to the
+engine's."""
 
 from __future__ import annotations
 
 import pickle
 
 import pytest
+from timerwheel.engine.ids import MessageIds
+from timerwheel.engine.prepare import prepare_sends
+from timerwheel.wheels.domain import NO_PROPERTIES, IfExists, SendSpec, When, WhenKind
+from timerwheel.wheels.settings import Settings
 
-from engine.ids import MessageIds
-from engine.prepare import prepare_sends
-from wheels.domain import NO_PROPERTIES, IfExists, SendResult, SendSpec, State, When, WhenKind
-from wheels.settings import Settings
+from timerwheel.common import SendResult, State
 
 NOW_MS = 1_700_000_000_000
 

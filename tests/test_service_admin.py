@@ -14,13 +14,13 @@ from google.protobuf.descriptor_pool import DescriptorPool
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
     ProtoReflectionDescriptorDatabase,
 )
+from timerwheel.observability import thread_cpu
+from timerwheel.security.settings import SecuritySettings
+from timerwheel.server.app import TimerServer
+from timerwheel.wheels.clock import VirtualClock
+from timerwheel.wheels.settings import Settings
 
-from engine import thread_cpu
-from server.app import TimerServer
 from timerwheel.client import TimerClient
-from wheels.clock import VirtualClock
-from wheels.security_settings import SecuritySettings
-from wheels.settings import Settings
 
 pytestmark = pytest.mark.wallclock
 
@@ -155,7 +155,7 @@ def test_export_writes_a_cut_below_the_export_root(make_server, tmp_path):
         assert result.out_dir == str(out) and result.files >= 1 and result.rows >= 2 * len(sent)
         assert abs(result.cut_at_ms - wall_ms()) < WAIT_S * 1000 and result.seconds >= 0
         manifest = json.loads((out / "manifest.json").read_text())
-        assert manifest  # the format itself is store.export's to test
+        assert manifest  # the format itself is timerwheel.store.export's to test
         assert any(name.endswith(".sst") for name in os.listdir(out))
 
         again = status_of(lambda: client.export("nightly/one"))

@@ -11,9 +11,9 @@ import pytest
 from conftest import WAIT_S, status_of, wall_ms
 
 from timerwheel.client import RemoteError, TimerClient
+from timerwheel.common import State, TimerwheelError
 from timerwheel.types import with_default_port
 from timerwheel.v1 import timerwheel_pb2 as pb
-from wheels.domain import State, TimerwheelError
 
 pytestmark = pytest.mark.wallclock
 

@@ -1,13 +1,15 @@
-"""server.service.delivery_batch: the DeliveryBatch a Subscribe stream sends for fired records."""
+"""timerwheel.server.service.delivery_batch: the DeliveryBatch a Subscribe stream sends for fired
+records."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
+from timerwheel.server.service import delivery_batch
+from timerwheel.store import records
+from timerwheel.wheels.domain import Timer, When, WhenKind
 
-from server.service import delivery_batch
-from store import records
-from wheels.domain import State, Timer, When, WhenKind
+from timerwheel.common import State
 
 fired_timers = st.builds(
     Timer,

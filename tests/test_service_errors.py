@@ -10,12 +10,9 @@ import grpc
 import pytest
 from conftest import status_of, wall_ms
 from structlog.testing import capture_logs
-
-from server.errors import RefusalLog, rpc_errors
-from store.export import ExportError
-from timerwheel.client import TimerClient
-from timerwheel.v1 import timerwheel_pb2 as pb
-from wheels.domain import (
+from timerwheel.server.errors import RefusalLog, rpc_errors
+from timerwheel.store.export import ExportError
+from timerwheel.wheels.domain import (
     AlreadyExists,
     DiskFull,
     FailedPrecondition,
@@ -25,7 +22,10 @@ from wheels.domain import (
     ShuttingDown,
     StoreUnavailable,
 )
-from wheels.settings import DAY_MS, Settings
+from timerwheel.wheels.settings import DAY_MS, Settings
+
+from timerwheel.client import TimerClient
+from timerwheel.v1 import timerwheel_pb2 as pb
 
 pytestmark = pytest.mark.wallclock
 

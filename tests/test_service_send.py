@@ -6,10 +6,10 @@ from __future__ import annotations
 import grpc
 import pytest
 from conftest import Collector, status_of, wall_ms
+from timerwheel.wheels.settings import HOUR_MS, Settings
 
 from timerwheel.client import TimerClient
-from wheels.domain import State
-from wheels.settings import HOUR_MS, Settings
+from timerwheel.common import State
 
 pytestmark = pytest.mark.wallclock
 

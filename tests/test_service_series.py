@@ -6,10 +6,10 @@ from __future__ import annotations
 import grpc
 import pytest
 from conftest import Collector, status_of, wall_ms
+from timerwheel.wheels.domain import Repeat
+from timerwheel.wheels.recurrence import next_after
 
 from timerwheel.v1 import timerwheel_pb2 as pb
-from wheels.domain import Repeat
-from wheels.recurrence import next_after
 
 pytestmark = pytest.mark.wallclock
 

@@ -9,8 +9,8 @@ import json
 import grpc
 import pytest
 from conftest import WAIT_S, Collector, status_of
+from timerwheel.cli.main import main
 
-from cli.main import main
 from timerwheel.client import TimerClient
 from timerwheel.v1 import timerwheel_pb2 as pb
 

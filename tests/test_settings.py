@@ -1,8 +1,7 @@
 """Settings are validated once, with messages that show the bad value."""
 
 import pytest
-
-from wheels.settings import ROCKETMQ_DELAY_LEVELS_MS, Settings, SettingsError
+from timerwheel.wheels.settings import ROCKETMQ_DELAY_LEVELS_MS, Settings, SettingsError
 
 
 def test_defaults_are_the_documented_ones():

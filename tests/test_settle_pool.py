@@ -1,4 +1,4 @@
-"""server.settle_pool: Ack and Nack run on threads of their own, so a consumer's acks are
+"""timerwheel.server.settle_pool: Ack and Nack run on threads of their own, so a consumer's acks are
 answered, and its window opens again, while every unary thread is held by sends. A real
 server over real gRPC on loopback; only the Send handler of topic "held" is made to wait
 (on an event the test sets) so that the unary pool is full for as long as the test says."""
@@ -9,8 +9,8 @@ import threading
 
 import pytest
 from conftest import WAIT_S
+from timerwheel.server.service import TimerService
 
-from server.service import TimerService
 from timerwheel.client import TimerClient
 from timerwheel.v1 import timerwheel_pb2 as pb
 

@@ -1,4 +1,4 @@
-"""engine.store_health: how each store error is classified, the backoff, the fast refusal
+"""timerwheel.engine.store_health: how each store error is classified, the backoff, the fast refusal
 while the disk is full, and the failure listeners. The real faults (real RocksDB, a real
 full tmpfs, real gRPC) are in tests/test_faults.py."""
 
@@ -7,16 +7,15 @@ from __future__ import annotations
 import errno
 
 import pytest
-
-from engine.store_health import (
+from timerwheel.engine.store_health import (
     BACKOFF_MAX_S,
     MAX_CONSECUTIVE_FAILURES,
     StoreHealth,
     WriterFailed,
 )
-from store.disk import is_disk_full
-from store.rocks import WalSyncFailed, WriteFailed
-from wheels.domain import DiskFull, Overloaded, StoreUnavailable
+from timerwheel.store.disk import is_disk_full
+from timerwheel.store.rocks import WalSyncFailed, WriteFailed
+from timerwheel.wheels.domain import DiskFull, Overloaded, StoreUnavailable
 
 ROCKS_ENOSPC = "IO error: No space left on device: While appending to file: /d/000038.log"
 

@@ -1,4 +1,5 @@
-"""Which data dirs open (store.integrity, store.open_store): new, a used store, or refused.
+"""Which data dirs open (timerwheel.store.integrity, timerwheel.store.open_store): new, a used
+store, or refused.
 
 Real RocksDB in temp dirs. A refusal must name the data dir and what is wrong, leave a
 directory that is not a store exactly as it was (no RocksDB files created in it), and
@@ -12,15 +13,14 @@ import os
 import pytest
 from rocksdict import Rdict
 from structlog.testing import capture_logs
-
-from engine.engine import Engine
-from store import keys
-from store.export import ExportError, export_data_dir
-from store.integrity import NotAStore, StoreDamaged
-from store.rocks import RocksDatabase, RocksTuning
-from wheels.clock import VirtualClock
-from wheels.domain import SendSpec, When, WhenKind
-from wheels.settings import MINUTE_MS, Settings
+from timerwheel.engine.engine import Engine
+from timerwheel.store import keys
+from timerwheel.store.export import ExportError, export_data_dir
+from timerwheel.store.integrity import NotAStore, StoreDamaged
+from timerwheel.store.rocks import RocksDatabase, RocksTuning
+from timerwheel.wheels.clock import VirtualClock
+from timerwheel.wheels.domain import SendSpec, When, WhenKind
+from timerwheel.wheels.settings import MINUTE_MS, Settings
 
 T0 = 1_700_000_000_000
 

@@ -1,5 +1,5 @@
-"""server.stream_pool: unary calls run on `grpc_workers` threads, streams on a pool of their
-own, in a real server over real gRPC on loopback (the server runs in this process, so its
+"""timerwheel.server.stream_pool: unary calls run on `grpc_workers` threads, streams on a pool of
+their own, in a real server over real gRPC on loopback (the server runs in this process, so its
 threads are this process's and are counted by name)."""
 
 from __future__ import annotations

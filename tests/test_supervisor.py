@@ -1,5 +1,5 @@
 """`timerwheel serve --workers N` as real processes: what runs, how it stops, and what a
-SIGKILL of each kind of process does (server.supervisor).
+SIGKILL of each kind of process does (timerwheel.procs.supervisor).
 
 What must hold: --workers 2 runs an engine, a delivery and two worker processes; SIGTERM
 stops every one of them and exits 0; a SIGKILLed supervisor takes its children with it; a
@@ -20,10 +20,10 @@ import psutil
 import pytest
 from conftest import WAIT_S, Collector, Producer
 from helpers.ports import close_after_the_server, idle_connection, wait_until_plain_bind_refused
+from timerwheel.procs.supervisor import check_port
 
-from server.supervisor import check_port
 from timerwheel.client import TimerClient
-from wheels.domain import State
+from timerwheel.common import State
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -54,9 +54,11 @@ def test_workers_2_runs_every_process_and_sigterm_stops_them_all(tmp_path, serve
     assert server.wait_children_gone(timeout_s=0.5) == []  # none had to be killed
     names = [event["event"] for event in server.events]
     assert names.count("worker_ready") == 2
-    assert names.count("startup_heap_frozen") == 4  # each child, once it serves (engine.heap)
+    assert (
+        names.count("startup_heap_frozen") == 4
+    )  # each child, once it serves (timerwheel.procs.heap)
     intervals = [e["interval_ms"] for e in server.events if e["event"] == "gil_switch_interval_set"]
-    assert intervals == [1.0] * 4  # engine.gil, read back from each child's interpreter
+    assert intervals == [1.0] * 4  # timerwheel.procs.gil, read back from each child's interpreter
     assert names[-1] == "server_stopped"
     assert "engine_closed" in names
 
@@ -64,8 +66,8 @@ def test_workers_2_runs_every_process_and_sigterm_stops_them_all(tmp_path, serve
 @pytest.mark.parametrize("flags", [(), ("--workers", "2")], ids=["one-process", "workers-2"])
 def test_a_burst_of_sigterms_stops_the_server_cleanly(tmp_path, serve_process, flags):
     # The handler once set a threading.Event, and a second SIGTERM arriving inside the
-    # first's set() waited for itself forever (engine.proc.SignalStop): about one stop in
-    # twenty when a load run's harness was killed and two signals came together.
+    # first's set() waited for itself forever (timerwheel.procs.lifecycle.SignalStop): about one
+    # stop in twenty when a load run's harness was killed and two signals came together.
     server = serve_process(tmp_path / "data", *flags)
     with server.client() as client:
         assert client.send("burst", b"x", delay_ms=60_000).message_id

@@ -1,4 +1,4 @@
-"""engine/thread_cpu.py: this process's CPU by kind of thread, read from /proc."""
+"""observability/thread_cpu.py: this process's CPU by kind of thread, read from /proc."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ import threading
 import time
 
 import pytest
-
-from engine.thread_cpu import (
+from timerwheel.observability.thread_cpu import (
     KINDS,
     kind_of_native_thread,
     kind_of_python_thread,

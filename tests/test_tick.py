@@ -7,17 +7,16 @@ from collections.abc import Iterator
 
 import pytest
 from helpers.engines import T0
-
-from engine.ops import WriterContext
-from engine.tick import SWEEP_INTERVAL_MS, Tick
-from store import keys, records
-from store.batch import StagedBatch
-from store.open_store import open_store
-from store.rocks import RocksTuning
-from store.timer_store import TimerStore
-from wheels.domain import SendSpec, When, WhenKind
-from wheels.scheduler import Scheduler
-from wheels.settings import MINUTE_MS, Settings
+from timerwheel.engine.ops import WriterContext
+from timerwheel.engine.tick import SWEEP_INTERVAL_MS, Tick
+from timerwheel.store import keys, records
+from timerwheel.store.batch import StagedBatch
+from timerwheel.store.open_store import open_store
+from timerwheel.store.rocks import RocksTuning
+from timerwheel.store.timer_store import TimerStore
+from timerwheel.wheels.domain import SendSpec, When, WhenKind
+from timerwheel.wheels.scheduler import Scheduler
+from timerwheel.wheels.settings import MINUTE_MS, Settings
 
 CHUNK = 2
 

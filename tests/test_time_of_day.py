@@ -26,8 +26,7 @@ from pathlib import Path
 
 import pytest
 from conftest import TIME_OF_DAY_ENV, offset_to
-
-from wheels.settings import HOUR_MS, Settings
+from timerwheel.wheels.settings import HOUR_MS, Settings
 
 pytestmark = pytest.mark.timeout(900)
 

@@ -12,15 +12,16 @@ from dataclasses import replace
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from timerwheel.store import keys, records
+from timerwheel.store import trace as trace_cf
+from timerwheel.store.batch import StagedBatch
+from timerwheel.store.rocks import RocksDatabase, RocksTuning
+from timerwheel.store.timer_store import TimerStore
+from timerwheel.wheels.domain import Timer, When, WhenKind
+from timerwheel.wheels.scheduler import CascadeState, SchedulerState, TimerKey
+from timerwheel.wheels.trace import TraceEvent, TraceKind
 
-from store import keys, records
-from store import trace as trace_cf
-from store.batch import StagedBatch
-from store.rocks import RocksDatabase, RocksTuning
-from store.timer_store import TimerStore
-from wheels.domain import State, Timer, When, WhenKind
-from wheels.scheduler import CascadeState, SchedulerState, TimerKey
-from wheels.trace import TraceEvent, TraceKind
+from timerwheel.common import State
 
 T0 = 1_700_000_000_000
 
@@ -463,7 +464,7 @@ def test_state_is_staged_whole_after_a_failed_commit_and_after_a_reopen(open_sto
     assert store.load_state() == replace(state, now_ms=T0 + 3)
 
 
-# -- the trace column family (store.trace) -------------------------------------------
+# -- the trace column family (timerwheel.store.trace) -------------------------------------------
 def trace_event(kind: TraceKind, at_ms: int, **fields) -> TraceEvent:
     return TraceEvent(kind, at_ms, **fields)
 

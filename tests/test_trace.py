@@ -1,8 +1,8 @@
-"""wheels.trace.assemble: a timer's record and its stored events as one ordered trace."""
+"""timerwheel.wheels.trace.assemble: a timer's record and its stored events as one ordered trace."""
 
 from __future__ import annotations
 
-from wheels.trace import RecordFacts, TraceEvent, TraceKind, assemble, attempts_made
+from timerwheel.wheels.trace import RecordFacts, TraceEvent, TraceKind, assemble, attempts_made
 
 K = TraceKind
 

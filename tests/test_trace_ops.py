@@ -1,4 +1,4 @@
-"""engine.trace_ops: a TraceOp's delivery events, stored per message on real RocksDB in
+"""timerwheel.engine.trace_ops: a TraceOp's delivery events, stored per message on real RocksDB in
 virtual time. Events arrive in groups (one a delivered batch or failed attempt) and those
 that share kind, attempt and text share one encoding; each message must still get
 exactly its own events, in the order they happened."""
@@ -6,12 +6,11 @@ exactly its own events, in the order they happened."""
 from __future__ import annotations
 
 import pytest
-
-from engine.engine import Engine
-from wheels.clock import VirtualClock
-from wheels.domain import SendSpec, When, WhenKind
-from wheels.settings import Settings
-from wheels.trace import TraceEvent, TraceKind
+from timerwheel.engine.engine import Engine
+from timerwheel.wheels.clock import VirtualClock
+from timerwheel.wheels.domain import SendSpec, When, WhenKind
+from timerwheel.wheels.settings import Settings
+from timerwheel.wheels.trace import TraceEvent, TraceKind
 
 T0 = 1_700_000_000_000
 DELIVERED, NACKED = int(TraceKind.DELIVERED), int(TraceKind.NACKED)

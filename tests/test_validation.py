@@ -3,10 +3,9 @@
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from wheels.domain import IfExists, InvalidArgument, SendSpec, When, WhenKind
-from wheels.settings import DAY_MS, Settings
-from wheels.validation import (
+from timerwheel.wheels.domain import IfExists, InvalidArgument, SendSpec, When, WhenKind
+from timerwheel.wheels.settings import DAY_MS, Settings
+from timerwheel.wheels.validation import (
     MAX_MESSAGE_REF_LEN,
     resolve_deliver_at_ms,
     validate_message_id,
@@ -148,7 +147,7 @@ def test_many_ids_are_checked_as_each_one_is_and_the_bad_one_named(ids, field, s
 
 def test_refused_long_topics_are_not_kept_in_the_topic_cache():
     """A refused 1 MB topic must not stay in memory (the cache once kept each one)."""
-    from wheels.validation import _topic_problem, validate_topic
+    from timerwheel.wheels.validation import _topic_problem, validate_topic
 
     settings = Settings()
     _topic_problem.cache_clear()

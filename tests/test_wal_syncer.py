@@ -8,9 +8,8 @@ import threading
 from concurrent.futures import Future
 
 import pytest
-
-from engine.wal_syncer import WalSyncer
-from wheels.domain import NotFound, ShuttingDown
+from timerwheel.engine.wal_syncer import WalSyncer
+from timerwheel.wheels.domain import NotFound, ShuttingDown
 
 WAIT_S = 10  # a bound on a hang, never a pace
 

@@ -2,8 +2,7 @@
 
 from hypothesis import given
 from hypothesis import strategies as st
-
-from wheels.wheel import HOUR_WHEEL, LEVELS, MINUTE_WHEEL, SECOND_WHEEL
+from timerwheel.wheels.wheel import HOUR_WHEEL, LEVELS, MINUTE_WHEEL, SECOND_WHEEL
 
 
 def test_levels_are_instances_of_one_type_from_fine_to_coarse():

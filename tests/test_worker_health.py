@@ -1,12 +1,12 @@
-"""server.worker_health: every health Check answer names the worker that sent it in its
+"""timerwheel.server.worker_health: every health Check answer names the worker that sent it in its
 trailing metadata ("0/1" for the one-process server), for any caller (health is not
 guarded), and the health statuses are grpc_health's as before."""
 
 from __future__ import annotations
 
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from timerwheel.server.worker_health import WorkerHealth
 
-from server.worker_health import WorkerHealth
 from timerwheel.connections import WORKER_METADATA_KEY
 
 

@@ -6,16 +6,17 @@ RocksDB; the writer's commits are counted on the real Rdict."""
 from __future__ import annotations
 
 import pytest
+from timerwheel.engine.engine import Engine
+from timerwheel.engine.move_ops import DeadLetterOp, RescheduleOp
+from timerwheel.engine.ops import AckOp, CancelOp, Op
+from timerwheel.engine.send_op import SendOp
+from timerwheel.engine.trace_ops import TraceBarrier, TraceOp
+from timerwheel.wheels.clock import VirtualClock
+from timerwheel.wheels.domain import SendSpec, When, WhenKind
+from timerwheel.wheels.settings import MINUTE_MS, Settings
+from timerwheel.wheels.trace import TraceKind
 
-from engine.engine import Engine
-from engine.move_ops import DeadLetterOp, RescheduleOp
-from engine.ops import AckOp, CancelOp, Op
-from engine.send_op import SendOp
-from engine.trace_ops import TraceBarrier, TraceOp
-from wheels.clock import VirtualClock
-from wheels.domain import SendSpec, State, When, WhenKind
-from wheels.settings import MINUTE_MS, Settings
-from wheels.trace import TraceKind
+from timerwheel.common import State
 
 T0 = 1_700_002_800_000 - 30 * MINUTE_MS
 

@@ -17,12 +17,13 @@ from helpers.engines import T0, delay
 from helpers.failing_syncs import FailingSyncs
 from helpers.unsynced_fire_child import CountingSyncs
 from helpers.wakes import CountingCondition
+from timerwheel.engine.engine import Engine
+from timerwheel.wheels.clock import VirtualClock
+from timerwheel.wheels.domain import ShuttingDown
+from timerwheel.wheels.settings import HOUR_MS, MINUTE_MS, Settings
+from timerwheel.wheels.trace import TraceKind
 
-from engine.engine import Engine
-from wheels.clock import VirtualClock
-from wheels.domain import ShuttingDown, State
-from wheels.settings import HOUR_MS, MINUTE_MS, Settings
-from wheels.trace import TraceKind
+from timerwheel.common import State
 
 REPO = Path(__file__).resolve().parent.parent
 WAIT_S = 10  # a bound on a hang, never a pace

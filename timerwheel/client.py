@@ -32,6 +32,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from timerwheel.acks import DEFAULT_ACK_LINGER_MS
+from timerwheel.common import SendResult, State
 from timerwheel.connections import (
     Place,
     one_stub,
@@ -42,6 +43,7 @@ from timerwheel.connections import (
 )
 from timerwheel.consumer import Message, consume
 from timerwheel.credentials import Tls
+from timerwheel.durations import duration_ms
 from timerwheel.producer import Producer
 from timerwheel.types import (
     CHANNEL_OPTIONS,
@@ -54,8 +56,6 @@ from timerwheel.types import (
 )
 from timerwheel.v1 import timerwheel_pb2 as pb
 from timerwheel.v1 import timerwheel_pb2_grpc as pb_grpc
-from wheels.domain import SendResult, State
-from wheels.durations import duration_ms
 
 __all__ = ["DEFAULT_TARGET", "Client", "RemoteError", "Subscription", "TimerClient"]
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from wheels.security_settings import is_loopback_host
+from timerwheel.common import is_loopback_host
 
 
 @dataclass(frozen=True)

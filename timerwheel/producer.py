@@ -43,9 +43,9 @@ from typing import TYPE_CHECKING
 
 import grpc
 
+from timerwheel.common import SendResult
 from timerwheel.types import RemoteError, send_request, send_result
 from timerwheel.v1 import timerwheel_pb2 as pb
-from wheels.domain import SendResult
 
 if TYPE_CHECKING:
     from timerwheel.aio import AsyncClient

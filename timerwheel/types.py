@@ -13,9 +13,9 @@ from datetime import datetime, timedelta
 
 import grpc
 
+from timerwheel.common import SendResult, State, TimerwheelError
+from timerwheel.durations import duration_ms
 from timerwheel.v1 import timerwheel_pb2 as pb
-from wheels.domain import SendResult, State, TimerwheelError
-from wheels.durations import duration_ms
 
 DEFAULT_PORT = 7070
 DEFAULT_TARGET = f"127.0.0.1:{DEFAULT_PORT}"

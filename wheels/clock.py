@@ -2,10 +2,10 @@
 
 A clock gives two readings: the wall clock (`now_ms`, epoch ms: what timers are due by)
 and a monotonic one (`monotonic_ms`, arbitrary origin, never set by anyone), so a jump of
-the wall clock can be told from time passing (`wheels.clock_step`).
+the wall clock can be told from time passing (`timerwheel.wheels.clock_step`).
 
 `VirtualClock` is for tests (time moves only when told to); the real clock lives in
-`engine.system_clock`, at the edge.
+`timerwheel.engine.system_clock`, at the edge.
 """
 
 from __future__ import annotations

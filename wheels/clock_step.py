@@ -1,5 +1,5 @@
 """Clock steps: telling a jump of the wall clock from time passing. Pure: readings in,
-verdicts out; the clocks are read at the edge (`engine.clock_watch`).
+verdicts out; the clocks are read at the edge (`timerwheel.engine.clock_watch`).
 
 Between two observations the wall clock (epoch ms, what timers are due by) and a
 monotonic clock (which no one can set) should advance by the same amount. When they

@@ -1,4 +1,9 @@
-"""Domain types and errors shared by every layer (the server maps errors to status codes)."""
+"""Domain types and errors shared by every layer (the server maps errors to status codes).
+
+`State`, `SendResult` and `TimerwheelError` are the public vocabulary the client speaks too,
+so they are defined in `timerwheel.common` (which imports nothing of the server) and used
+from there; the rest of the domain builds on them here.
+"""
 
 from __future__ import annotations
 
@@ -8,17 +13,9 @@ from enum import IntEnum
 from types import MappingProxyType
 from typing import NamedTuple
 
-from wheels.trace import TraceEvent
+from timerwheel.wheels.trace import TraceEvent
 
-
-class State(IntEnum):
-    """Lifecycle of a timer; values equal the proto enum `timerwheel.v1.State`."""
-
-    UNSPECIFIED = 0
-    SCHEDULED = 1
-    FIRED = 2
-    ACKED = 3
-    CANCELLED = 4
+from timerwheel.common import State, TimerwheelError
 
 
 class WhenKind(IntEnum):
@@ -69,7 +66,7 @@ class Repeat:
 
 @dataclass(frozen=True, slots=True)
 class SendOptions:
-    """What few sends carry beyond a time and a body (stored apart, see store.keys)."""
+    """What few sends carry beyond a time and a body (stored apart, see timerwheel.store.keys)."""
 
     max_attempts: int | None = None  # None: Settings.max_attempts; 0: unlimited
     dead_letter_topic: str = ""  # "": "<topic>.dlq"
@@ -124,20 +121,6 @@ class Timer:
         )
 
 
-class SendResult(NamedTuple):
-    """The answer to a send. A NamedTuple: one is made per message on the hot path.
-
-    `existed` is True when the send named a client-chosen id that was already stored (an
-    idempotent retry): nothing new was stored, and `existing_state` is that timer's state
-    now (it may be FIRED, ACKED or CANCELLED, so the retry will not be delivered again).
-    """
-
-    message_id: str
-    deliver_at_ms: int
-    existed: bool = False
-    existing_state: State = State.UNSPECIFIED
-
-
 @dataclass(frozen=True, slots=True)
 class FiredTimer:
     """A fired, not yet acked timer, in fire order (`seq`) within its topic."""
@@ -145,12 +128,9 @@ class FiredTimer:
     seq: int
     timer: Timer
     # The stored record `timer` was decoded from, when at hand: a process hands that on
-    # (bytes pickle in C) instead of the decoded Timer (engine.remote, server.remote_hub).
+    # (bytes pickle in C) instead of the decoded Timer (timerwheel.procs.remote_engine,
+    # timerwheel.procs.remote_hub).
     record: bytes = b""
-
-
-class TimerwheelError(Exception):
-    """Base of every error the service reports to a client."""
 
 
 class InvalidArgument(TimerwheelError):
@@ -187,7 +167,8 @@ class ShuttingDown(TimerwheelError):
 
 class DiskFull(Overloaded):
     """The store's disk is full: nothing more can be written until space is freed. The
-    writer keeps retrying and resumes by itself (engine.store_health); a RESOURCE_EXHAUSTED
+    writer keeps retrying and resumes by itself (timerwheel.engine.store_health); a
+    RESOURCE_EXHAUSTED
     that a client may retry later, like any backpressure."""
 
 

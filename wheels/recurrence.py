@@ -15,9 +15,8 @@ from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
-
-from wheels.domain import InvalidArgument, MissedPolicy, Repeat
-from wheels.settings import Settings
+from timerwheel.wheels.domain import InvalidArgument, MissedPolicy, Repeat
+from timerwheel.wheels.settings import Settings
 
 
 def validate_repeat(repeat: Repeat, start_ms: int, settings: Settings, prefix: str) -> int:

@@ -4,7 +4,7 @@ Pure decisions over integer milliseconds; the store carries them out in RocksDB.
 
 The levels
 ----------
-Timers live in three wheels (`wheels.wheel.LEVELS`): second, minute, hour. Between each
+Timers live in three wheels (`timerwheel.wheels.wheel.LEVELS`): second, minute, hour. Between each
 pair of adjacent levels there is a *cascade* with a **horizon**: every timer due before
 the horizon belongs to the lower level, every timer due at or after it to the upper one::
 
@@ -87,7 +87,7 @@ from bisect import bisect_right
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-from wheels.wheel import LEVELS, Wheel
+from timerwheel.wheels.wheel import LEVELS, Wheel
 
 _LEVEL_NAMES = tuple(level.name for level in LEVELS)
 
@@ -120,7 +120,7 @@ class CascadeState:
 @dataclass(frozen=True, slots=True)
 class SchedulerState:
     """Everything the scheduler needs to resume; persisted in `meta`, each batch writing
-    the values it changed (store.timer_store.TimerStore.stage_state)."""
+    the values it changed (timerwheel.store.timer_store.TimerStore.stage_state)."""
 
     now_ms: int
     cascades: tuple[CascadeState, ...]  # cascades[i] moves LEVELS[i+1] -> LEVELS[i]

@@ -9,10 +9,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-SECOND_MS = 1_000
-MINUTE_MS = 60 * SECOND_MS
-HOUR_MS = 60 * MINUTE_MS
-DAY_MS = 24 * HOUR_MS
+from timerwheel.durations import DAY_MS, HOUR_MS, MINUTE_MS, SECOND_MS
+
 MIN_CLOCK_STEP_MS = 10  # clock readings are whole ms: a smaller threshold would be noise
 MAX_GIL_SWITCH_INTERVAL_MS = 100  # beyond, a waiting thread could stall for a tenth of a second
 MAX_CASCADE_PACE_PERCENT = 90  # the last tenth of a lead is left to finish the slot in
@@ -38,7 +36,7 @@ class Settings:
     data_dir: str = "./data"
     host: str = "127.0.0.1"
     port: int = 7070
-    # Processes (server.supervisor): 0 runs the whole server in this one process (engine,
+    # Processes (timerwheel.procs.supervisor): 0 runs the whole server in this one process (engine,
     # delivery and gRPC share one GIL); N >= 1 runs an engine process, a delivery process
     # and N gRPC worker processes sharing the port. 0 is the default because on the
     # 2-core machine measured (docs/benchmarks.md) the split costs more than it frees.
@@ -48,15 +46,15 @@ class Settings:
     # one, so a test can pin the time of day it runs at (tests/test_time_of_day.py).
     clock_offset_ms: int = 0
     # A wall-clock jump bigger than this (against the monotonic clock, between two
-    # readings) is a clock step: logged, counted in Stats (wheels.clock_step; what the
+    # readings) is a clock step: logged, counted in Stats (timerwheel.wheels.clock_step; what the
     # service does about it: docs/engine.md, "Clock steps").
     clock_step_threshold_ms: int = SECOND_MS
 
     # Durability: WAL is always on; sync makes every group commit a caller waits on an
-    # fsync (engine.writer, "Which commits fsync").
+    # fsync (timerwheel.engine.writer, "Which commits fsync").
     sync_writes: bool = True
     # How long a thread may keep the GIL while another waits, in each server process
-    # (engine.gil: why 1 and not CPython's 5).
+    # (timerwheel.procs.gil: why 1 and not CPython's 5).
     gil_switch_interval_ms: int = 1
 
     # What a producer may ask for.
@@ -74,7 +72,7 @@ class Settings:
     # Record lifecycle.
     retention_ms: int = 3 * DAY_MS  # ACKED and CANCELLED stay queryable this long
 
-    # Cascades run this far ahead of the boundary they cross (see wheels.scheduler). A
+    # Cascades run this far ahead of the boundary they cross (see timerwheel.wheels.scheduler). A
     # timer due within the lead is placed in the lower wheel at once and is never
     # cascaded: at 50 s (10 s until 2026-11-27) a minute's cascade moves 12,000 timers
     # instead of 307,000 at 14,000 sends/s with 3-60 s delays, for 2-5 points less of a
@@ -82,10 +80,10 @@ class Settings:
     minute_cascade_lead_ms: int = 50 * SECOND_MS
     hour_cascade_lead_ms: int = 5 * MINUTE_MS
     # A started cascade spreads its moves evenly over this share of its lead, in percent
-    # (wheels.scheduler, "Pacing"; `cascade_finish_ahead_ms`); 0: chunks back to back.
+    # (timerwheel.wheels.scheduler, "Pacing"; `cascade_finish_ahead_ms`); 0: chunks back to back.
     cascade_pace_percent: int = 80
 
-    # Fire commits at least a tick apart (wheels.scheduler, "The fire tick"): the timers
+    # Fire commits at least a tick apart (timerwheel.wheels.scheduler, "The fire tick"): the timers
     # due within it fire together; a timer due after a quiet spell fires on time.
     fire_tick_ms: int = 4
 
@@ -120,20 +118,20 @@ class Settings:
     # (docs/benchmarks.md, "2026-12-02, afternoon"). False: first attempts are not
     # written; redeliveries and failed attempts still are, so the attempt counts that
     # survive a restart stay exact except for a first attempt in flight across it
-    # (server.delivery_trace).
+    # (timerwheel.delivery.trace).
     trace_first_deliveries: bool = True
     # A first attempt's event waits in the delivery hub this long for its Ack, which
     # carries it to the engine and into the record it rewrites: no call to the engine
-    # for the batch and no trace entry (server.first_deliveries). Longer: fewer for slow
-    # consumers; a delivery side killed with -9 forgets up to this much of them (those
+    # for the batch and no trace entry (timerwheel.delivery.first_deliveries). Longer: fewer for
+    # slow consumers; a delivery side killed with -9 forgets up to this much of them (those
     # messages, un-acked, are delivered again as attempt 1). 0: handed over at once.
     first_delivery_hold_ms: int = 5 * SECOND_MS
 
     # gRPC serving: unary calls run on grpc_workers threads; each Subscribe stream holds a
-    # thread of a second pool for its lifetime (server.stream_pool), so streams can never
+    # thread of a second pool for its lifetime (timerwheel.server.stream_pool), so streams can never
     # starve unary calls.
     grpc_workers: int = 32
-    # Ack and Nack run on threads of their own (server.settle_pool): a consumer's acks
+    # Ack and Nack run on threads of their own (timerwheel.server.settle_pool): a consumer's acks
     # never wait behind queued sends.
     settle_workers: int = 8
     max_subscribers: int = 256

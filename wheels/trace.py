@@ -3,10 +3,10 @@ are put together from what is stored.
 
 Most of a timer's history is already in its record: when it was sent (and, in two bits,
 which wheel took it), when it fired, when it was acked or cancelled, and, once acked,
-usually its first delivery (the Ack writes it there: server.first_deliveries). Writing
+usually its first delivery (the Ack writes it there: timerwheel.delivery.first_deliveries). Writing
 those again as events would cost a RocksDB write per message on the hot paths, so only
-what the record cannot hold is stored as an event (store.trace): each cascade, a fire straight
-out of an upper wheel, each delivery attempt and its failure, reschedules, replacements
+what the record cannot hold is stored as an event (timerwheel.store.trace): each cascade, a fire
+straight out of an upper wheel, each delivery attempt and its failure, reschedules, replacements
 and dead-lettering. `assemble` merges the two into one ordered list:
 
 1. the stored events in time order (in one millisecond, moves and fires before
@@ -72,7 +72,7 @@ class RecordFacts:
     fired_at_ms: int = 0
     acked_at_ms: int = 0
     cancelled_at_ms: int = 0
-    # The first delivery, when the Ack wrote it into the record (store.records, version
+    # The first delivery, when the Ack wrote it into the record (timerwheel.store.records, version
     # 2) instead of a stored event: its time and subscriber (0, "": not there).
     first_delivered_at_ms: int = 0
     first_delivered_to: str = ""

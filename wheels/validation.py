@@ -10,9 +10,9 @@ import re
 from collections.abc import Mapping
 from functools import lru_cache
 
-from wheels.domain import InvalidArgument, SendOptions, SendSpec, When, WhenKind
-from wheels.recurrence import validate_repeat
-from wheels.settings import Settings
+from timerwheel.wheels.domain import InvalidArgument, SendOptions, SendSpec, When, WhenKind
+from timerwheel.wheels.recurrence import validate_repeat
+from timerwheel.wheels.settings import Settings
 
 # RocketMQ's topic charset (plus '.'), bounded by Settings.max_topic_len.
 _TOPIC_RE = re.compile(r"[A-Za-z0-9_.%|-]+")

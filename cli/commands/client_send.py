@@ -10,7 +10,7 @@ A send whose --id is already stored stores nothing and says so, with the stored 
 state (e.g. CANCELLED: it will not be delivered); it still exits 0 (an idempotent retry).
 
 --target, the TLS and token flags and the exit codes are every client command's
-(cli.client_command).
+(timerwheel.cli.client_command).
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ import argparse
 import json
 import sys
 
-from cli.client_command import UsageError, add_client_parser
-from cli.times import format_ms, parse_time_ms
-from wheels.durations import parse_duration_ms
+from timerwheel.cli.client_command import UsageError, add_client_parser
+from timerwheel.cli.times import format_ms, parse_time_ms
+
+from timerwheel.durations import parse_duration_ms
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -6,7 +6,7 @@
     timerwheel stats [--json]
 
 --target, the TLS and token flags and the exit codes are every client command's
-(cli.client_command).
+(timerwheel.cli.client_command).
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ import base64
 import json
 import sys
 
-from cli.client_command import add_client_parser, time_range_ms
-from cli.times import format_ms
-from wheels.domain import State
+from timerwheel.cli.client_command import add_client_parser, time_range_ms
+from timerwheel.cli.times import format_ms
+
+from timerwheel.common import State
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -53,7 +54,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _get(client, args: argparse.Namespace) -> int:
-    from cli.trace_view import trace_dicts, trace_lines  # protos: only when a command runs
+    from timerwheel.observability.trace_view import (  # protos: only when a command runs
+        trace_dicts,
+        trace_lines,
+    )
 
     message = client.get(args.message_id, include_body=args.body, include_trace=args.trace)
     if args.body and not args.json:

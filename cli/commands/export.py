@@ -18,8 +18,9 @@ import argparse
 import sys
 import time
 
-from cli.connection import add_connection_flags, connection_from_args
-from wheels.domain import TimerwheelError
+from timerwheel.cli.connection import add_connection_flags, connection_from_args
+
+from timerwheel.common import TimerwheelError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -68,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _export_stopped(args: argparse.Namespace) -> int:
-    from store.export import export_data_dir
+    from timerwheel.store.export import export_data_dir
 
     progress = _Progress()
     summary = export_data_dir(

@@ -23,8 +23,8 @@ import argparse
 import ipaddress
 import sys
 
-from cli.connection import add_connection_flags, connection_from_args
-from loadtest.scenarios import SCENARIOS, ScenarioError, scenario
+from timerwheel.cli.connection import add_connection_flags, connection_from_args
+from timerwheel.loadtest.scenarios import SCENARIOS, ScenarioError, scenario
 
 # flag -> (Scenario field, type, help)
 OVERRIDES = {
@@ -118,9 +118,9 @@ def run(args: argparse.Namespace) -> int:
     except (ScenarioError, ValueError) as exc:
         print(f"timerwheel loadtest: {exc}", file=sys.stderr)
         return 2
-    from cli.log_config import configure_logging
-    from loadtest import harness, report  # heavy imports after the cheap checks
-    from loadtest.stopping import unwind_on_sigterm
+    from timerwheel.loadtest import harness, report  # heavy imports after the cheap checks
+    from timerwheel.loadtest.stopping import unwind_on_sigterm
+    from timerwheel.observability.log_config import configure_logging
 
     configure_logging("warning", "console", sys.stderr)  # stdout carries the report only
 

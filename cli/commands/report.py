@@ -48,14 +48,14 @@ REPORT_EXTRA_HINT = (
 
 def run(args: argparse.Namespace) -> int:
     try:
-        from capacity.report import ReportError, ReportRequest, run_report
-        from capacity.tables import ReportOptions
+        from timerwheel.capacity.report import ReportError, ReportRequest, run_report
+        from timerwheel.capacity.tables import ReportOptions
     except ImportError as exc:
         if (exc.name or "").split(".")[0] not in {"pyspark", "pyarrow", "matplotlib"}:
             raise
         print(f"{REPORT_EXTRA_HINT} ({exc.name} is missing)", file=sys.stderr)
         return 2
-    from store.export_files import ExportFormatError
+    from timerwheel.store.export_files import ExportFormatError
 
     try:
         options = ReportOptions(drain_rate=args.drain_rate, top_seconds=args.top_seconds)

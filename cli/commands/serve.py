@@ -11,8 +11,8 @@
         --auth-tokens tokens.toml [--tls-client-ca clients-ca.pem] [--export-root /srv/exports]
 
 Settings: defaults < --config TOML < TIMERWHEEL_<SETTING> environment < flags (see
-cli.config). By default the server runs in this one process; --workers N runs it as
-processes (server.supervisor): the engine (RocksDB and the single writer), delivery, and
+timerwheel.cli.config). By default the server runs in this one process; --workers N runs it as
+processes (timerwheel.procs.supervisor): the engine (RocksDB and the single writer), delivery, and
 N gRPC workers sharing the port. SIGTERM or Ctrl-C stops it gracefully: no new calls, calls in
 progress finish, queued writes are committed, RocksDB is closed; the next start resumes.
 
@@ -28,16 +28,15 @@ import signal
 import sys
 
 import structlog
-
-from cli.config import load_settings, parse_assignment
-from cli.log_config import FORMATS, LEVELS, configure_logging
-from engine.proc import SignalStop
-from wheels.security_settings import SecuritySettings
-from wheels.settings import SettingsError
+from timerwheel.cli.config import load_settings, parse_assignment
+from timerwheel.observability.log_config import FORMATS, LEVELS, configure_logging
+from timerwheel.procs.lifecycle import SignalStop
+from timerwheel.security.settings import SecuritySettings
+from timerwheel.wheels.settings import SettingsError
 
 log = structlog.get_logger("timerwheel.serve")
 
-# flag -> (Settings field, help). Values are converted by cli.config (durations too).
+# flag -> (Settings field, help). Values are converted by timerwheel.cli.config (durations too).
 SETTING_FLAGS = {
     "--data-dir": ("data_dir", "RocksDB directory (default ./data)"),
     "--host": ("host", "address to listen on (default 127.0.0.1)"),
@@ -167,8 +166,8 @@ def run(args: argparse.Namespace) -> int:
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        from server.app import console_host  # heavy imports after the cheap checks
-        from server.protection import load_protection
+        from timerwheel.security.protection import load_protection
+        from timerwheel.server.app import console_host  # heavy imports after the cheap checks
 
         try:  # before anything is opened or bound (and before any process starts)
             protection = load_protection(settings.host, security, console_host(settings))
@@ -185,10 +184,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _serve_in_process(settings, security, args, stop: SignalStop, received: list[str]) -> int:
-    from engine.gil import set_switch_interval
-    from engine.heap import prepare_heap_for_serving
-    from server.app import TimerServer  # heavy imports after the cheap checks
-    from server.supervisor import check_port
+    from timerwheel.procs.gil import set_switch_interval
+    from timerwheel.procs.heap import prepare_heap_for_serving
+    from timerwheel.procs.supervisor import check_port
+    from timerwheel.server.app import TimerServer  # heavy imports after the cheap checks
 
     try:
         # A plain bind first: gRPC's own failed bind also writes a C-core log line.
@@ -217,8 +216,8 @@ def _serve_in_process(settings, security, args, stop: SignalStop, received: list
 
 
 def _serve_processes(settings, protection, args, stop: SignalStop, received: list[str]) -> int:
-    from server.protection import log_protection
-    from server.supervisor import StartFailed, Supervisor
+    from timerwheel.procs.supervisor import StartFailed, Supervisor
+    from timerwheel.security.protection import log_protection
 
     log_args = (args.log_level, "json" if _log_is_json(args.log_format) else "console")
     try:

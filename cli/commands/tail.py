@@ -18,8 +18,8 @@ import argparse
 import json
 import sys
 
-from cli.client_command import add_client_parser
-from cli.times import format_ms
+from timerwheel.cli.client_command import add_client_parser
+from timerwheel.cli.times import format_ms
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -3,7 +3,8 @@
     timerwheel reschedule MESSAGE_ID --delay 5m        # or --at TIME, or --level N
     timerwheel count --topic orders [--from now] [--to +1h] [--json]
 
-Same --target, --timeout and exit codes as the other client commands (`cli.client_command`).
+Same --target, --timeout and exit codes as the other client commands
+(`timerwheel.cli.client_command`).
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from cli.client_command import UsageError, add_client_parser, time_range_ms
-from cli.config import parse_duration_ms
-from cli.times import format_ms, parse_time_ms
+from timerwheel.cli.client_command import UsageError, add_client_parser, time_range_ms
+from timerwheel.cli.config import parse_duration_ms
+from timerwheel.cli.times import format_ms, parse_time_ms
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

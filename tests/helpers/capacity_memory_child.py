@@ -4,7 +4,7 @@ rows with timers in N distinct seconds, in a process of its own so that its driv
 
     python tests/helpers/capacity_memory_child.py OUT_DIR N1 N2 ...
 
-For each N in turn: N pending timers, one per second, through capacity.report's
+For each N in turn: N pending timers, one per second, through timerwheel.capacity.report's
 summarise_rows, build_tables and write_outputs (the data source is left out: it is
 tested elsewhere, and decoding N records in Python would only make this slow). Prints
 one JSON line per N: the peak RSS of this (the driver's Python) process so far, in MiB,
@@ -20,10 +20,9 @@ import sys
 import time
 
 from pyspark.sql import functions as F
-
-from capacity.report import build_tables, summarise_rows, write_outputs
-from capacity.spark import build_session
-from capacity.tables import ReportOptions
+from timerwheel.capacity.report import build_tables, summarise_rows, write_outputs
+from timerwheel.capacity.spark import build_session
+from timerwheel.capacity.tables import ReportOptions
 
 T0_MS = 1_700_000_000_000
 

@@ -65,8 +65,8 @@ def send_samples(client: Client, now_ms: int) -> list[str]:
 
 
 def take_screenshot(path: str) -> None:
-    from server.app import TimerServer
-    from wheels.settings import Settings
+    from timerwheel.server.app import TimerServer
+    from timerwheel.wheels.settings import Settings
 
     with tempfile.TemporaryDirectory() as data_dir:
         settings = Settings(data_dir=data_dir, port=0, console_port=0, sync_writes=False)

@@ -13,9 +13,9 @@ import random
 import sys
 import time
 
-from engine.engine import Engine
-from wheels.domain import MissedPolicy, Repeat, SendOptions, SendSpec, When, WhenKind
-from wheels.settings import MINUTE_MS, Settings
+from timerwheel.engine.engine import Engine
+from timerwheel.wheels.domain import MissedPolicy, Repeat, SendOptions, SendSpec, When, WhenKind
+from timerwheel.wheels.settings import MINUTE_MS, Settings
 
 SERIES_ID = "series-crash"
 SERIES_EVERY_MS = MINUTE_MS  # at the parent's speed of 600: every 100 ms of real time

@@ -7,11 +7,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from engine.engine import Engine
-from store import keys
-from wheels.clock import VirtualClock
-from wheels.domain import SendSpec, When, WhenKind
-from wheels.settings import MINUTE_MS, Settings
+from timerwheel.engine.engine import Engine
+from timerwheel.store import keys
+from timerwheel.wheels.clock import VirtualClock
+from timerwheel.wheels.domain import SendSpec, When, WhenKind
+from timerwheel.wheels.settings import MINUTE_MS, Settings
 
 T0 = 1_700_002_800_000 - 30 * MINUTE_MS  # half an hour before an hour boundary
 

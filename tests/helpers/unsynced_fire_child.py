@@ -13,10 +13,10 @@ import os
 import signal
 import sys
 
-from engine.engine import Engine
-from wheels.clock import VirtualClock
-from wheels.domain import SendSpec, When, WhenKind
-from wheels.settings import Settings
+from timerwheel.engine.engine import Engine
+from timerwheel.wheels.clock import VirtualClock
+from timerwheel.wheels.domain import SendSpec, When, WhenKind
+from timerwheel.wheels.settings import Settings
 
 
 class CountingSyncs:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from store import rocks
+from timerwheel.store import rocks
 
 INJECTED = "injected: fsync of the WAL failed (Input/output error)"
 
@@ -42,7 +42,7 @@ def main() -> int:
         database.db = FailingSync(database.db, allowed)
 
     rocks.RocksDatabase._open = failing_open
-    from cli.main import main as cli_main
+    from timerwheel.cli.main import main as cli_main
 
     return cli_main(sys.argv[2:])
 

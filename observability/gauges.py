@@ -1,8 +1,8 @@
 """What the engine reports at scrape time: cheap reads, never on the firing path.
 
 `Engine.metrics_gauges` answers with a plain dict (it crosses to the supervisor under
-`serve --workers N`); `server.metrics_http` turns it into Prometheus gauges. Every value
-here is in memory or a RocksDB property: no scan of timers, whatever the backlog.
+`serve --workers N`); `timerwheel.observability.metrics_http` turns it into Prometheus gauges. Every
+value here is in memory or a RocksDB property: no scan of timers, whatever the backlog.
 
 `UnackedByTopic` keeps the fired, un-acked count of each topic: counted from the `ready`
 column family once at open, then +n per topic for each commit that fired, -n per ack.
@@ -13,8 +13,8 @@ from __future__ import annotations
 import shutil
 import threading
 
-from engine.thread_cpu import thread_cpu_seconds
-from store import keys
+from timerwheel.observability.thread_cpu import thread_cpu_seconds
+from timerwheel.store import keys
 
 DUE_HORIZONS_MS = (60_000, 600_000, 3_600_000)  # timers due in the next 1 / 10 / 60 minutes
 WHEELS = ("second", "minute", "hour")

@@ -1,8 +1,9 @@
 """`timerwheel serve --workers N`: start the server's processes, watch them, stop them in order.
 
-    supervisor ──spawns──> engine process     RocksDB + the single writer (engine.host)
-               ├─────────> delivery process   the DeliveryHub (server.delivery_host)
-               └─────────> N worker processes gRPC on the shared port (server.worker)
+    supervisor ──spawns──> engine process     RocksDB + the single writer
+    (timerwheel.procs.engine_host)
+               ├─────────> delivery process   the DeliveryHub (timerwheel.procs.delivery_host)
+               └─────────> N worker processes gRPC on the shared port (timerwheel.procs.worker)
 
 The supervisor serves no RPC itself (only /metrics and the web console, when asked). It
 checks the port is free (a plain bind, so a second server on a busy port fails here with
@@ -10,13 +11,13 @@ a clear message), starts the engine first (it takes RocksDB's lock: a second ser
 the same data dir fails here too), then the delivery process, then the workers, each
 reporting ready or failed on a pipe. It logs `server_started` when every worker listens.
 
-The children's unix sockets and metrics files are in a runtime dir (server.runtime_dir),
+The children's unix sockets and metrics files are in a runtime dir (timerwheel.procs.runtime_dir),
 removed when the supervisor stops; one left by a SIGKILLed supervisor is removed by the
 next supervisor that starts with the same temporary directory.
 
 A child that exits unexpectedly is started again (`child_restarted`); each kind has its
 own restart budget, and a child that keeps failing stops the server with exit code 1.
-Children die with the supervisor (engine.proc), so a SIGKILLed supervisor leaves no
+Children die with the supervisor (timerwheel.procs.lifecycle), so a SIGKILLed supervisor leaves no
 orphans; nothing acknowledged is lost, because the engine answers only durable writes.
 
 Shutdown (SIGTERM, SIGINT): workers first (their calls in progress finish against the
@@ -38,18 +39,17 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 
 import structlog
-
-from console.http import ConsoleEndpoint, api_target
-from engine.host import run_engine_process
-from engine.ipc import CallClient
-from engine.proc import SignalStop
-from engine.system_clock import SystemClock
-from server.delivery_host import run_delivery_process
-from server.metrics_http import MetricsEndpoint, ScrapeGauges
-from server.protection import UNPROTECTED, Protection
-from server.runtime_dir import RuntimeDir
-from server.worker import run_worker_process
-from wheels.settings import Settings
+from timerwheel.console.http import ConsoleEndpoint, api_target
+from timerwheel.engine.system_clock import SystemClock
+from timerwheel.observability.metrics_http import MetricsEndpoint, ScrapeGauges
+from timerwheel.procs.delivery_host import run_delivery_process
+from timerwheel.procs.engine_host import run_engine_process
+from timerwheel.procs.ipc import CallClient
+from timerwheel.procs.lifecycle import SignalStop
+from timerwheel.procs.runtime_dir import RuntimeDir
+from timerwheel.procs.worker import run_worker_process
+from timerwheel.security.protection import UNPROTECTED, Protection
+from timerwheel.wheels.settings import Settings
 
 log = structlog.get_logger("timerwheel.supervisor")
 
@@ -117,7 +117,8 @@ class Supervisor:
         pid = os.getpid()
         self.settings = settings
         # Metrics: every child writes its counters to prometheus_client's multiprocess
-        # files here; this process serves /metrics from them (server.metrics_http).
+        # files here; this process serves /metrics from them
+        # (timerwheel.observability.metrics_http).
         metrics_dir = None
         if settings.metrics_port >= 0:
             metrics_dir = self._runtime.join("metrics")

@@ -13,10 +13,10 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from engine.ipc import CallClient, PeerUnavailable
-from server.delivery import IDLE_WAKE_S
-from server.subscriber import DeliveryRow
-from wheels.domain import ShuttingDown
+from timerwheel.delivery.hub import IDLE_WAKE_S
+from timerwheel.delivery.subscriber import DeliveryRow
+from timerwheel.procs.ipc import CallClient, PeerUnavailable
+from timerwheel.wheels.domain import ShuttingDown
 
 
 class RemoteSubscriber:

@@ -16,8 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import grpc
-
-from wheels.domain import Overloaded
+from timerwheel.wheels.domain import Overloaded
 
 
 class ByteBudget:

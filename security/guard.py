@@ -9,8 +9,8 @@ type: the client's bytes are the problem, not the server.
 Authorization (only when the server has a token file). The bearer token comes from the
 call's metadata (`authorization: Bearer <token>`). No token, or an unknown one:
 UNAUTHENTICATED. A role the method does not allow: PERMISSION_DENIED, checked before the
-request is even decoded. Topics outside the token's prefixes: see `server.access`. Every
-refusal names the method and the token's name and role, never the token.
+request is even decoded. Topics outside the token's prefixes: see `timerwheel.security.access`.
+Every refusal names the method and the token's name and role, never the token.
 
 Health and reflection are not guarded: an orchestrator's probe carries no token, and
 reflection describes only the public API (proto/), which holds nothing secret.
@@ -22,9 +22,8 @@ from collections.abc import Callable
 
 import grpc
 import structlog
-
-from engine import metrics
-from server.access import (
+from timerwheel.observability import metrics
+from timerwheel.security.access import (
     SERVICE_PREFIX,
     Denied,
     TopicOfId,
@@ -33,7 +32,7 @@ from server.access import (
     rule_for,
     short_name,
 )
-from server.tokens import Principal, TokenTable
+from timerwheel.security.tokens import Principal, TokenTable
 
 log = structlog.get_logger("timerwheel.guard")
 

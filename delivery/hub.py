@@ -3,10 +3,10 @@
 The durable truth is the engine's `ready` column family: a fired, un-acked message stays
 there until it is acked. This module only decides *who* gets *what* next, in memory.
 `DeliveryHub` is its entry point: it holds one dispatcher per topic
-(`server.dispatcher.TopicDispatcher`, which describes the cursor, the ack deadlines and
-redelivery), counts the subscribers (`server.subscriber.Subscriber`) against their
+(`timerwheel.delivery.dispatcher.TopicDispatcher`, which describes the cursor, the ack deadlines and
+redelivery), counts the subscribers (`timerwheel.delivery.subscriber.Subscriber`) against their
 limits, and keeps the bodies the dispatchers hold within `Settings.max_delivery_bytes`
-(`server.delivery_budget`).
+(`timerwheel.delivery.budget`).
 
 After a restart, every dispatcher's cursor starts at 0, so every fired-but-unacked
 message (the engine's `ready_topics()`) is delivered again. Attempt counts live in
@@ -28,20 +28,19 @@ import time
 from collections.abc import Callable, Iterator
 
 import structlog
+from timerwheel.delivery import attempts
+from timerwheel.delivery.budget import DeliveryBudget
+from timerwheel.delivery.dispatcher import Entry, TopicDispatcher
+from timerwheel.delivery.subscriber import Delivered, DeliveryRow, Subscriber, as_rows
+from timerwheel.delivery.trace import DeliveryTrace
+from timerwheel.engine.engine import Engine
+from timerwheel.security.limits import PerKeyLimit
+from timerwheel.store import records
+from timerwheel.wheels.domain import InvalidArgument, Overloaded, ShuttingDown
+from timerwheel.wheels.settings import Settings
+from timerwheel.wheels.validation import validate_nack, validate_topic
 
-from engine.engine import Engine
-from server import attempts
-from server.delivery_budget import DeliveryBudget
-from server.delivery_trace import DeliveryTrace
-from server.dispatcher import Entry, TopicDispatcher
-from server.limits import PerKeyLimit
-from server.subscriber import Delivered, DeliveryRow, Subscriber, as_rows
-from store import records
-from wheels.domain import InvalidArgument, Overloaded, ShuttingDown
-from wheels.settings import Settings
-from wheels.validation import validate_nack, validate_topic
-
-# Delivered and Subscriber live in server.subscriber; importers take them from here.
+# Delivered and Subscriber live in timerwheel.delivery.subscriber; importers take them from here.
 __all__ = ["IDLE_WAKE_S", "Delivered", "DeliveryHub", "Subscriber"]
 
 log = structlog.get_logger("timerwheel.delivery")
@@ -152,7 +151,7 @@ class DeliveryHub:
         """`next_batch` after `next_batch` until the subscriber is closed, as rows: []
         every `IDLE_WAKE_S` with nothing to deliver, so the stream can check on its client.
         The Subscribe stream reads this, in process or across processes
-        (`server.remote_hub.RemoteHub.batches`, which reads one batch ahead)."""
+        (`timerwheel.procs.remote_hub.RemoteHub.batches`, which reads one batch ahead)."""
         while (batch := self.next_batch(subscriber)) is not None:
             yield as_rows(batch)
 

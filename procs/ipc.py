@@ -29,8 +29,9 @@ from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client, Connection, Listener
 
 import structlog
+from timerwheel.wheels.domain import ShuttingDown
 
-from wheels.domain import ShuttingDown, TimerwheelError
+from timerwheel.common import TimerwheelError
 
 log = structlog.get_logger("timerwheel.ipc")
 

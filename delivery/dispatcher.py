@@ -1,10 +1,10 @@
 """The dispatcher of one topic: which fired message goes to which subscriber next.
 
-`DeliveryHub` (server.delivery) holds one `TopicDispatcher` per topic that has
+`DeliveryHub` (timerwheel.delivery.hub) holds one `TopicDispatcher` per topic that has
 subscribers or tracked messages. It works in memory only; the durable truth is the
 engine's `ready` column family, which keeps a fired message until it is acked. It calls
 back into its hub for the byte budget every dispatcher shares (`hub.budget`,
-`server.delivery_budget`) and for the attempt counts of messages an earlier hub may have
+`timerwheel.delivery.budget`) and for the attempt counts of messages an earlier hub may have
 delivered (`restore_attempts`).
 
 * A dispatcher keeps a cursor (the last fire sequence it read) and pulls newly fired
@@ -16,8 +16,8 @@ delivered (`restore_attempts`).
   constant, so deadlines come in order): expiry is one deque pop per batch, not a heap.
 * Redelivery: when the deadline passes without an ack, when the subscriber's stream
   ends, or when a client nacks it, an un-acked entry has failed an attempt. Every failed
-  attempt goes through one function, `server.attempts.fail`: the entry goes to the front
-  (`redeliver`) with `attempt + 1`, or, for a nack with a backoff, into `delayed` until
+  attempt goes through one function, `timerwheel.delivery.attempts.fail`: the entry goes to the
+  front (`redeliver`) with `attempt + 1`, or, for a nack with a backoff, into `delayed` until
   its time comes, or, out of attempts, to its dead-letter topic.
 * An Ack gives its subscriber the room back as it arrives (`settle`); the messages stay
   tracked until the engine has made the ack durable, and go back in flight if it fails.
@@ -33,13 +33,13 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from engine import metrics
-from server import attempts
-from server.subscriber import Delivered, Subscriber
-from store.records import FiredRecord, record_body_bytes
+from timerwheel.delivery import attempts
+from timerwheel.delivery.subscriber import Delivered, Subscriber
+from timerwheel.observability import metrics
+from timerwheel.store.records import FiredRecord, record_body_bytes
 
 if TYPE_CHECKING:
-    from server.delivery import DeliveryHub
+    from timerwheel.delivery.hub import DeliveryHub
 
 MAX_FETCH = 5_000  # messages read from the store per refill, at most
 

@@ -1,7 +1,7 @@
 """The engine process of `timerwheel serve --workers N`: the engine, and nothing else.
 
 It owns RocksDB and the single writer (the loop that cascades and fires). Worker and
-delivery processes call it over `engine.ipc`, one thread per connection, with work that is
+delivery processes call it over `timerwheel.procs.ipc`, one thread per connection, with work that is
 already done elsewhere: `submit_sends_many` takes sends a worker validated and encoded
 (`SendOp`s: each its own request, carried together by the worker's `SendFunnel`), so here
 they are only unpickled and queued for the writer; cancels, acks, reads and
@@ -21,18 +21,18 @@ from concurrent.futures import Future
 from multiprocessing.connection import Connection
 
 import structlog
+from timerwheel.engine.engine import Engine
+from timerwheel.engine.send_op import SendOp
+from timerwheel.engine.system_clock import SystemClock
+from timerwheel.observability import metrics
+from timerwheel.procs.gil import set_switch_interval
+from timerwheel.procs.heap import prepare_heap_for_serving
+from timerwheel.procs.ipc import CallContext, CallServer, PackedError, pack_error
+from timerwheel.procs.lifecycle import become_child, wait_for_stop
+from timerwheel.procs.send_funnel import Answer
+from timerwheel.wheels.settings import Settings
 
-from engine import metrics
-from engine.engine import Engine
-from engine.gil import set_switch_interval
-from engine.heap import prepare_heap_for_serving
-from engine.ipc import CallContext, CallServer, PackedError, pack_error
-from engine.proc import become_child, wait_for_stop
-from engine.send_funnel import Answer
-from engine.send_op import SendOp
-from engine.system_clock import SystemClock
-from wheels.domain import TimerwheelError
-from wheels.settings import Settings
+from timerwheel.common import TimerwheelError
 
 log = structlog.get_logger("timerwheel.engine_host")
 
@@ -111,8 +111,8 @@ def run_engine_process(
     log_args: tuple[str, str], metrics_dir: str | None, ready: Connection,
 ) -> None:  # fmt: skip
     """Entry point of the engine process (multiprocessing, spawn); with `metrics_dir`,
-    its metrics go to the supervisor through that directory (engine.metrics)."""
-    from cli.log_config import configure_logging
+    its metrics go to the supervisor through that directory (timerwheel.observability.metrics)."""
+    from timerwheel.observability.log_config import configure_logging
 
     stop = become_child(parent_pid)
     if metrics_dir is not None:

@@ -15,11 +15,10 @@ from dataclasses import dataclass
 
 import grpc
 import structlog
-
-from server.tls import server_credentials
-from server.tokens import TokenTable, load_tokens
-from wheels.security_settings import SecuritySettings, console_exposure_check, exposure_check
-from wheels.settings import SettingsError
+from timerwheel.security.settings import SecuritySettings, console_exposure_check, exposure_check
+from timerwheel.security.tls import server_credentials
+from timerwheel.security.tokens import TokenTable, load_tokens
+from timerwheel.wheels.settings import SettingsError
 
 log = structlog.get_logger("timerwheel.server")
 

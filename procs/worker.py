@@ -3,8 +3,9 @@
 Each worker runs the same gRPC server (TimerService, TimerAdmin, health, reflection) on the
 shared port (SO_REUSEPORT: the kernel spreads connections over the workers). Protobuf
 decoding, validation, id choice and record encoding happen here, in parallel across
-workers; the engine process receives ready-to-write batches (`engine.remote.RemoteEngine`)
-and the delivery process hands out fired messages (`server.remote_hub.RemoteHub`).
+workers; the engine process receives ready-to-write batches
+(`timerwheel.procs.remote_engine.RemoteEngine`) and the delivery process hands out fired messages
+(`timerwheel.procs.remote_hub.RemoteHub`).
 
 SIGTERM: health NOT_SERVING, this worker's Subscribe streams end (their messages stay with
 the delivery hub), calls in progress finish within the grace period, then it exits.
@@ -15,18 +16,17 @@ from __future__ import annotations
 from multiprocessing.connection import Connection
 
 import structlog
-
-from engine import metrics
-from engine.gil import set_switch_interval
-from engine.heap import prepare_heap_for_serving
-from engine.ipc import CallClient
-from engine.proc import become_child, wait_for_stop
-from engine.remote import RemoteEngine
-from engine.system_clock import SystemClock
-from server.app import bind_address, build_grpc_server, set_serving
-from server.protection import Protection, listen
-from server.remote_hub import RemoteHub
-from wheels.settings import Settings
+from timerwheel.engine.system_clock import SystemClock
+from timerwheel.observability import metrics
+from timerwheel.procs.gil import set_switch_interval
+from timerwheel.procs.heap import prepare_heap_for_serving
+from timerwheel.procs.ipc import CallClient
+from timerwheel.procs.lifecycle import become_child, wait_for_stop
+from timerwheel.procs.remote_engine import RemoteEngine
+from timerwheel.procs.remote_hub import RemoteHub
+from timerwheel.security.protection import Protection, listen
+from timerwheel.server.app import bind_address, build_grpc_server, set_serving
+from timerwheel.wheels.settings import Settings
 
 log = structlog.get_logger("timerwheel.worker")
 
@@ -37,11 +37,11 @@ def run_worker_process(
     metrics_dir: str | None, ready: Connection,
 ) -> None:  # fmt: skip
     """Entry point of worker `index` (multiprocessing, spawn). `protection` was loaded and
-    checked by `timerwheel serve` before any process started (server.protection)."""
-    from cli.log_config import configure_logging
+    checked by `timerwheel serve` before any process started (timerwheel.security.protection)."""
+    from timerwheel.observability.log_config import configure_logging
 
     stop = become_child(parent_pid)
-    if metrics_dir is not None:  # refusals are counted here (engine.metrics)
+    if metrics_dir is not None:  # refusals are counted here (timerwheel.observability.metrics)
         metrics.enable(metrics_dir)
     configure_logging(*log_args)
     engine = RemoteEngine(

@@ -5,7 +5,7 @@ topic, on whichever worker process it landed, draws from the same dispatcher. Th
 runs here, in a process of its own, so its threads (dispatch, ack-deadline expiry) never
 take the engine's GIL; it reads fired messages from the engine process and acks there.
 
-Workers reach it through `server.remote_hub.RemoteHub`. A subscriber is known here by a
+Workers reach it through `timerwheel.procs.remote_hub.RemoteHub`. A subscriber is known here by a
 number; when the connection it was made on ends (the worker's stream thread, or the whole
 worker, is gone), its in-flight messages are redelivered at once, as when a stream ends.
 """
@@ -17,17 +17,16 @@ import threading
 from multiprocessing.connection import Connection
 
 import structlog
-
-from engine import metrics
-from engine.gil import set_switch_interval
-from engine.heap import prepare_heap_for_serving
-from engine.ipc import CallClient, CallContext, CallServer
-from engine.proc import become_child, wait_for_stop
-from engine.remote import RemoteEngine
-from engine.system_clock import SystemClock
-from server.delivery import DeliveryHub, Subscriber
-from server.subscriber import DeliveryRow, as_rows
-from wheels.settings import Settings
+from timerwheel.delivery.hub import DeliveryHub, Subscriber
+from timerwheel.delivery.subscriber import DeliveryRow, as_rows
+from timerwheel.engine.system_clock import SystemClock
+from timerwheel.observability import metrics
+from timerwheel.procs.gil import set_switch_interval
+from timerwheel.procs.heap import prepare_heap_for_serving
+from timerwheel.procs.ipc import CallClient, CallContext, CallServer
+from timerwheel.procs.lifecycle import become_child, wait_for_stop
+from timerwheel.procs.remote_engine import RemoteEngine
+from timerwheel.wheels.settings import Settings
 
 log = structlog.get_logger("timerwheel.delivery_host")
 
@@ -101,8 +100,8 @@ def run_delivery_process(
     log_args: tuple[str, str], metrics_dir: str | None, ready: Connection,
 ) -> None:  # fmt: skip
     """Entry point of the delivery process (multiprocessing, spawn); `metrics_dir` as
-    for the engine process (engine.host)."""
-    from cli.log_config import configure_logging
+    for the engine process (timerwheel.procs.engine_host)."""
+    from timerwheel.observability.log_config import configure_logging
 
     stop = become_child(parent_pid)
     if metrics_dir is not None:

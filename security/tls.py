@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import grpc
-
-from wheels.security_settings import SecuritySettings
-from wheels.settings import SettingsError
+from timerwheel.security.settings import SecuritySettings
+from timerwheel.wheels.settings import SettingsError
 
 
 def read_pem(name: str, path: str) -> bytes:

@@ -1,13 +1,13 @@
 """Failed delivery attempts, in one place: ack timeouts, ended streams and nacks.
 
-A dispatcher (`server.dispatcher.TopicDispatcher`) calls `fail` with its lock held for
+A dispatcher (`timerwheel.delivery.dispatcher.TopicDispatcher`) calls `fail` with its lock held for
 each in-flight entry whose attempt failed. The entry leaves its owner and, by its limit
 (the message's max_attempts, else `Settings.max_attempts`; 0: no limit), is either
 delivered again with `attempt + 1` (at once, or after a nack's backoff, kept in the
 dispatcher's `delayed` heap) or, when this was its last allowed attempt, queued in
 `dying`. `move_dead_letters` then hands those to the engine without the lock (the
 engine may be another process, and the move waits for its group commit). Attempt
-counts live in memory, and in each message's trace (server.delivery_trace), from which
+counts live in memory, and in each message's trace (timerwheel.delivery.trace), from which
 a restarted hub carries them on.
 """
 
@@ -17,11 +17,10 @@ import heapq
 from typing import TYPE_CHECKING
 
 import structlog
-
-from wheels.domain import Overloaded, ShuttingDown
+from timerwheel.wheels.domain import Overloaded, ShuttingDown
 
 if TYPE_CHECKING:
-    from server.dispatcher import Entry, TopicDispatcher
+    from timerwheel.delivery.dispatcher import Entry, TopicDispatcher
 
 log = structlog.get_logger("timerwheel.delivery")
 

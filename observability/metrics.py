@@ -9,7 +9,7 @@ hub once per batch it hands out (`delivered`). Per-message histogram observation
 folded into bucket counts here (`_observe_many`: one bisect per message, one increment
 per touched bucket) instead of one `Histogram.observe` (a lock and a scan of the bounds)
 per message. Gauges that read the store are not here: they are computed at scrape time
-(`server.metrics_http`).
+(`timerwheel.observability.metrics_http`).
 
 Processes (docs/metrics.md): in one process the instruments live in `REGISTRY` below.
 Under `serve --workers N` every child calls `enable(multiprocess_dir)` first: the
@@ -32,8 +32,7 @@ from prometheus_client import (
     disable_created_metrics,
     values,
 )
-
-from store import records
+from timerwheel.store import records
 
 # Seconds. Lateness: milliseconds matter, a minute is an incident.
 LATENESS_BUCKETS = (
@@ -131,8 +130,8 @@ class Recorder(NullRecorder):
         will complete them), what it fired ({topic: [(seq, id, record)]}: timers due, sent
         already due, series occurrences, and dead-letter moves), and its write's time."""
         # Imported here: the operations' modules import nothing of this one.
-        from engine.ops import AckOp, CancelOp
-        from engine.send_op import SendOp
+        from timerwheel.engine.ops import AckOp, CancelOp
+        from timerwheel.engine.send_op import SendOp
 
         sends = acks = cancels = weight = 0
         for op, (ok, value) in zip(ops, outcomes, strict=True):
@@ -168,7 +167,7 @@ class Recorder(NullRecorder):
         self._cascades[wheel].observe(duration_s)
 
     def delivered(self, batch, wall_now_ms: int) -> None:
-        """A batch of `server.delivery.Delivered` handed to one subscriber."""
+        """A batch of `timerwheel.delivery.hub.Delivered` handed to one subscriber."""
         deliver_at_ms = records.record_deliver_at_ms
         first = [wall_now_ms - deliver_at_ms(d.fired.record) for d in batch if d.attempt == 1]
         self.deliveries.inc(len(batch))

@@ -1,6 +1,7 @@
 """`/metrics` over HTTP (prometheus_client's server), and the gauges computed per scrape.
 
-What a scrape returns: the counters and histograms of `engine.metrics` plus the gauges
+What a scrape returns: the counters and histograms of `timerwheel.observability.metrics` plus the
+gauges
 below, read when Prometheus asks and never kept up to date on the firing path:
 
     timerwheel_writer_up                     1 while the writer thread runs (0: stopped,
@@ -13,8 +14,8 @@ below, read when Prometheus asks and never kept up to date on the firing path:
     timerwheel_rocksdb_live_data_bytes, timerwheel_rocksdb_pending_compaction_bytes,
     timerwheel_rocksdb_sst_files_bytes, timerwheel_data_dir_free_bytes
     timerwheel_thread_cpu_seconds_total{thread}   the engine process's CPU by kind of
-                                             thread (engine.thread_cpu): its Python
-                                             threads summed near 1, the GIL is full
+                                             thread (timerwheel.observability.thread_cpu): its
+                                             Python threads summed near 1, the GIL is full
 
 The engine's values come from `Engine.metrics_gauges` (one call; under `--workers N` an
 IPC call from the supervisor to the engine process) and the subscriber count from the
@@ -30,8 +31,7 @@ import structlog
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
-
-from engine import metrics
+from timerwheel.observability import metrics
 
 log = structlog.get_logger("timerwheel.metrics")
 

@@ -25,8 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import grpc
-
-from server.tokens import Principal, Role
+from timerwheel.security.tokens import Principal, Role
 
 SERVICE_PREFIX = "/timerwheel.v1."
 TIMER_SERVICE = "/timerwheel.v1.TimerService/"

@@ -1,8 +1,8 @@
 """Durations as people write them (`250ms`, `90s`, `5m`, `2h`, `3d`) -> integer milliseconds.
 
-One parser for every edge that takes a duration: the settings loader (`cli.config`), the
-command line (`--delay 90s`) and the Python client (`send(..., delay_ms="2s")`). Pure: it
-lives in `wheels/` so the client can use it without importing the command line.
+One parser for every edge that takes a duration: the settings loader (`timerwheel.cli.config`), the
+command line (`--delay 90s`) and the Python client (`send(..., delay_ms="2s")`). Pure, and part of
+the client package, so the client needs nothing of the server to use it.
 """
 
 from __future__ import annotations
@@ -10,7 +10,10 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 
-from wheels.settings import DAY_MS, HOUR_MS, MINUTE_MS, SECOND_MS
+SECOND_MS = 1_000
+MINUTE_MS = 60 * SECOND_MS
+HOUR_MS = 60 * MINUTE_MS
+DAY_MS = 24 * HOUR_MS
 
 _UNITS_MS = {"ms": 1, "s": SECOND_MS, "m": MINUTE_MS, "h": HOUR_MS, "d": DAY_MS}
 _DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)?")

@@ -2,14 +2,14 @@
 a message delivered once and acked.
 
 Every delivery attempt is an event of its message's trace. Handed to the engine as it
-came (`server.delivery_trace`), a batch's events were a call from the delivery process to
+came (`timerwheel.delivery.trace`), a batch's events were a call from the delivery process to
 the engine before each batch went out, and a `trace` entry a message; with first attempts
 left out (`trace_first_deliveries = false`) the burst of 1,000,000 ended a tenth sooner
 (docs/benchmarks.md, "2026-12-02, afternoon"; held as here: "2026-12-06"). Nearly every
 message is delivered once and acked soon after, and the Ack rewrites its record anyway.
 So the delivery side keeps a batch's first attempts here (`hold`), and the Ack hands the
 engine, beside its ids, the delivery each one had (`take_for_ack`: a trailer per id,
-written into the acked record: store.records, version 2). A held event is handed over
+written into the acked record: timerwheel.store.records, version 2). A held event is handed over
 as an ordinary one, with the time it was delivered at, when:
  1. its message is not acked within `first_delivery_hold_ms` (`release_due`, at the
     hub's next hand-over);
@@ -31,7 +31,7 @@ from collections import deque
 from itertools import repeat
 from operator import attrgetter
 
-from store import records
+from timerwheel.store import records
 
 # At 40,000 deliveries a second and acks within a second, about 40,000 are held; a burst
 # of 1,000,000 held up to about 200,000. Each costs about 100 bytes here (a dict slot;

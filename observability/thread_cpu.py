@@ -27,8 +27,8 @@ TASKS = "/proc/self/task"
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 # Python thread name prefix -> kind (first match wins; the names are set where the
-# threads are made: engine/writer.py, engine/wal_syncer.py, server/delivery.py,
-# server/app.py, engine/ipc.py).
+# threads are made: engine/writer.py, engine/wal_syncer.py, delivery/hub.py,
+# server/app.py, procs/ipc.py).
 PYTHON_KINDS = (
     ("timerwheel-writer", "writer"),
     ("timerwheel-wal-sync", "wal_sync"),  # the WAL's fsyncs, behind the writer

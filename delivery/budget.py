@@ -15,7 +15,7 @@ import threading
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from server.dispatcher import TopicDispatcher
+    from timerwheel.delivery.dispatcher import TopicDispatcher
 
 
 class DeliveryBudget:

@@ -1,8 +1,8 @@
 """A Subscribe stream as the delivery hub sees it, and what it is handed.
 
 A `Subscriber` is made by `DeliveryHub.subscribe` and bound to its topic's dispatcher
-(`server.dispatcher.TopicDispatcher`) until `DeliveryHub.release`; the dispatcher counts
-its `in_flight` against `max_in_flight` and hands it batches of `Delivered`. These types
+(`timerwheel.delivery.dispatcher.TopicDispatcher`) until `DeliveryHub.release`; the dispatcher
+counts its `in_flight` against `max_in_flight` and hands it batches of `Delivered`. These types
 live apart from both so that the dispatcher and the hub can import them without
 importing each other.
 """
@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from store.records import FiredRecord
+from timerwheel.store.records import FiredRecord
 
 if TYPE_CHECKING:
-    from server.dispatcher import TopicDispatcher
+    from timerwheel.delivery.dispatcher import TopicDispatcher
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +28,7 @@ class Delivered:
 
 # A delivered message as a Subscribe stream takes it, in process or from the delivery
 # process: (fire seq, message id, record as stored, attempt). Plain tuples: the stream
-# only turns them into a DeliveryBatch (`server.service.delivery_batch`), and a
+# only turns them into a DeliveryBatch (`timerwheel.server.service.delivery_batch`), and a
 # `Delivered` of a `FiredRecord` each was 0.55-0.7 us a message to build in the worker.
 DeliveryRow = tuple[int, str, bytes, int]
 
@@ -44,7 +44,7 @@ class Subscriber:
 
     topic: str
     max_in_flight: int
-    identity: str = ""  # who it counts against (server.limits.caller_identity)
+    identity: str = ""  # who it counts against (timerwheel.security.limits.caller_identity)
     name: str = ""  # who it is in message traces (SubscribeRequest.consumer, or the peer)
     in_flight: int = 0
     closed: bool = False

@@ -1,19 +1,20 @@
 """Security settings: TLS files, the token file, the export root, and the exposure rule.
 
-A frozen dataclass validated once, like `wheels.settings.Settings`; every message shows
+A frozen dataclass validated once, like `timerwheel.wheels.settings.Settings`; every message shows
 the bad value. Only names and numbers live here: reading the files (certificates, the
-token TOML) is the server's job (`server.tokens`, `server.app`), so this module stays
-free of I/O. `exposure_check` is the rule that keeps a server from being reachable from
+token TOML) is the server's job (`timerwheel.security.tokens`, `timerwheel.server.app`), so this
+module stays free of I/O. `exposure_check` is the rule that keeps a server from being reachable from
 the network without protection (docs/security.md).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 from dataclasses import dataclass
 
-from wheels.settings import SettingsError
+from timerwheel.wheels.settings import SettingsError
+
+from timerwheel.common import is_loopback_host
 
 GIB = 1024**3
 
@@ -25,7 +26,8 @@ class SecuritySettings:
     tls_key_file: str = ""
     # Mutual TLS: clients must present a certificate signed by this CA (PEM).
     tls_client_ca_file: str = ""
-    # Bearer tokens and their roles (TOML, see server.tokens). Empty: no authentication.
+    # Bearer tokens and their roles (TOML, see timerwheel.security.tokens). Empty: no
+    # authentication.
     auth_tokens_file: str = ""
     # Allow a non-loopback bind without TLS and tokens (logged as a warning at start).
     insecure: bool = False
@@ -59,18 +61,6 @@ class SecuritySettings:
 
     def replace(self, **changes: object) -> SecuritySettings:
         return dataclasses.replace(self, **changes)
-
-
-def is_loopback_host(host: str) -> bool:
-    """`localhost` or a loopback IP (127.0.0.0/8, ::1). Any other name counts as exposed:
-    what it resolves to is not known here, and guessing wrong would expose the server."""
-    cleaned = host.strip().strip("[]")
-    if cleaned.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(cleaned).is_loopback
-    except ValueError:
-        return False
 
 
 def exposure_check(host: str, security: SecuritySettings) -> str | None:

@@ -22,7 +22,7 @@ import tomllib
 from dataclasses import dataclass
 from enum import Enum
 
-from wheels.settings import SettingsError
+from timerwheel.wheels.settings import SettingsError
 
 _HEX64 = re.compile(r"[0-9a-fA-F]{64}")
 _KNOWN_KEYS = {"name", "role", "sha256", "token", "topics"}

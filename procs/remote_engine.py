@@ -4,9 +4,9 @@ process): sends are prepared here, everything else is a call to the engine proce
 `send_batch_async` validates, chooses ids and encodes records in this process (the same
 `prepare_sends` the in-process engine runs in its callers' threads) and hands the engine
 a ready-to-write `SendOp`, together with the ops of other threads sending at the same
-time (`engine.send_funnel`: one call carries them all, each answered alone). Any other
-public engine method is forwarded by name (`engine.host.EngineHost.handle` decides what
-may be called), so an engine method added later is usable remotely without a change here.
+time (`timerwheel.procs.send_funnel`: one call carries them all, each answered alone). Any other
+public engine method is forwarded by name (`timerwheel.procs.engine_host.EngineHost.handle` decides
+what may be called), so an engine method added later is usable remotely without a change here.
 `add_fired_listener` becomes a thread that long-polls the engine's `wait_fired`; after the
 engine process restarts it reports every topic with fired messages, since the new
 engine's fire sequences are unknown here.
@@ -20,15 +20,14 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 
 import structlog
-
-from engine.ids import MessageIds
-from engine.ipc import CallClient, PeerUnavailable
-from engine.prepare import prepare_sends
-from engine.send_funnel import SendFunnel
-from store import records
-from wheels.clock import Clock
-from wheels.domain import SendSpec
-from wheels.settings import Settings
+from timerwheel.engine.ids import MessageIds
+from timerwheel.engine.prepare import prepare_sends
+from timerwheel.procs.ipc import CallClient, PeerUnavailable
+from timerwheel.procs.send_funnel import SendFunnel
+from timerwheel.store import records
+from timerwheel.wheels.clock import Clock
+from timerwheel.wheels.domain import SendSpec
+from timerwheel.wheels.settings import Settings
 
 log = structlog.get_logger("timerwheel.remote_engine")
 
@@ -91,7 +90,7 @@ class RemoteEngine:
 
     def local_now_ms(self) -> int:
         """The service's time as this process reads it: its wall clock, no call (the
-        delivery hub's time for a delivery it holds: server.first_deliveries)."""
+        delivery hub's time for a delivery it holds: timerwheel.delivery.first_deliveries)."""
         return self._clock.now_ms()
 
     def __getattr__(self, name: str) -> Callable[..., object]:

@@ -1,12 +1,12 @@
-"""Delivery attempts on their way into message traces (engine.trace_ops).
+"""Delivery attempts on their way into message traces (timerwheel.engine.trace_ops).
 
 A dispatcher notes each batch it delivers and each failed attempt while it holds its
 lock (one deque append a batch, its lists as they are: no I/O and no work a message
 under the lock); whoever leaves the dispatcher next (`flush`, from
 `DeliveryHub.next_batch`, `release` or `nack`) hands what is noted to the engine in
-one call, as groups (`engine.trace_ops.DeliveryEvents`), which does not wait for the
+one call, as groups (`timerwheel.engine.trace_ops.DeliveryEvents`), which does not wait for the
 commit. A batch of first attempts is not noted but held for its Ack
-(`server.first_deliveries`, which says when a held one is handed over after all): the
+(`timerwheel.delivery.first_deliveries`, which says when a held one is handed over after all): the
 Ack carries them to the engine (`take_for_ack`), so such a batch costs no call.
 Attempt counts thereby survive a restart:
 a new hub asks the engine for the attempts of messages that fired before it started
@@ -19,9 +19,9 @@ import threading
 from collections import deque
 from collections.abc import Callable
 
-from engine.trace_ops import DeliveryEvents
-from server.first_deliveries import FirstDeliveries, Released
-from wheels.trace import TraceKind
+from timerwheel.delivery.first_deliveries import FirstDeliveries, Released
+from timerwheel.engine.trace_ops import DeliveryEvents
+from timerwheel.wheels.trace import TraceKind
 
 DELIVERED, NACKED = int(TraceKind.DELIVERED), int(TraceKind.NACKED)
 
