@@ -4,7 +4,7 @@
 write, creating parents, with errors that told which paths existed). Now:
 
 * the server writes only below its `export_root`; the request names a relative folder
-  (`nightly/2026-01-01`). An absolute path, a `..` part, or a link that leads out of the
+  (`nightly/monday`). An absolute path, a `..` part, or a link that leads out of the
   root are all refused with one and the same message, so the answer tells nothing about
   what exists where;
 * one export at a time (`ExportSlot`): a second one while the first runs is refused;

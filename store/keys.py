@@ -151,8 +151,8 @@ _ID_PART = itemgetter(slice(TIME_BYTES, None))
 
 
 def wheel_key_ids(wheel_keys_: Iterable[bytes]) -> list[bytes]:
-    """The message ids (UTF-8) of wheel or expiry keys, in order (sliced in C by `map`:
-    80 against 120 ns a key, 2026-12-03)."""
+    """The message ids (UTF-8) of wheel or expiry keys, in order (sliced by `map` over an
+    `itemgetter`, all in C: about a third cheaper than a comprehension's Python step a key)."""
     return list(map(_ID_PART, wheel_keys_))
 
 
@@ -252,12 +252,13 @@ def count_bucket_key(topic: bytes, bucket_start_ms: int) -> bytes:
 def count_bucket_tally(topics: Sequence[bytes], deliver_times_ms: Sequence[int]) -> Counter[bytes]:
     """{minute counter: how many of the timers (topic i due at time i) it counts}.
 
-    A fire chunk is most often one topic within one minute: that case is told in C
-    (`count`, `min`, `max`) and gives one key without a pair a timer, where the pairs
-    were 6% of a burst's fire step (2026-12-04). Otherwise counted in C, a `Counter` of
-    (topic, minute) pairs with the minutes made by `map`, keyed once a distinct minute: a
-    SendBatch falls in a few minutes of a few topics, so a few keys are made where a key
-    a timer cost about 0.2 us each (2026-12-03)."""
+    A fire chunk is most often one topic within one minute: that case is recognised by
+    C-implemented builtins (`list.count`, `min`, `max`) with no Python step per timer, and
+    gives one key without building a pair a timer, where the pairs were a visible share of
+    a burst's fire step. Otherwise the pairs are counted in C too, a `Counter` of (topic,
+    minute) pairs with the minutes made by `map`, and a key is made once per distinct
+    minute: a SendBatch falls in a few minutes of a few topics, so a few keys are made
+    where a key a timer cost a Python call each."""
     if not topics:
         return Counter()
     first_topic, earliest_ms = topics[0], min(deliver_times_ms)

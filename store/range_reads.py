@@ -4,11 +4,11 @@ a multi-get for the rest.
 The writer reads records in groups: a fire chunk's (up to 10,000 timers due in the same
 few milliseconds), an Ack's (ids in the order they fired), the sweep's. Server-made ids
 begin with the deliver time (timerwheel.engine.ids), so such a group is mostly one contiguous run
-of `messages`. Walking that run with one iterator costs about half a multi-get of
-the same keys: 0.39-0.73 against 0.67-1.10 us a record, from SST files or the memtable,
-in groups of 20 to 10,000 (`python -m bench.read_bench`; docs/benchmarks.md,
-"2026-11-29, late evening"). A multi-get seeks each key on its own, through the bloom filter,
-the index and the block, where the iterator steps to the next entry of a block it holds.
+of `messages`. Walking that run with one iterator costs about half to two thirds of a
+multi-get of the same keys, from SST files or the memtable, in groups of tens to
+thousands (`python -m bench.read_bench`; docs/lab-log.md has the runs). A multi-get seeks
+each key on its own, through the bloom filter, the index and the block, where the
+iterator steps to the next entry of a block it holds.
 
 The walk stops early where the run is not contiguous: records that are not wanted (other
 topics' timers, cancelled ones kept for their retention, client-chosen ids that sort

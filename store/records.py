@@ -143,9 +143,9 @@ def delivery_parts(raw: bytes) -> tuple[bytes, bytes, dict[str, str], int, int]:
     """(topic as stored, body, properties, deliver_at_ms, fired_at_ms) of a fired record:
     what a Delivery carries besides its id and attempt, the hot path of every worker's
     stream. Two header fields read, not ten, and the topic left undecoded: a batch's
-    records share it, so the caller decodes it once (`timerwheel.server.service.delivery_batch`;
-    `python -m bench.rpc_bench`: 1.04-1.05 against 1.48 us a message, built and
-    serialised in batches of 2,000)."""
+    records share it, so the caller decodes it once (`timerwheel.server.service.delivery_batch`).
+    A Delivery built this way costs nearly a third less than one from a whole decoded record,
+    built and serialised in batches (`python -m bench.rpc_bench`)."""
     deliver_at_ms, fired_at_ms = _DELIVER_AND_FIRED_AT.unpack_from(raw, _DELIVER_AT_OFFSET)
     (topic_bytes,) = _U16.unpack_from(raw, HEADER_BYTES)
     start = HEADER_BYTES + _U16.size
@@ -163,7 +163,7 @@ class FiredRecord(NamedTuple):
     sequence, id and stored record, not decoded. The hub needs only the id, the body's
     size (`record_body_bytes`) and a time or two; the record is decoded where a Delivery is
     built from it (`delivery_parts`). Decoding each fired record in the delivery process too, as a
-    `FiredTimer` did, was 1.0 of its 1.1 us a message there (`timeit`, 2026-11-29 evening)."""
+    `FiredTimer` did, was nearly all of that process's cost a message."""
 
     seq: int
     message_id: str
@@ -176,8 +176,8 @@ _NEW_FIRED_RECORD = partial(tuple.__new__, FiredRecord)
 
 def fired_records(rows: Iterable[tuple[int, bytes, bytes]]) -> list[FiredRecord]:
     """The FiredRecords of (fire seq, UTF-8 id, record) rows as the engine reads them:
-    0.31 against 0.44 us a row through the class's own constructor (2026-12-03), once
-    a fired message in the burst's delivery."""
+    about 30% less a row than through the class's own constructor (a Python function), and
+    it runs once a fired message in a burst's delivery."""
     return [_NEW_FIRED_RECORD((seq, message_id.decode(), raw)) for seq, message_id, raw in rows]
 
 
@@ -195,8 +195,9 @@ def record_state(raw: bytes) -> State:
     return _state(raw[1])
 
 
-# Enum construction by value (`State(2)`) costs ~0.35 us; every delivered message decodes
-# two, so known values are looked up instead. Unknown ones still raise ValueError.
+# Enum construction by value (`State(2)`) runs Python code in the enum's metaclass, many
+# times a dict lookup; every delivered message decodes two, so known values are looked up
+# instead. Unknown ones still raise ValueError.
 _STATES = {int(state): state for state in State}
 _WHEN_KINDS = {int(kind): kind for kind in WhenKind}
 
@@ -218,7 +219,8 @@ def is_scheduled(raw: bytes) -> bool:
 
 def all_plain_scheduled(raws: list[bytes | None]) -> bool:
     """Each record there, SCHEDULED and not a series: what a fire chunk most often is,
-    told in C over the state and when_kind bytes, with no Python frame a record."""
+    decided over the state and when_kind bytes by C-implemented builtins (`map`,
+    `bytes.count`, `bytes.translate`) with no Python step per record."""
     if None in raws:
         return False
     states = bytes(map(_STATE_BYTE, raws))
@@ -313,8 +315,9 @@ def fired_in(raw: bytes | None, topic_block: bytes) -> bool:
 
 
 def all_fired_in(raws: list[bytes | None], topic_block: bytes) -> bool:
-    """`fired_in` for each record, told in C with no Python frame a record (an Ack call's
-    usual case: every record it names FIRED on its topic)."""
+    """`fired_in` for each record, decided by C-implemented builtins (`map`, `itemgetter`,
+    `bytes.count`, `all`) with no Python step per record (an Ack call's usual case: every
+    record it names FIRED on its topic)."""
     if None in raws or bytes(map(_STATE_BYTE, raws)).count(_FIRED) != len(raws):
         return False
     topics = map(itemgetter(slice(HEADER_BYTES, HEADER_BYTES + len(topic_block))), raws)
@@ -357,10 +360,10 @@ def with_schedule(raw: bytes, when: When, deliver_at_ms: int) -> bytes:
 def fire_lateness_ms(raws: list[bytes]) -> Iterator[int]:
     """fired_at_ms - deliver_at_ms of each record of one commit's fires, which share one
     fired_at_ms (the commit's): read once, each deliver time unpacked in C, no Python
-    frame per record (a fire chunk is 10,000; a call per record was 2% of the engine's
-    CPU in a burst). The offset is passed positionally, beside each record: a `partial`
-    with `offset=` built the call's keywords for every record, 0.1 of 0.23 us a record
-    (2026-12-03)."""
+    frame per record (a fire chunk is 10,000; a call per record was a visible share of the
+    engine's CPU in a burst). The offset is passed positionally, beside each record: a
+    `partial` with `offset=` built the call's keywords for every record, nearly half the
+    cost a record."""
     fired_at_ms = record_fired_at_ms(raws[0]) if raws else 0
     deliver_at = map(_I64.unpack_from, raws, repeat(_DELIVER_AT_OFFSET, len(raws)))
     return map(fired_at_ms.__sub__, map(_FIRST, deliver_at))
@@ -387,8 +390,8 @@ def record_topic(raw: bytes) -> str:
 
 
 def record_ready_seq(raw: bytes) -> int:
-    """The one field, not the header's ten (a value each): 90 against 210 ns, once an
-    acked message (2026-12-03)."""
+    """The one field, not the header's ten (a value each): less than half the cost, and it
+    runs once an acked message."""
     return _I64.unpack_from(raw, _READY_SEQ_OFFSET)[0]
 
 

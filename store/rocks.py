@@ -56,7 +56,7 @@ def _options(tuning: RocksTuning, cache: Cache, family: str = "") -> Options:
     # points of the second wheel and of `messages` too (server-made ids begin with the
     # deliver time), three times an in-order insert's cost, yet those two keep the
     # larger size: at 8 MB the sends' inserts cost a third less, and the fire's reads of
-    # the records and the flushes took it back (docs/benchmarks.md, 2026-12-03, morning).
+    # the records and the flushes took it back (docs/lab-log.md has the runs).
     random_order = family in (CF_WHEEL["hour"], CF_WHEEL["minute"])
     options.set_write_buffer_size(
         tuning.wheel_write_buffer_bytes if random_order else tuning.write_buffer_bytes
@@ -66,41 +66,40 @@ def _options(tuning: RocksTuning, cache: Cache, family: str = "") -> Options:
     # Compact level 0 into level 1 once it holds 8 files, not RocksDB's 4: every such
     # compaction rewrites the overlapping part of level 1, so half as many of them write
     # about half as much. With `messages`' merged flushes below, the compaction thread
-    # took 0.5-0.9 s of CPU a 14,000/s run against 1.9-2.0, and 4.0-4.2 s a 40,000/s run
-    # against 12.3-12.4 (docs/benchmarks.md, "2026-11-30, night"). Reads look in up to
-    # twice as many level-0 files; bloom filters skip most of them for point reads.
+    # takes a third or less of the CPU it took in the same run before (docs/lab-log.md
+    # has the runs). Reads look in up to twice as many level-0 files; bloom filters skip
+    # most of them for point reads.
     options.set_level_zero_file_num_compaction_trigger(L0_COMPACTION_TRIGGER)
     if family == CF_COUNTS:
         # Counters are rewritten in place: each batch puts a new 8-byte value under keys
         # the memtable mostly holds already (one per topic and minute). Appending a new
         # version each time grows a skiplist that random keys miss the cache in; updating
-        # in place keeps it one entry a key (about 2.5 -> 1.4 us a counter put, measured).
+        # in place keeps it one entry a key (a counter put costs little more than half).
         # RocksDB allows it only without concurrent memtable writes, which one writer
         # thread never uses anyway.
         options.set_inplace_update_support(True)
     if family == CF_MESSAGES:
         # The fire reads records written 3 s to minutes before, no longer in either
-        # memtable, yet a read searches both first (a fifth of the fire's read: py-spy).
-        # A whole-key bloom filter of 10% of the memtable lets the read skip them:
-        # -20% a fired record's read, about -3% for the engine at 14,000/s
-        # (docs/engine.md, "The fire's reads of the records").
+        # memtable, yet a read searches both first (a fifth of the fire's read in a
+        # profile). A whole-key bloom filter of 10% of the memtable lets the read skip
+        # them: a fired record's read costs about a fifth less, the engine a little less
+        # in all (docs/engine.md, "The fire's reads of the records").
         options.set_memtable_prefix_bloom_ratio(0.1)
         options.set_memtable_whole_key_filtering(True)
         # Flush two memtables at once, merged: half as many level-0 files, so the
         # trigger above is reached half as often (and a record fired and acked within
-        # the two keeps only its newest version). With both, a burst of 1,000,000 ran
-        # no compaction at all (1.1-1.2 s of CPU in its window before; the flushes' CPU
-        # the same). The memtables' shared budget (`db_write_buffer_size`) still bounds
-        # their memory.
+        # the two keeps only its newest version). With both, a burst of 1,000,000 runs
+        # no compaction at all (it ran some before; the flushes' CPU is the same). The
+        # memtables' shared budget (`db_write_buffer_size`) still bounds their memory.
         options.set_min_write_buffer_number_to_merge(2)
     if not family:
         options.set_allow_concurrent_memtable_write(False)
     # One memtable budget for all column families together.
     options.set_db_write_buffer_size(tuning.write_buffer_bytes * 3)
     # At this cap RocksDB flushes every column family that keeps the oldest WAL file.
-    # 512 MB moved the flush rounds' compactions off the 14,000/s peak (P999 34-41
-    # against 39-80 ms) but did worse at 40,000/s with TDMQ's delays (44 against 25 ms,
-    # one pair): not kept (docs/benchmarks.md, "2026-11-27, midday").
+    # A larger cap (512 MB) moved the flush rounds' compactions off a moderate rate's
+    # peak, for a shorter tail, but made the tail worse at a high rate with TDMQ's
+    # delays: not kept (docs/lab-log.md has the runs).
     options.set_max_total_wal_size(tuning.write_buffer_bytes * 4)
     table = BlockBasedOptions()
     table.set_block_cache(cache)
@@ -108,10 +107,10 @@ def _options(tuning: RocksTuning, cache: Cache, family: str = "") -> Options:
     table.set_pin_l0_filter_and_index_blocks_in_cache(True)
     table.set_bloom_filter(10, False)
     # Partitioned index and filters, top level pinned. With one index and one filter
-    # block per file, firing slowed from 2 to 13 us a record once `messages` had been
-    # compacted into a file of a million records (drain bench, bimodal 85k-175k/s):
+    # block per file, firing slowed about sixfold a record once `messages` had been
+    # compacted into a file of a million records (the drain bench's rate turned bimodal):
     # those blocks run to megabytes and compete in the cache with the data blocks the
-    # firing reads. Partitioned, only small partitions move; the drain stays at 140k+.
+    # firing reads. Partitioned, only small partitions move, and the drain rate holds.
     table.set_index_type(BlockBasedIndexType.two_level_index_search())
     table.set_partition_filters(True)
     table.set_pin_top_level_index_and_filter(True)

@@ -105,10 +105,11 @@ class TimerStore(TimerReads):
     ) -> int:
         """Fire wheel entries: key out, `ready` entry in, record FIRED. Returns seqs used.
 
-        A chunk is most often one topic's plain timers (each record there, SCHEDULED, not
-        a series): that is told in C (`records.all_plain_scheduled`) and fired with no
-        Python step a timer but its record's patch; anything else one by one
-        (`_fire_each`), which sees stale keys and series."""
+        A chunk is most often one topic's plain timers (each record there, SCHEDULED,
+        not a series): that is recognised by C-implemented builtins
+        (`records.all_plain_scheduled`) and fired with no Python step a timer but its
+        record's patch; anything else one by one (`_fire_each`), which sees stale keys and
+        series."""
         wheel_keys = [key for key, _ in entries]
         ids = keys.wheel_key_ids(wheel_keys)
         raws = self.lookup_many(batch, ids)
@@ -148,7 +149,7 @@ class TimerStore(TimerReads):
         overlay, prefetched = batch.records, batch.prefetched
         unstaged = list(filterfalse(overlay.__contains__, ids))
         self.prefetch(batch, unstaged)
-        if len(unstaged) == len(ids):  # the usual case, looked up in C: 50 ns an id less
+        if len(unstaged) == len(ids):  # the usual case: `map` looks each up in C
             return list(map(prefetched.__getitem__, ids))
         return [overlay[i] if i in overlay else prefetched[i] for i in ids]
 
@@ -208,11 +209,12 @@ class TimerStore(TimerReads):
         Returns the ids retired; unknown ids, other states and other topics' are skipped.
 
         The hot path of Ack, with no Python step a message but its record's patch: an Ack
-        call's records are nearly always all FIRED on its topic, which is told in C
-        (`records.all_fired_in`, the topic compared as the record holds it: length and
-        bytes, no decode); only otherwise is each one checked and the others left out.
-        The keys are made afterwards, many at a time (about 2 us a message less than a
-        call per message: docs/benchmarks.md, "2026-11-28, midday").
+        call's records are nearly always all FIRED on its topic, which is decided by
+        C-implemented builtins with no Python step per message (`records.all_fired_in`,
+        the topic compared as the record holds it: length and bytes, no decode); only
+        otherwise is each one checked and the others left out. The keys are made
+        afterwards, many at a time, which saves the Python call a message that making
+        them one by one would cost.
         `first_deliveries(acked ids)` gives each acked record's first-delivery trailer
         (b"": none; `records.as_acked`), for the events the delivery hub held for the Ack.
         """
@@ -264,14 +266,14 @@ class TimerStore(TimerReads):
         """Stage the scheduler's state in `meta`: only the values that differ from what
         this store last committed there.
 
-        A group commit changes `now_ms` and, while timers fire, `fire_from` and `fire_seq`;
-        the schema version, the cascades' horizons and their pending keys stay put for
-        seconds to hours. Staging all eight every commit made `meta` 45% of the entries
-        the writer wrote at 1,000 sends a second and 15% at 5,000 (a commit every 2.5 ms,
-        fires or not: docs/benchmarks.md, "2026-12-02, evening"). A value left out is on
-        disk already, from an earlier commit of this store; a machine crash recovers a
-        prefix of the commits, so what `meta` then holds is the state of the last
-        recovered commit, as before."""
+        A group commit changes `now_ms` and, while timers fire, `fire_from` and
+        `fire_seq`; the schema version, the cascades' horizons and their pending keys
+        stay put for seconds to hours. Staging all eight every commit made `meta` a
+        large share of the entries the writer wrote at low send rates, where commits are
+        frequent and carry few timers each (a commit every few milliseconds, fires or
+        not). A value left out is on disk already, from an earlier commit of this store;
+        a machine crash recovers a prefix of the commits, so what `meta` then holds is
+        the state of the last recovered commit, as before."""
         values = {
             keys.META_SCHEMA_VERSION: keys.encode_u64(keys.SCHEMA_VERSION),
             keys.META_NOW_MS: keys.encode_u64(state.now_ms),

@@ -9,9 +9,9 @@ Cost on the firing path: one commit's lateness values are sorted (in C, and near
 order already: a chunk fires in deliver-time order) and counted into their minute with
 one binary search per bucket bound up to the largest value, not one per timer: about a
 hundred searches for a chunk of 10,000 fires instead of 10,000 (`map(bisect, ...)` into
-a Counter was 1.2% of the engine's CPU in a burst). Percentiles are then the upper bound
-of the bucket they fall in; ten buckets per power of ten make that at most ~26% above
-the true value, and never above the exact maximum.
+a Counter was a visible share of the engine's CPU in a burst). Percentiles are then the
+upper bound of the bucket they fall in; ten buckets per power of ten make that at most
+~26% above the true value, and never above the exact maximum.
 """
 
 from __future__ import annotations

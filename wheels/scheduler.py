@@ -70,10 +70,10 @@ together in one commit; a timer due after a quiet spell fires at its own millise
 Never before its time, and less than a tick after it: the last fire came before the
 timer was due, so the wake-up is at most that fire plus a tick. A group commit costs
 much the same whatever it carries, and timers due every millisecond would cost one a
-millisecond: at 5,000 and 14,000 sends/s a 2 ms tick made a third fewer commits and
-took a sixth off the server's CPU (docs/benchmarks.md, 2026-11-25 night), and 4 ms
-(the default) took 8-15% more off at 5,000/s, the tail no worse, the P50 1-2 ms
-higher (2026-11-26). A request's commit still fires whatever is due at that moment.
+millisecond: at steady rates a tick of a few milliseconds makes about a third fewer
+commits and takes a sixth or more off the server's CPU, for a median up to a tick later
+and a tail no worse (docs/lab-log.md has the runs). A request's commit still fires
+whatever is due at that moment.
 When the last fire was is a pacing hint, not state: it is not persisted, and after a
 restart the first due timer fires at once.
 

@@ -38,8 +38,8 @@ class Settings:
     port: int = 7070
     # Processes (timerwheel.procs.supervisor): 0 runs the whole server in this one process (engine,
     # delivery and gRPC share one GIL); N >= 1 runs an engine process, a delivery process
-    # and N gRPC worker processes sharing the port. 0 is the default because on the
-    # 2-core machine measured (docs/benchmarks.md) the split costs more than it frees.
+    # and N gRPC worker processes sharing the port. 0 is the default because on a
+    # 2-core machine the split costs more than it frees (docs/lab-log.md has the runs).
     workers: int = 0
 
     # For tests only: the server's wall clock runs this far ahead of (or behind) the real
@@ -74,9 +74,9 @@ class Settings:
 
     # Cascades run this far ahead of the boundary they cross (see timerwheel.wheels.scheduler). A
     # timer due within the lead is placed in the lower wheel at once and is never
-    # cascaded: at 50 s (10 s until 2026-11-27) a minute's cascade moves 12,000 timers
-    # instead of 307,000 at 14,000 sends/s with 3-60 s delays, for 2-5 points less of a
-    # core (docs/benchmarks.md, 2026-11-27 morning).
+    # cascaded: with a lead of most of a minute, timers sent seconds to a minute ahead go
+    # straight to the second wheel, so a minute's cascade moves a small fraction of what
+    # it would with a lead of a few seconds, and the engine spends that much less on moves.
     minute_cascade_lead_ms: int = 50 * SECOND_MS
     hour_cascade_lead_ms: int = 5 * MINUTE_MS
     # A started cascade spreads its moves evenly over this share of its lead, in percent
@@ -89,8 +89,8 @@ class Settings:
 
     # Work per writer iteration, so one huge slot never blocks sends or firing.
     # Small: a cascade's chunks run back to back, and each holds the fires and deliveries
-    # behind it. 250 halved the P999 of 2,000 at 5,000 and 14,000/s for the same CPU;
-    # 100 was worse at 14,000/s (docs/benchmarks.md, 2026-11-26 late).
+    # behind it. 250 halves the fire tail that 2,000 gives, for the same CPU; 100 does
+    # worse at high rates (docs/lab-log.md has the runs).
     cascade_chunk: int = 250
     fire_chunk: int = 10_000
     sweep_chunk: int = 10_000
@@ -105,20 +105,18 @@ class Settings:
     max_in_flight_default: int = 1_000
     max_in_flight_limit: int = 100_000  # the most a subscriber may ask for
     # Messages in one DeliveryBatch stream item. Each is a round trip from the stream's
-    # worker to the delivery process: with 500 a burst of 1,000,000 was delivered at
-    # about 85,000 a second with no process busy; 2,000 took it 0.7-1.5 s shorter
-    # (docs/benchmarks.md, "2026-11-29, late evening").
+    # worker to the delivery process: small batches leave a large burst bound by the
+    # round trips with no process busy; larger ones deliver it sooner (docs/lab-log.md).
     delivery_batch_max: int = 2_000
     delivery_batch_bytes: int = 1024 * 1024  # body bytes per batch (one message at least)
     # Delivery attempts of a message without an ack before it moves to its dead-letter
     # topic, when its send does not say (SendRequest.max_attempts); 0: unlimited.
     max_attempts: int = 0
     # Every delivery attempt is an event of its message's trace: one RocksDB entry a
-    # message, a tenth of the engine's instructions in a burst and a fifth of its data
-    # (docs/benchmarks.md, "2026-12-02, afternoon"). False: first attempts are not
-    # written; redeliveries and failed attempts still are, so the attempt counts that
-    # survive a restart stay exact except for a first attempt in flight across it
-    # (timerwheel.delivery.trace).
+    # message, about a tenth of the engine's instructions in a burst and a fifth of the
+    # data it writes. False: first attempts are not written; redeliveries and failed
+    # attempts still are, so the attempt counts that survive a restart stay exact except
+    # for a first attempt in flight across it (timerwheel.delivery.trace).
     trace_first_deliveries: bool = True
     # A first attempt's event waits in the delivery hub this long for its Ack, which
     # carries it to the engine and into the record it rewrites: no call to the engine

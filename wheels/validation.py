@@ -86,10 +86,11 @@ def validate_message_ref(message_id: str, field: str = "message_id") -> str:
     return message_id
 
 
-# An Ack's or a Nack's ids in one regex pass over them joined by newlines: 0.17 against
-# 0.6 us an id checked one by one. A newline inside an id would pass as a separator, so
-# the newlines are counted too. Only when the pass fails are the ids checked one by one,
-# for the error that names the first bad one.
+# An Ack's or a Nack's ids in one regex pass over them joined by newlines: about a
+# quarter of the cost of checking them one by one (one C-level match, no Python call per
+# id). A newline inside an id would pass as a separator, so the newlines are counted
+# too. Only when the pass fails are the ids checked one by one, for the error that names
+# the first bad one.
 _MESSAGE_REFS_RE = re.compile(rf"(?:[A-Za-z0-9_.:@#-]{{1,{MAX_MESSAGE_REF_LEN}}}\n)*")
 
 
