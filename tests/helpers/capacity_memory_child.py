@@ -1,6 +1,6 @@
-"""Child of tests/test_capacity_scale.py: the report's Spark part and outputs over synthetic
-rows with timers in N distinct seconds, in a process of its own so that its driver memory
-(`spark.driver.memory`) is small and its peak RSS is its own.
+"""Child of tests/capacity/test_capacity_scale.py: the report's Spark part and outputs over
+synthetic rows with timers in N distinct seconds, in a process of its own so that its driver
+memory (`spark.driver.memory`) is small and its peak RSS is its own.
 
     python tests/helpers/capacity_memory_child.py OUT_DIR N1 N2 ...
 
@@ -20,6 +20,7 @@ import sys
 import time
 
 from pyspark.sql import functions as F
+
 from timerwheel.capacity.report import build_tables, summarise_rows, write_outputs
 from timerwheel.capacity.spark import build_session
 from timerwheel.capacity.tables import ReportOptions

@@ -1,4 +1,4 @@
-"""The web console in a real headless Chromium: shared by tests/test_console_browser.py and
+"""The web console in a real headless Chromium: shared by tests/console/test_console_browser.py and
 the README's screenshot (docs/console.png), which this module takes when run:
 
     python -m tests.helpers.console_page docs/console.png

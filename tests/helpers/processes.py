@@ -19,3 +19,9 @@ def command_line(process: psutil.Process) -> str:
         return " ".join(process.cmdline())
     except psutil.Error:
         return ""
+
+
+def sleep_on(event) -> None:
+    """A spawned child's work in tests/procs/test_proc.py: sleep in `event.wait()`. Here, not
+    in the test module, so that the child can import it (it gets the parent's sys.path)."""
+    event.wait()

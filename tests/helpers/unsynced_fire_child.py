@@ -1,4 +1,4 @@
-"""Child for tests/test_writer_sync.py: fire a timer in a commit that does not fsync, then
+"""Child for tests/engine/test_writer_sync.py: fire a timer in a commit that does not fsync, then
 die by SIGKILL, so the parent can see what reached the WAL without an fsync.
 
     python -m tests.helpers.unsynced_fire_child DATA_DIR START_MS

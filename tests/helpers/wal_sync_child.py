@@ -1,4 +1,4 @@
-"""Child for tests/test_faults.py: the real `timerwheel serve`, except that syncing the WAL
+"""Child for tests/system/test_faults.py: the real `timerwheel serve`, except that syncing the WAL
 fails after `allowed` syncs (as when the disk under the WAL goes away).
 
     python -m tests.helpers.wal_sync_child ALLOWED serve --data-dir DIR ...
