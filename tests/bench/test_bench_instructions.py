@@ -19,10 +19,10 @@ def test_the_count_is_the_measured_part_alone_and_repeats():
     assert counted["bench"] == "burst" and counted["timers"] == 1_000  # the bench's figures
     assert counted["instructions_per_timer"] == round(counted["instructions"] / 1_000)
     again = bench_figures("instructions", *SMALL_BURST, timeout_s=120)
-    # 292.25-292.86 M in 25 runs by hand (2026-12-06; three of them beside two busy
-    # processes), and once 295.4 M in a full suite, for a reason not found: a run this
-    # small moves by a percent now and then. A span counted from the wrong place would
-    # be off by far more (the interpreter's start and imports alone: about 1,025 M).
+    # Repeated by hand, quiet or beside busy processes, the count stays within a fraction
+    # of a percent, and now and then a run this small moves by a percent for a reason not
+    # found: hence 3%. A span counted from the wrong place would be off by far more (the
+    # interpreter's start and imports alone are several times the measured part).
     assert again["instructions"] == pytest.approx(counted["instructions"], rel=0.03)
     whole = whole_process_count("-m", "bench.engine_bench", *SMALL_BURST)
     start_up = whole_process_count("-c", "import bench.engine_bench")

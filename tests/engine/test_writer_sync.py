@@ -157,8 +157,8 @@ def test_fires_do_not_wait_for_a_wal_sync_and_its_send_waits_for_it(tmp_path, cl
 def test_the_writer_is_woken_only_when_it_can_commit(tmp_path, clock):
     """An op queued while a WAL sync runs does not wake the writer (it commits queued ops
     only after the sync); the sync's end does. A sync that leaves nothing queued does not
-    wake it either: with those, a third of the writer's wakes at 5,000 sends/s did
-    nothing (docs/benchmarks.md, 2026-11-28, evening)."""
+    wake it either: with those, many of the writer's wakes under a steady send load did
+    nothing (docs/benchmarks.md)."""
     engine = Engine(Settings(data_dir=str(tmp_path / "d"), sync_writes=True), clock,
                     background=False)  # fmt: skip
     writer = engine._writer

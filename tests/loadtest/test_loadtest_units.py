@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import random
 import sys
+from datetime import datetime
 from types import SimpleNamespace
 
 import grpc
@@ -256,13 +257,16 @@ def test_loopback_targets_only_by_default():
 
 
 # == the report =============================================================================
+RUN_DATE = f"{datetime(2026, 11, 21, 10, 0):%Y-%m-%d %H:%M} UTC"  # as a run's figures say it
+
+
 def fake_figures(**accounting_changes) -> dict:
     accounting = Accounting(True, sent=100, acked=100, delivered=100, **accounting_changes)
     delay = {"count": 100, "mean": 3, "p50": 2, "p90": 5, "p99": 9, "p999": 12, "max": 15}
     latency = {"count": 2, "mean": 1_500, "p50": 1_000, "p90": 2_000, "p99": 2_000,
                "p999": 2_000, "max": 2_000}  # fmt: skip
     return {
-        "scenario": "tdmq", "description": "d", "date": "2026-11-21 10:00 UTC",
+        "scenario": "tdmq", "description": "d", "date": RUN_DATE,
         "target": "spawned",
         "machine": {"cpus": 2, "load_before": (0.5, 0.4, 0.3),
                     "python": {"version": "CPython 3.11.2", "executable": "/usr/bin/python3.11",
@@ -306,8 +310,7 @@ def test_report_heading_says_the_run_as_it_was_and_the_preset_apart():
     fig["config"].update(rate=40_000, messages=2_400_000, duration_s=60.0)
     heading, _, preset = report.markdown(fig).splitlines()[:3]
     assert heading == (
-        "### `tdmq` as run: 2,400,000 messages at 40,000/s for 60 s, delay 3 s..1 min "
-        "(2026-11-21 10:00 UTC)"
+        f"### `tdmq` as run: 2,400,000 messages at 40,000/s for 60 s, delay 3 s..1 min ({RUN_DATE})"
     )
     assert preset == (
         "Preset `tdmq` before any flag: TDMQ's shape: 14,000 sends/s, delay 30 s..10 min."
@@ -319,7 +322,7 @@ def test_report_heading_says_the_run_as_it_was_and_the_preset_apart():
     )  # fmt: skip
     assert report.markdown(fig).splitlines()[0] == (
         "### `tdmq` as run: 1,000,000 messages at 50,000/s for 20 s, all due in one "
-        "1000 ms window (2026-11-21 10:00 UTC)"
+        f"1000 ms window ({RUN_DATE})"
     )
 
 
