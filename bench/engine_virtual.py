@@ -38,7 +38,7 @@ def bench_settings(args, data_dir: str, **given: object) -> Settings:
 def steady(args, data_dir: str) -> dict:
     """The engine's own CPU a message at a steady `--rate`, in virtual time: no gRPC, no
     threads, no waiting, so the figure is the engine's work alone and repeats to a few
-    percent on a noisy machine (a loadtest's server CPU varies by 10-20%).
+    percent on a noisy machine (a loadtest's server CPU varies by a tenth or more).
 
     The shape of `loadtest --scenario tdmq`: a SendBatch of rate/50 messages every 20 ms,
     one writer iteration (the fire commit) every fire tick, and a consumer that every

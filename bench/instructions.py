@@ -10,14 +10,12 @@ them, and prints the bench's JSON line with `instructions` (the count) and
 `instructions_per_timer` (burst) or `instructions_per_message` (steady) added.
 
 Why a count: the machines this project is measured on differ in speed from hour to hour
-by a third or more (docs/benchmarks.md, "The hour matters"), so an engine change worth a
-few percent cannot be told from the noise by CPU seconds; the count is the same from
-run to run to about 0.1% for the same code, interpreter and arguments, whatever else
-the machine runs (two runs of `burst --timers 50000` side by side: 5,131.9 and 5,128.3
-million for the measured part; two more beside CI, 10,095.5 and 10,093.9 million for the
-whole process). Compare counts of one interpreter: the count
-says nothing of cache misses or of time spent waiting, which is why it is beside the
-CPU figures, not instead of them.
+by a third or more (docs/lab-log.md, "The hour matters"), so an engine change worth a
+few percent cannot be told from the noise by CPU seconds; the count is the same from run
+to run to about a thousandth for the same code, interpreter and arguments, whatever else
+the machine runs (two runs side by side, or beside CI, agree that closely). Compare
+counts of one interpreter: the count says nothing of cache misses or of time spent
+waiting, which is why it is beside the CPU figures, not instead of them.
 
 Only the measured part is counted: callgrind starts with collection off
 (`--instr-atstart=no`); the bench calls `collect(True)` where its CPU clock starts and
@@ -41,8 +39,8 @@ UNDER_CALLGRIND = "TIMERWHEEL_BENCH_CALLGRIND"
 _COLLECTED = re.compile(r"Collected : (\d+)")
 _PER_UNIT = {"burst": ("timers", "instructions_per_timer"),
              "steady": ("messages_acked", "instructions_per_message")}  # fmt: skip
-# Under valgrind a bench runs 20-50x slower than natively: `burst --timers 50000` about
-# 3.5 minutes on the slowest machine yet, 1,000 timers 8 s. The bound is for runs left hanging.
+# Under valgrind a bench runs tens of times slower than natively (`burst --timers 50000`
+# takes minutes). The bound is for runs left hanging.
 TIMEOUT_S = 3_600
 
 

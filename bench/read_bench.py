@@ -10,8 +10,7 @@ groups of neighbouring ids, and reports the CPU a wanted record took each way: g
 10,000, 1,000, 100 and 20 from SST files (after a flush), groups of 3,000 and 300 of which
 every third record is not wanted (a run with timers cancelled in it), and groups of
 10,000 of `MEMTABLE_RECORDS` records written after the flush (still in the memtable, as
-the records an Ack reads are). Prints one JSON line; docs/benchmarks.md, "2026-11-29, late evening",
-cites it.
+the records an Ack reads are). Prints one JSON line; docs/lab-log.md has its runs.
 """
 
 from __future__ import annotations

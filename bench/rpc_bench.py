@@ -6,7 +6,7 @@ Each figure is the work one thread does for one message, on the thread that hold
 GIL while it does it (in one process, the same GIL as the writer's): turning a decoded
 SendBatch of 100 into SendSpecs, validating them, choosing ids and encoding records, the
 SendBatchResponse; checking an Ack's 1,000 ids; building and serialising a DeliveryBatch
-of 100. Prints one JSON line; docs/benchmarks.md cites it.
+of 100. Prints one JSON line; docs/lab-log.md cites it.
 """
 
 from __future__ import annotations

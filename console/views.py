@@ -1,6 +1,6 @@
 """The console's JSON: API answers (protos) as plain dicts, times readable by people.
 
-Every time is given three ways, `{"ms": ..., "iso": "2026-11-22T18:42:54.120Z",
+Every time is given three ways, `{"ms": ..., "iso": "YYYY-MM-DDThh:mm:ss.mmmZ",
 "relative": "in 3m 20s"}`, relative to the server's clock at the moment of the answer, so
 the page shows nothing it would have to compute or could get wrong about time zones.
 A time the API leaves 0 (not fired yet, never acked) is `null`.
@@ -19,7 +19,7 @@ _UNITS = (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000))
 
 
 def iso_ms(epoch_ms: int) -> str:
-    """ISO 8601 in UTC with milliseconds: 2026-11-22T18:42:54.120Z."""
+    """ISO 8601 in UTC with milliseconds: YYYY-MM-DDThh:mm:ss.mmmZ (`Z` for UTC)."""
     moment = datetime.fromtimestamp(epoch_ms / 1000, UTC)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 

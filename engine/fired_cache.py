@@ -15,9 +15,9 @@ earlier cursor goes to RocksDB); and when the cache as a whole exceeds `max_byte
 nobody reads, a burst delivery cannot keep up with), the largest topic by bytes is dropped
 and falls back to reads from RocksDB. Bytes, not entries: 200 fired 3 MiB bodies are 600
 MiB, and a million 32 B ones about 280 MiB, since an entry is charged its record and id
-plus ENTRY_OVERHEAD_BYTES for the tuple and deque slot. (A cap of 200,000 entries beside
-the bytes, until 2026-11-28, made `fired_cache_bytes` above ~56 MiB useless for small
-bodies; docs/benchmarks.md, 2026-11-28, late night, has what a larger cache buys.)
+plus ENTRY_OVERHEAD_BYTES for the tuple and deque slot. (A cap on entries beside the
+bytes would make a large `fired_cache_bytes` useless for small bodies: the entry cap would
+be reached long before the bytes; docs/lab-log.md has what a larger cache buys.)
 
 Retired entries: an entry acked (or moved to its dead-letter topic) is no longer in the
 `ready` column family, so the cache must not hand it out either. A reader's cursor does
@@ -42,8 +42,9 @@ _SEQ, _ID, _RECORD = itemgetter(0), itemgetter(1), itemgetter(2)
 
 def entries_bytes(entries: list[FiredEntry]) -> int:
     """What `entries` are charged: each its id and record plus ENTRY_OVERHEAD_BYTES,
-    counted in C with no Python frame per entry (a burst's fire chunk is 10,000 of them;
-    a call per entry was 3% of the engine's CPU there)."""
+    counted by C-implemented builtins (`map`, `len`, `sum`) with no Python frame per entry
+    (a burst's fire chunk is 10,000 of them; a call per entry was a visible share of the
+    engine's CPU there)."""
     ids, records = map(_ID, entries), map(_RECORD, entries)
     return sum(map(len, ids)) + sum(map(len, records)) + ENTRY_OVERHEAD_BYTES * len(entries)
 

@@ -22,9 +22,9 @@ class MessageIds:
     and the fire's and the ack's rewrites insert next to each other in the memtable
     instead of at random points of it. The send's insert is the random one now (it was
     at the end of the key space with send-time ids): one random insert a message instead
-    of two. At 14,000/s that is a fifth less of the engine's CPU a message; a backlog of
-    far-future timers, sent and never fired, pays 1.7 us a send more (docs/engine.md,
-    "Ids in deliver-time order").
+    of two. At a steady rate that is about a fifth less of the engine's CPU a message; a
+    backlog of far-future timers, sent and never fired, pays somewhat more a send
+    (docs/engine.md, "Ids in deliver-time order").
 
     A batch draws its randomness in one call and slices it.
     """

@@ -4,8 +4,8 @@ An op without a linger (a send, a cancel, an ack: somebody waits on it) wakes th
 at once. An op with one (`Op.linger_ms`: delivery trace events, which nobody waits on)
 only needs to be committed by a deadline, its arrival plus its linger. Under load the
 writer commits every millisecond for fires anyway, and such an op goes into that commit
-instead of causing one of its own; at 5,000 sends/s that halved the writer's commits
-(docs/benchmarks.md, 2026-11-25 evening). The writer wakes early for it only when it
+instead of causing one of its own; at moderate send rates that halves the writer's
+commits (docs/lab-log.md has the runs). The writer wakes early for it only when it
 would otherwise sleep past the deadline.
 
 `Lingering` keeps the earliest deadline of the lingering ops queued. It reads no clock:

@@ -81,7 +81,8 @@ class SendOp(Op):
     def packed_results(self, results: list[SendResult]) -> list[SendResult] | None:
         """The results as they cross back to the process that prepared the op: None when
         they are `results_as_prepared()`, which that process can make itself. Pickling
-        them cost the engine process 0.62 us a message (`python -m bench.ipc_bench`)."""
+        them was a real part of the engine process's cost a message
+        (`python -m bench.ipc_bench`)."""
         return results if self.client_ids else None
 
     def unpacked_results(self, packed: list[SendResult] | None) -> list[SendResult]:
@@ -131,13 +132,13 @@ class SendOp(Op):
 
     # Across processes, an op of server-made ids leaves its specs behind: the writer
     # stores its columns (each body is in its record) and needs nothing else of a request
-    # but its topic. Unpickling the op with its SendSpecs took 0.52 us a message of the
-    # engine's GIL against 0.11 without, and their bodies crossed twice (bench.ipc_bench,
-    # docs/benchmarks.md 2026-11-29 midday). An op with a client's id needs them (a
-    # repeated id is compared with the stored request), and they travel as plain tuples:
-    # pickling a list of tuples runs in C (0.2 us a message), pickling the SendSpecs calls
-    # Python for each one and each of its enums (~4 us). No properties travel as None (the
-    # shared empty mapping of `NO_PROPERTIES` does not pickle).
+    # but its topic. Unpickling the op with its SendSpecs held the engine's GIL about five
+    # times as long a message as without, and their bodies crossed twice
+    # (`python -m bench.ipc_bench`). An op with a client's id needs them (a repeated id is
+    # compared with the stored request), and they travel as plain tuples: pickling a list
+    # of tuples runs in C, pickling the SendSpecs calls Python for each one and each of
+    # its enums, an order of magnitude more. No properties travel as None (the shared
+    # empty mapping of `NO_PROPERTIES` does not pickle).
     def __getstate__(self) -> dict:
         state = super().__getstate__()
         state["specs"] = None
@@ -156,7 +157,7 @@ class SendOp(Op):
             self.specs = []
             return
         kinds = {int(kind): kind for kind in WhenKind}
-        policies = {int(policy): policy for policy in IfExists}  # IfExists(n): 0.35 us each
+        policies = {int(policy): policy for policy in IfExists}  # IfExists(n) is a Python call
         self.specs = [
             SendSpec(
                 topic,

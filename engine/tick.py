@@ -15,7 +15,7 @@ scheduler's `now_ms`:
  4. once a second, one chunk of the retention sweep (`sweep_chunk` expired records).
 Each step reports whether it stopped at its chunk's limit; the writer then runs again at
 once instead of sleeping, so a backlog drains a chunk per commit and no commit holds the
-fires behind it for long (docs/benchmarks.md, 2026-11-26 late: 250-key cascade chunks).
+fires behind it for long (why cascade chunks are small: `Settings.cascade_chunk`).
 
 `next_due_ms` is the other half: when the tick will next have work, for the writer's
 sleep. The tick decides nothing about time itself; the scheduler (`timerwheel.wheels.scheduler`)

@@ -4,17 +4,18 @@ Deliveries happen outside the writer (timerwheel.delivery.hub, possibly another 
 reports them in groups: one per subscriber's batch (DELIVERED, the subscriber, the
 batch's ids and their attempts) or per failed attempt (NACKED, why, one id). A group
 crosses between processes as two plain lists, which pickle in C, and is staged with a
-few calls in C for the whole group: 0.13 us a message to unpickle and stage, against
-0.27 as one tuple a message (kind, attempt and text beside each id), and 0.05 against
-0.20-0.23 to note and pickle in the delivery process (docs/benchmarks.md, 2026-12-01
-evening). The writer stamps the events with its clock when it applies them, like every
-other event of a trace, so an attempt's time is when the server recorded it: in the
-writer's next group commit after the delivery (they linger for it: timerwheel.engine.linger), and
-never before the fire or after the ack that the same delivery led to (the subscriber's
-ack is submitted after it).
+few calls in C for the whole group: half the cost to unpickle and stage of one tuple a
+message (kind, attempt and text beside each id), and a quarter of its cost to note and
+pickle in the delivery process (`python -m bench.ipc_bench`). The writer stamps the
+events with its clock when it applies them, like every other event of a trace, so an
+attempt's time is when the server recorded it: in the writer's next group commit after
+the delivery (they linger for it: timerwheel.engine.linger), and never before the fire
+or after the ack that the same delivery led to (the subscriber's ack is submitted after
+it).
 
 Each distinct (kind, attempt, text) of a group is encoded once and its bytes shared:
-building and encoding a TraceEvent per message cost ~3 us each.
+building and encoding a TraceEvent per message cost many times what the rest of the
+staging does.
 """
 
 from __future__ import annotations

@@ -6,8 +6,9 @@ are handed to this thread. It calls RocksDB's SyncWAL (`TimerStore.sync_wal`), w
 fsyncs every WAL byte appended before the call and lets the writer append more while it
 runs, and only then completes those operations' futures. So a caller is still answered
 only once its commit is on disk, while the loop that fires no longer waits for the disk:
-while a compaction writes 124-161 MB, one fsync can take 20-36 ms, and every timer due
-meanwhile used to wait with it (docs/benchmarks.md, 2026-11-27 afternoon and evening).
+while a compaction writes a hundred megabytes or more, one fsync can take tens of
+milliseconds, and every timer due meanwhile used to wait with it (docs/lab-log.md has
+the runs).
 
 One sync at a time, each covering every commit handed over before it started; commits
 handed over while one runs wait for the next, so syncs group as commits do. The writer

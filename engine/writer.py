@@ -26,10 +26,10 @@ start, or until an operation arrives: the second wheel is drained continuously, 
 once a second.
 
 Which commits fsync, and where: only those a caller waits on (a send, cancel or ack),
-and not on this thread. At 14,000 sends/s about half the group commits carry no caller,
+and not on this thread. Under steady load about half the group commits carry no caller,
 only fires (timers due every millisecond), cascade chunks, sweeps or delivery trace
-events, and their fsyncs kept the writer waiting 34 s of a 95 s run (docs/benchmarks.md,
-2026-11-25): those get none. That loses nothing anybody was promised: the WAL is in the
+events, and their fsyncs kept the writer waiting a third of a run (docs/lab-log.md has
+the runs): those get none. That loses nothing anybody was promised: the WAL is in the
 kernel once `write` returns, so the death of any process keeps them; the next fsync (for
 a send, cancel or ack, at most milliseconds away under load) covers their bytes too; and
 a machine crash before that loses a suffix of the WAL, which RocksDB recovers as a
@@ -42,13 +42,13 @@ timer sent already due may be delivered before its producer is answered, and if 
 machine crashes before the fsync it is gone, unanswered, and sent again by its producer.
 
 Which ops wake the writer: every op but delivery trace events (`Op.linger_ms`). At
-5,000 sends/s half the writer's iterations were a commit of one delivery's trace events
-alone, queued a fraction of a millisecond after the fire commit that led to them and
-before the next one (docs/benchmarks.md, 2026-11-25 evening). Such an op lingers
-(`timerwheel.engine.linger`): it goes into the next group commit the writer makes anyway (the next
-fire, send or ack) or, when there is none, one made `linger_ms` after it was queued. A
-reader of what they write (a message's trace) first commits what lingers (`Engine.get`,
-`TraceBarrier`), so it sees every event recorded before it asked.
+moderate send rates half the writer's iterations were a commit of one delivery's trace
+events alone, queued a fraction of a millisecond after the fire commit that led to them
+and before the next one. Such an op lingers (`timerwheel.engine.linger`): it goes into
+the next group commit the writer makes anyway (the next fire, send or ack) or, when
+there is none, one made `linger_ms` after it was queued. A reader of what they write (a
+message's trace) first commits what lingers (`Engine.get`, `TraceBarrier`), so it sees
+every event recorded before it asked.
 
 A failing iteration or idle read is not the end of the writer: `timerwheel.engine.store_health`
 decides whether it is retried with backoff (a read error), waited out with a reopen of
@@ -256,7 +256,7 @@ class Writer:
     def _wake(self) -> None:
         """The syncer is idle: commit what waited for it. Nothing urgent queued, nothing
         to do: the writer sleeps on until its next due time (these wakes, and those for
-        ops queued during a sync, were a third of the writer's at 5,000 sends/s)."""
+        ops queued during a sync, were a third of the writer's wake-ups at moderate rates)."""
         with self._cond:
             if self._queued_urgent or self._stopping or self._syncer.failure is not None:
                 self._cond.notify()

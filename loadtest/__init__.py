@@ -16,5 +16,5 @@ Pieces, each a small module:
 * `harness`   - the run itself; `figures` - what a run measured, as one JSON-ready dict;
 * `report`    - the Markdown table laid out like TDMQ's, and the JSON.
 
-docs/benchmarks.md has the figures measured on the project's machine.
+docs/lab-log.md has the runs on the project's machine.
 """

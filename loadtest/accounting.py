@@ -18,8 +18,9 @@ still holds it at the end, scheduled or fired and un-acked (`Accounting.count_se
 the drain wait ran out before it was delivered, but nothing was lost.
 
 Delay errors are tallied as `Counter`s of integer milliseconds while the run is hot (a
-dict increment is ~50x cheaper than an HDR record in pure Python) and turned into HDR
-histograms (`hdrh`) once at the end; histograms merge across processes with `add`.
+dict increment is well over an order of magnitude cheaper than an HDR record in pure
+Python) and turned into HDR histograms (`hdrh`) once at the end; histograms merge across
+processes with `add`.
 """
 
 from __future__ import annotations

@@ -1,14 +1,14 @@
 """Which Python interpreter a benchmark ran on: its build moves every figure.
 
-The harness spawns the server with its own interpreter (timerwheel.loadtest.server_proc), so one
-interpreter runs both. On one machine, alternating runs of the same code, Debian's
-``/usr/bin/python3.11`` (3.11.2, libpython linked into the executable) took 8-14% less
-CPU than a pyenv build of 3.11.7 (libpython a shared library) for the engine alone, and
-the one process held 12,345-12,644 of 14,000 sends a second where the pyenv build held
-8,646-10,170 (docs/benchmarks.md, "2026-12-02, early morning"). So a run says which
-interpreter it was, and whether that process reaches libpython through a shared library
-(position-independent code, its calls through the PLT), which ``/proc/self/maps`` tells;
-whether a build was profile-guided or link-time optimised, nothing in the process does.
+The harness spawns the server with its own interpreter (timerwheel.loadtest.server_proc), so
+one interpreter runs both. On one machine, alternating runs of the same code, Debian's
+``/usr/bin/python3.11`` (3.11.2, libpython linked into the executable) took noticeably less
+CPU for the engine alone than a pyenv build of 3.11.7 (libpython a shared library), and the
+one process held a clearly higher send rate (docs/lab-log.md has the runs). So a run says
+which interpreter it was, and whether that process reaches libpython through a shared
+library (position-independent code, its calls through the PLT), which ``/proc/self/maps``
+tells; whether a build was profile-guided or link-time optimised, nothing in the process
+does.
 """
 
 from __future__ import annotations

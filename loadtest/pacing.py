@@ -28,9 +28,9 @@ MIN_BODY_BYTES = HEADER.size
 NS_PER_S = 1_000_000_000
 # The harness's processes (and the Redis peer's) switch threads every millisecond, as the
 # server does (timerwheel.procs.gil), so they measure the server and not their own GIL. With
-# CPython's 5 ms a consumer's stream thread waited behind its own ack and gRPC threads:
-# at 5,000/s the delivery lag (server fire -> receipt) P999 was 10-13 ms against 5-6 ms
-# at 1 ms, and the delay error P999 14-16 ms against 6-8 (docs/benchmarks.md, 2026-11-25).
+# CPython's 5 ms a consumer's stream thread waited behind its own ack and gRPC threads,
+# and the tail of the delivery lag (server fire -> receipt) and of the delay error about
+# doubled against 1 ms: the harness's own waits, not the server's.
 SWITCH_INTERVAL_S = 0.001
 
 

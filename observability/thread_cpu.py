@@ -2,10 +2,11 @@
 
 The one number that says how close a server is to its ceiling is not the process's CPU
 but its writer's: one thread does every group commit, cascade and fire, and it shares
-the GIL with the gRPC and delivery threads. At 14,000 sends a second (docs/benchmarks.md)
-the process used 110-170% of a core at the peak; by thread, the Python threads were at
-1.0-1.15 cores (the GIL's one core plus their calls into RocksDB and gRPC's C code) and
-RocksDB's compactions took half a core in some seconds. This module reads that split.
+the GIL with the gRPC and delivery threads. Near its ceiling the process uses more than
+a core: by thread, the Python threads are at about one core (the GIL's one core plus
+their calls into RocksDB and gRPC's C code), and RocksDB's compactions take up to half a
+core beside them in some seconds (docs/lab-log.md has the runs). This module reads that
+split.
 
 How: Linux keeps each thread's user + system time in `/proc/self/task/TID/stat`. Python
 threads are told apart by their `threading` names (`Thread.native_id` is the TID); the
@@ -52,7 +53,8 @@ KINDS = (
     "other",
 )
 # The kinds that run Python and so share the process's one GIL: together near one core,
-# the process is at its ceiling (the writer alone was at 52-67% of a core then).
+# the process is at its ceiling (the writer alone is then at about half to two thirds of a
+# core).
 GIL_KINDS = (*dict.fromkeys(kind for _, kind in PYTHON_KINDS), "grpc_poller")
 # RocksDB's own threads: its flushes and compactions, which run beside the GIL's threads.
 ROCKSDB_KINDS = tuple(kind for prefix, kind in NATIVE_KINDS if prefix.startswith("rocksdb"))

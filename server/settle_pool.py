@@ -3,10 +3,10 @@
 A subscriber's room (its `max_in_flight`) comes back when its Ack reaches the delivery
 hub (`TopicDispatcher.settle`). On the server's one pool of `grpc_workers` threads, an
 Ack waited in the pool's queue behind every Send queued before it, and under load each
-of those Sends holds its thread until its group commit: with producers keeping 256
-requests outstanding at 40,000 messages a second, Acks were answered after 450-600 ms,
-so the consumer's window of 5,000 was held shut and delivery ran at about 10,000 a
-second while the sends went on (docs/benchmarks.md, 2026-11-29, late morning).
+of those Sends holds its thread until its group commit: with producers keeping hundreds
+of requests outstanding at a high send rate, Acks were answered hundreds of milliseconds
+late, so the consumer's window was held shut and delivery ran at a fraction of the send
+rate while the sends went on (docs/lab-log.md has the runs).
 
 So Ack and Nack run on a pool of `settle_workers` threads of their own, through grpcio's
 per-method pool (a behaviour's `experimental_thread_pool` attribute, as

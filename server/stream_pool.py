@@ -4,10 +4,10 @@ The synchronous gRPC server runs every call on a thread of its pool, and a Subsc
 stream holds its thread for as long as it is open. Sized for both (`grpc_workers +
 max_subscribers`, 288 threads by default) the one pool also let up to 288 unary calls
 run at once: under unary load every waiting Send held a thread, and 250 threads taking
-turns at the GIL cost more than the calls themselves. With unary Send at 8,000 offered
-and `--workers 2`, a pool of 40 took 2,183-2,213 calls a second against 1,804-1,949 for
-288 (docs/benchmarks.md, 2026-11-26 afternoon): calls beyond the pool wait in its queue,
-and a thread that finishes a call takes the next without sleeping.
+turns at the GIL cost more than the calls themselves. Under unary Send load a pool of
+a few dozen threads answers more calls a second than one of 288 (docs/lab-log.md has the
+runs): calls beyond the pool wait in its queue, and a thread that finishes a call takes
+the next without sleeping.
 
 So the server's own pool has `grpc_workers` threads, for unary calls, and every streaming
 method (Subscribe, health's Watch, reflection) runs on a second pool, through grpcio's

@@ -2,14 +2,14 @@
 
 With `timerwheel serve --workers N` the kernel gives each TCP connection to one worker
 process (SO_REUSEPORT, by a hash of the connection's addresses and ports), so a client's
-few connections can all land on one worker while another idles: four connections of a
-harness run landed 1/5, 3/3 and 4/2 over two workers (docs/benchmarks.md, 2026-11-29
-afternoon). The server cannot choose (grpcio binds and accepts in its C core), but it can
-tell: every health `Check` answer carries `timerwheel-worker: INDEX/COUNT` in its trailing
-metadata ("0/1" for the one-process server), and `timerwheel.Client.wait_ready` dials a
-connection again while it shares a worker that another worker has fewer of
-(timerwheel/connections.py). Health is not guarded (timerwheel.security.guard), so any client can
-ask; what it learns is the number of worker processes and which one it reached.
+few connections can all land on one worker while another idles: a harness run's
+connections often split unevenly over two workers. The server cannot choose (grpcio
+binds and accepts in its C core), but it can tell: every health `Check` answer carries
+`timerwheel-worker: INDEX/COUNT` in its trailing metadata ("0/1" for the one-process
+server), and `timerwheel.Client.wait_ready` dials a connection again while it shares a
+worker that another worker has fewer of (timerwheel/connections.py). Health is not
+guarded (timerwheel.security.guard), so any client can ask; what it learns is the number
+of worker processes and which one it reached.
 """
 
 from __future__ import annotations

@@ -2,10 +2,10 @@
 
 An Ack call per message costs an RPC per message; one per delivery batch costs one per
 batch, and under a steady load batches are small (a timer is due every fraction of a
-millisecond, so the server hands out what is due each millisecond or so). At 5,000
-messages a second that was about 1,000 Ack calls a second, and their RPCs took more of
-the server's CPU than everything else it does for a message (docs/benchmarks.md). So
-settlements are batched in time instead:
+millisecond, so the server hands out what is due each millisecond or so). At a few
+thousand messages a second that is about 1,000 Ack calls a second, and their RPCs took
+more of the server's CPU than everything else it does for a message (docs/lab-log.md has
+the runs). So settlements are batched in time instead:
 
 * once something waits, the sender gathers for up to `linger_ms` more before it sends,
   so a steady stream costs about 1000 / linger_ms calls a second whatever its rate.
@@ -20,10 +20,10 @@ settlements are batched in time instead:
 
 Why the gate matters: the server hands a subscriber no more than its window
 (`max_in_flight`) of un-acked messages, and frees room when an Ack arrives. With one
-call on the wire, a consumer takes at most a window per (linger + Ack round trip). At
-40,000/s with the server's default window of 1,000 and Acks answered after 45-80 ms, the
-gate let a consumer take a fifth more a second; with the server at its ceiling it also
-makes 15-20% more Ack calls (docs/benchmarks.md, 2026-11-29, late morning).
+call on the wire, a consumer takes at most a window per (linger + Ack round trip). At a
+high rate, with the server's default window and Acks answered after several lingers, the
+gate lets a consumer take about a fifth more a second; with the server at its ceiling it
+also makes somewhat more Ack calls (docs/lab-log.md has the runs).
 
 Ids go in calls of at most `MAX_IDS_PER_ACK`, the server's default limit. Closing
 the sender cuts the linger and the gate short: what waits is sent at once, and close()

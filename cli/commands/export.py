@@ -8,7 +8,7 @@ s3://bucket/tw, gs://..., hdfs://... when pyarrow has them): the export is made 
 temp space, then uploaded (manifest last).
 With --target the *server* writes the export, and only below its export root
 (`serve --export-root ROOT`, off by default): NAME is a folder relative to ROOT, e.g.
-`nightly/2026-01-01`. A secured server also takes --tls-ca, --tls-cert/--tls-key and
+`nightly/monday`. A secured server also takes --tls-ca, --tls-cert/--tls-key and
 --token-file (an admin token); see docs/security.md.
 """
 
