@@ -2,7 +2,8 @@
 
 A dispatcher (`timerwheel.delivery.dispatcher.TopicDispatcher`) calls `fail` with its lock held for
 each in-flight entry whose attempt failed. The entry leaves its owner and, by its limit
-(the message's max_attempts, else `Settings.max_attempts`; 0: no limit), is either
+(`Entry.limit`, read when it was fetched: the message's max_attempts, else
+`Settings.max_attempts`; 0: no limit; no call to the engine here), is either
 delivered again with `attempt + 1` (at once, or after a nack's backoff, kept in the
 dispatcher's `delayed` heap) or, when this was its last allowed attempt, queued in
 `dying`. `move_dead_letters` then hands those to the engine without the lock (the
@@ -17,6 +18,7 @@ import heapq
 from typing import TYPE_CHECKING
 
 import structlog
+
 from timerwheel.wheels.domain import Overloaded, ShuttingDown
 
 if TYPE_CHECKING:
@@ -37,7 +39,7 @@ def fail(
     entry.owner.in_flight -= 1
     entry.owner = None
     topic.hub.trace.failed(message_id, entry.attempt, reason)
-    limit = topic.hub.engine.max_attempts(message_id)
+    limit = entry.limit
     if limit and entry.attempt >= limit:
         topic.untrack(message_id)
         topic.dying.append((message_id, entry, reason))

@@ -52,6 +52,7 @@ class Entry:
 
     fired: FiredRecord
     body_bytes: int  # what it counts against the hub's byte budget (its body's size)
+    limit: int  # the delivery attempts it may have (0: no limit), known when it is fetched
     attempt: int = 1  # the attempt number of its next (or current) delivery
     owner: Subscriber | None = None
     deadline_ms: int = 0
@@ -143,8 +144,17 @@ class TopicDispatcher:
             self.dirty = bool(fetched)
             fresh_before = len(self.fresh)
             entries = self.entries
+            limits = self.hub.attempt_limits(fetched)
+            default_limit = settings.max_attempts
             new = [
-                (fired.message_id, Entry(fired, record_body_bytes(fired.record)))
+                (
+                    fired.message_id,
+                    Entry(
+                        fired,
+                        record_body_bytes(fired.record),
+                        limits.get(fired.message_id, default_limit) if limits else default_limit,
+                    ),
+                )
                 for fired in fetched
                 if fired.message_id not in entries
             ]

@@ -25,15 +25,17 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 
 import structlog
+
 from timerwheel.delivery import attempts
+from timerwheel.delivery.api import DeliveryApi
 from timerwheel.delivery.budget import DeliveryBudget
 from timerwheel.delivery.dispatcher import Entry, TopicDispatcher
 from timerwheel.delivery.subscriber import Delivered, DeliveryRow, Subscriber, as_rows
 from timerwheel.delivery.trace import DeliveryTrace
-from timerwheel.engine.engine import Engine
+from timerwheel.engine.api import FiredSource
 from timerwheel.security.limits import PerKeyLimit
 from timerwheel.store import records
 from timerwheel.wheels.domain import InvalidArgument, Overloaded, ShuttingDown
@@ -52,12 +54,12 @@ def monotonic_ms() -> int:
     return time.monotonic_ns() // 1_000_000
 
 
-class DeliveryHub:
+class DeliveryHub(DeliveryApi[Subscriber]):
     """All topics' dispatchers, the subscriber count and the un-acked backlog count."""
 
     def __init__(
         self,
-        engine: Engine,
+        engine: FiredSource,
         settings: Settings,
         now_ms: Callable[[], int] = monotonic_ms,
         *,
@@ -147,7 +149,7 @@ class DeliveryHub:
             if dispatcher.dying:  # ack timeouts that ran out of attempts
                 attempts.move_dead_letters(self.engine, dispatcher)
 
-    def batches(self, subscriber: Subscriber) -> Iterator[list[DeliveryRow]]:
+    def batches(self, subscriber: Subscriber) -> Generator[list[DeliveryRow], None, None]:
         """`next_batch` after `next_batch` until the subscriber is closed, as rows: []
         every `IDLE_WAKE_S` with nothing to deliver, so the stream can check on its client.
         The Subscribe stream reads this, in process or across processes
@@ -277,6 +279,13 @@ class DeliveryHub:
             attempts.move_dead_letters(self.engine, dispatcher)
         return nacked, dead
 
+    def attempt_limits(self, fetched: list[records.FiredRecord]) -> dict[str, int]:
+        """The attempt limits of fetched messages that have send options of their own (the
+        few whose record says so), in one call; every other message has the server's
+        `max_attempts`. Asked with the fetch, so no failed attempt needs to ask later."""
+        own = records.ids_with_extras(fetched)
+        return self.engine.max_attempts_of(own) if own else {}
+
     def restore_attempts(
         self, dispatcher: TopicDispatcher, new: list[tuple[str, Entry]]
     ) -> list[tuple[str, Entry]]:
@@ -293,7 +302,7 @@ class DeliveryHub:
         for message_id, entry in new:
             if message_id in made:
                 entry.attempt = made[message_id]
-                limit = self.engine.max_attempts(message_id)
+                limit = entry.limit
                 if limit and entry.attempt >= limit:
                     dispatcher.untrack(message_id)
                     reason = "attempts used up before a restart"

@@ -17,6 +17,9 @@ from collections.abc import Iterable
 from concurrent.futures import Future
 
 import structlog
+
+from timerwheel.common import SendResult, State, TimerwheelError
+from timerwheel.engine.api import EngineApi
 from timerwheel.engine.clock_watch import ClockWatch
 from timerwheel.engine.fired_cache import FiredCache
 from timerwheel.engine.ids import MessageIds
@@ -57,12 +60,10 @@ from timerwheel.wheels.validation import (
     validate_topic,
 )
 
-from timerwheel.common import SendResult, State, TimerwheelError
-
 log = structlog.get_logger("timerwheel.engine")
 
 
-class Engine:
+class Engine(EngineApi):
     def __init__(self, settings: Settings, clock: Clock, *, background: bool = True) -> None:
         self.settings = settings
         self._clock = clock
@@ -199,6 +200,10 @@ class Engine:
     def max_attempts(self, message_id: str) -> int:
         """Delivery attempts `message_id` may have before it is dead-lettered (0: no limit)."""
         return self._lookups.max_attempts(message_id)
+
+    def max_attempts_of(self, message_ids: list[str]) -> dict[str, int]:
+        """`max_attempts` of fetched messages whose records have send options."""
+        return self._lookups.max_attempts_of(message_ids)
 
     def count(self, topic: str, from_ms: int = 0, to_ms: int = 0) -> tuple[int, int, int]:
         """Pending (SCHEDULED) timers of `topic`: (count, from_ms, to_ms) of what was

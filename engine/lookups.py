@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from timerwheel.common import State
 from timerwheel.store import extras as extras_cf
 from timerwheel.store import keys, records
 from timerwheel.store.timer_store import TimerStore
@@ -21,8 +22,6 @@ from timerwheel.wheels.scheduler import Scheduler, TimerKey
 from timerwheel.wheels.settings import Settings
 from timerwheel.wheels.trace import assemble, attempts_made
 from timerwheel.wheels.validation import validate_message_ref, validate_topic
-
-from timerwheel.common import State
 
 MAX_LIST_LIMIT = 1_000
 LIST_SCAN_BUDGET = 200_000
@@ -39,11 +38,20 @@ class TimerLookups:
         its send's max_attempts, else the server's default."""
         raw = self._store.get_record(message_id)
         if raw is not None and records.has_extras(raw):
-            extras = extras_cf.get_extras(self._store, None, message_id.encode())
-            if extras is not None:
-                limit = extras_cf.decode_extras(extras).max_attempts
-                if limit is not None:
-                    return limit
+            return self._send_options_limit(message_id)
+        return self._settings.max_attempts
+
+    def max_attempts_of(self, message_ids: list[str]) -> dict[str, int]:
+        """`max_attempts` of messages whose records the caller already read and found to
+        have send options (`records.has_extras`): one `extras` read each, no record read."""
+        return {message_id: self._send_options_limit(message_id) for message_id in message_ids}
+
+    def _send_options_limit(self, message_id: str) -> int:
+        extras = extras_cf.get_extras(self._store, None, message_id.encode())
+        if extras is not None:
+            limit = extras_cf.decode_extras(extras).max_attempts
+            if limit is not None:
+                return limit
         return self._settings.max_attempts
 
     def get(self, message_id: str, include_trace: bool = False) -> Timer:

@@ -27,16 +27,17 @@ import threading
 from collections.abc import Callable
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client, Connection, Listener
+from typing import Any
 
 import structlog
-from timerwheel.wheels.domain import ShuttingDown
 
 from timerwheel.common import TimerwheelError
+from timerwheel.wheels.domain import ShuttingDown
 
 log = structlog.get_logger("timerwheel.ipc")
 
 Handler = Callable[[str, tuple, "CallContext"], object]
-PackedError = tuple[type, tuple, dict]  # an exception as it crosses: see pack_error
+PackedError = tuple[type[Exception], tuple, dict]  # an exception as it crosses: see pack_error
 
 
 class PeerUnavailable(ShuttingDown):
@@ -150,7 +151,7 @@ class CallClient:
         self._lock = threading.Lock()
         self._closed = False
 
-    def call(self, method: str, *args: object) -> object:
+    def call(self, method: str, *args: object) -> Any:
         return self.begin(method, *args).result()
 
     def begin(self, method: str, *args: object) -> PendingCall:
@@ -221,7 +222,7 @@ class PendingCall:
         self._client = client
         self._connection = connection
 
-    def result(self) -> object:
+    def result(self) -> Any:  # what the peer sent, unpickled: its caller gives the type
         try:
             ok, value = self._connection.recv()
         except (EOFError, OSError) as exc:

@@ -11,11 +11,12 @@ use separate connections, so acks in progress still complete while the worker dr
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Generator
 
+from timerwheel.delivery.api import DeliveryApi
 from timerwheel.delivery.hub import IDLE_WAKE_S
 from timerwheel.delivery.subscriber import DeliveryRow
-from timerwheel.procs.ipc import CallClient, PeerUnavailable
+from timerwheel.procs.ipc import CallClient, PeerUnavailable, PendingCall
 from timerwheel.wheels.domain import ShuttingDown
 
 
@@ -31,7 +32,7 @@ class RemoteSubscriber:
             self._calls.call("close_subscriber", self.number)
 
 
-class RemoteHub:
+class RemoteHub(DeliveryApi[RemoteSubscriber]):
     def __init__(self, socket_path: str, authkey: bytes) -> None:
         self._streams = CallClient(socket_path, authkey, "delivery")
         self._unary = CallClient(socket_path, authkey, "delivery")
@@ -44,7 +45,7 @@ class RemoteHub:
         number = self._streams.call("subscribe", topic, max_in_flight, identity, name)
         return RemoteSubscriber(number, self._unary)
 
-    def batches(self, subscriber: RemoteSubscriber) -> Iterator[list[DeliveryRow]]:
+    def batches(self, subscriber: RemoteSubscriber) -> Generator[list[DeliveryRow], None, None]:
         """`DeliveryHub.batches` across the process boundary, one batch read ahead.
 
         The next batch is asked for before this one is yielded, so the delivery process
@@ -58,9 +59,11 @@ class RemoteHub:
         it are redelivered when the stream is released, as any it had in flight.
         """
         self._check_open()
-        pending = self._streams.begin("next_batch", subscriber.number, IDLE_WAKE_S)
+        pending: PendingCall | None = self._streams.begin(
+            "next_batch", subscriber.number, IDLE_WAKE_S
+        )
         try:
-            while True:
+            while pending is not None:  # always, at the top: set before each yield
                 call, pending = pending, None
                 rows = call.result()
                 if rows is None:

@@ -7,20 +7,21 @@ Export writes only below the server's export root (timerwheel.store.export_root)
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 import grpc
 import psutil
-from timerwheel.delivery.hub import DeliveryHub
-from timerwheel.engine.engine import Engine
+
+from timerwheel.delivery.api import DeliveryApi
+from timerwheel.engine.api import TimerApi
 from timerwheel.security.settings import SecuritySettings
 from timerwheel.server.errors import rpc_errors
 from timerwheel.store import keys
 from timerwheel.store.export_root import dir_bytes, resolve_in_root
-from timerwheel.wheels.domain import FailedPrecondition, InvalidArgument
-from timerwheel.wheels.lateness import LatenessMinute
-
 from timerwheel.v1 import timerwheel_pb2 as pb
 from timerwheel.v1 import timerwheel_pb2_grpc as pb_grpc
+from timerwheel.wheels.domain import FailedPrecondition, InvalidArgument
+from timerwheel.wheels.lateness import LatenessMinute
 
 
 def server_processes(root_pid: int | None) -> list[psutil.Process]:
@@ -55,7 +56,7 @@ def _lateness(minute: LatenessMinute) -> pb.LatenessMinute:
 
 class TimerAdmin(pb_grpc.TimerAdminServicer):
     def __init__(
-        self, engine: Engine, hub: DeliveryHub, security: SecuritySettings,
+        self, engine: TimerApi, hub: DeliveryApi[Any], security: SecuritySettings,
         root_pid: int | None = None,
     ) -> None:  # fmt: skip
         self._engine = engine

@@ -24,13 +24,17 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+
 from timerwheel.console.http import ConsoleEndpoint, api_target
+from timerwheel.delivery.api import DeliveryApi
 from timerwheel.delivery.hub import DeliveryHub
+from timerwheel.engine.api import TimerApi
 from timerwheel.engine.engine import Engine
 from timerwheel.engine.system_clock import SystemClock
 from timerwheel.observability import metrics
@@ -49,11 +53,10 @@ from timerwheel.server.service import TimerService
 from timerwheel.server.settle_pool import SettlePool
 from timerwheel.server.stream_pool import StreamPool
 from timerwheel.server.worker_health import WorkerHealth
-from timerwheel.wheels.clock import Clock
-from timerwheel.wheels.settings import Settings
-
 from timerwheel.v1 import timerwheel_pb2 as pb
 from timerwheel.v1 import timerwheel_pb2_grpc as pb_grpc
+from timerwheel.wheels.clock import Clock
+from timerwheel.wheels.settings import Settings
 
 log = structlog.get_logger("timerwheel.server")
 
@@ -86,7 +89,7 @@ class GrpcServer:
 
 
 def build_grpc_server(
-    settings: Settings, engine: object, hub: object, *, reuse_port: bool = False,
+    settings: Settings, engine: TimerApi, hub: DeliveryApi[Any], *, reuse_port: bool = False,
     stats_root_pid: int | None = None, protection: Protection = UNPROTECTED,
     worker: tuple[int, int] = (0, 1),
 ) -> GrpcServer:  # fmt: skip

@@ -13,14 +13,19 @@ counts as given (`delay_ms=0` means "now").
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import grpc
-from timerwheel.delivery.hub import DeliveryHub
+
+from timerwheel.common import SendResult
+from timerwheel.delivery.api import DeliveryApi
 from timerwheel.delivery.subscriber import DeliveryRow
-from timerwheel.engine.engine import Engine
+from timerwheel.engine.api import TimerApi
 from timerwheel.security.limits import ByteBudget, caller_identity
 from timerwheel.server.errors import rpc_errors
 from timerwheel.store.records import delivery_parts
+from timerwheel.v1 import timerwheel_pb2 as pb
+from timerwheel.v1 import timerwheel_pb2_grpc as pb_grpc
 from timerwheel.wheels.domain import (
     NO_PROPERTIES,
     IfExists,
@@ -35,10 +40,6 @@ from timerwheel.wheels.domain import (
 )
 from timerwheel.wheels.trace import TraceEvent
 from timerwheel.wheels.validation import validate_ack_count, validate_consumer_name
-
-from timerwheel.common import SendResult
-from timerwheel.v1 import timerwheel_pb2 as pb
-from timerwheel.v1 import timerwheel_pb2_grpc as pb_grpc
 
 NO_UPPER_BOUND_MS = 2**63 - 1  # List with to_ms=0: every pending timer from from_ms on
 
@@ -129,7 +130,8 @@ def _repeat(message: pb.Repeat) -> Repeat:
 def repeat_message(repeat: Repeat) -> pb.Repeat:
     return pb.Repeat(
         every_ms=repeat.every_ms, cron=repeat.cron, time_zone=repeat.time_zone,
-        end_at_ms=repeat.end_at_ms, max_count=repeat.max_count, missed=int(repeat.missed),
+        end_at_ms=repeat.end_at_ms, max_count=repeat.max_count,
+        missed=int(repeat.missed),  # type: ignore[arg-type]  # an IntEnum's value is the proto enum's
     )  # fmt: skip
 
 
@@ -145,7 +147,7 @@ def send_response(result: SendResult) -> pb.SendResponse:
         message_id=result.message_id,
         deliver_at_ms=result.deliver_at_ms,
         existed=result.existed,
-        existing_state=int(result.existing_state),
+        existing_state=int(result.existing_state),  # type: ignore[arg-type]  # an IntEnum's value is the proto enum's
     )
 
 
@@ -157,7 +159,7 @@ def timer_message(timer: Timer, include_body: bool = True) -> pb.TimerMessage:
         properties=timer.properties,
         deliver_at_ms=timer.deliver_at_ms,
         created_at_ms=timer.created_at_ms,
-        state=int(timer.state),
+        state=int(timer.state),  # type: ignore[arg-type]  # an IntEnum's value is the proto enum's
         wheel=timer.wheel,
         fired_at_ms=timer.fired_at_ms,
         acked_at_ms=timer.acked_at_ms,
@@ -171,7 +173,8 @@ def timer_message(timer: Timer, include_body: bool = True) -> pb.TimerMessage:
 
 def trace_event(event: TraceEvent) -> pb.TraceEvent:
     return pb.TraceEvent(
-        kind=int(event.kind), at_ms=event.at_ms, wheel=event.wheel,
+        kind=int(event.kind),  # type: ignore[arg-type]  # an IntEnum's value is the proto enum's
+        at_ms=event.at_ms, wheel=event.wheel,
         from_wheel=event.from_wheel, attempt=event.attempt, subscriber=event.subscriber,
         detail=event.detail, deliver_at_ms=event.deliver_at_ms,
     )  # fmt: skip
@@ -219,7 +222,7 @@ def delivery_batch(rows: list[DeliveryRow]) -> pb.DeliveryBatch:
 
 
 class TimerService(pb_grpc.TimerServiceServicer):
-    def __init__(self, engine: Engine, hub: DeliveryHub) -> None:
+    def __init__(self, engine: TimerApi, hub: DeliveryApi[Any]) -> None:
         self._engine = engine
         self._hub = hub
         # Requests held while their sends are committed, responses while built: bytes.
@@ -245,7 +248,8 @@ class TimerService(pb_grpc.TimerServiceServicer):
 
     def Cancel(self, request: pb.CancelRequest, context: grpc.ServicerContext) -> pb.CancelResponse:
         with rpc_errors(context, "Cancel"):
-            return pb.CancelResponse(state=int(self._engine.cancel(request.message_id)))
+            state = int(self._engine.cancel(request.message_id))
+            return pb.CancelResponse(state=state)  # type: ignore[arg-type]  # as above
 
     def Get(self, request: pb.GetRequest, context: grpc.ServicerContext) -> pb.TimerMessage:
         with rpc_errors(context, "Get"):
@@ -307,7 +311,7 @@ class TimerService(pb_grpc.TimerServiceServicer):
             )
             # Runs when the stream ends in any way (client gone, cancelled, deadline).
             context.add_callback(subscriber.close)
-            batches = self._hub.batches(subscriber)
+            batches = self._hub.batches(subscriber)  # a generator: closed below
             try:
                 for batch in batches:
                     if not context.is_active():

@@ -34,11 +34,10 @@ from itertools import repeat
 from operator import itemgetter
 from typing import NamedTuple
 
+from timerwheel.common import State
 from timerwheel.store.keys import WHEEL_CODES, WHEEL_NAMES
 from timerwheel.wheels.domain import FiredTimer, Timer, When, WhenKind
 from timerwheel.wheels.trace import RecordFacts
-
-from timerwheel.common import State
 
 RECORD_VERSION = 1
 RECORD_WITH_DELIVERY = 2  # version 1 + the first-delivery trailer (the newest version)
@@ -231,6 +230,13 @@ def all_plain_scheduled(raws: list[bytes | None]) -> bool:
 
 def has_extras(raw: bytes) -> bool:
     return bool(raw[_WHEN_KIND_OFFSET] & EXTRAS_FLAG)
+
+
+def ids_with_extras(fired: list[FiredRecord]) -> list[str]:
+    """The ids of the fired records that have send options (an `extras` entry): one
+    test of a byte each, inline, since the delivery hub asks it of every fetched batch."""
+    offset, flag = _WHEN_KIND_OFFSET, EXTRAS_FLAG
+    return [row[1] for row in fired if row[2][offset] & flag]
 
 
 def is_series(raw: bytes) -> bool:

@@ -10,11 +10,12 @@ one and continues with the first time after now.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, tzinfo
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
+
 from timerwheel.wheels.domain import InvalidArgument, MissedPolicy, Repeat
 from timerwheel.wheels.settings import Settings
 
@@ -85,7 +86,7 @@ def finished(repeat: Repeat, next_number: int, next_at_ms: int) -> bool:
 
 
 @lru_cache(maxsize=256)
-def _zone(name: str, field: str) -> ZoneInfo | type[UTC]:
+def _zone(name: str, field: str) -> tzinfo:
     if not name:
         return UTC
     try:

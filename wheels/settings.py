@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from timerwheel.durations import DAY_MS, HOUR_MS, MINUTE_MS, SECOND_MS
 
@@ -259,7 +260,7 @@ class Settings:
         hour = max(self.hour_cascade_lead_ms * rest // 100, self.minute_cascade_lead_ms)
         return minute, hour
 
-    def replace(self, **changes: object) -> Settings:
+    def replace(self, **changes: Any) -> Settings:
         """A copy with `changes`, validated again."""
         return dataclasses.replace(self, **changes)
 
