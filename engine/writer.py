@@ -68,8 +68,11 @@ from collections.abc import Callable
 from concurrent.futures import Future
 
 import structlog
+
+from timerwheel.common import TimerwheelError
 from timerwheel.engine.linger import Lingering
-from timerwheel.engine.ops import Op, WriterContext
+from timerwheel.engine.ops import AckOp, CancelOp, Op, WriterContext
+from timerwheel.engine.send_op import SendOp
 from timerwheel.engine.store_health import StoreHealth, WriterFailed
 from timerwheel.engine.tick import Tick
 from timerwheel.engine.wal_syncer import WalSyncer, complete, fail
@@ -82,8 +85,6 @@ from timerwheel.wheels.clock import Clock
 from timerwheel.wheels.domain import Overloaded, ShuttingDown
 from timerwheel.wheels.scheduler import Scheduler
 from timerwheel.wheels.settings import Settings
-
-from timerwheel.common import TimerwheelError
 
 log = structlog.get_logger("timerwheel.writer")
 
@@ -334,8 +335,9 @@ class Writer:
             self._syncer.hand_over(ops, outcomes)  # answered once the WAL is synced
         else:
             complete(ops, outcomes)
-        if commit_s:
-            metrics.recorder().committed(ops, outcomes, batch.fired_entries, commit_s)
+        recorder = metrics.recorder()
+        if commit_s and recorder.enabled:  # counted only for metrics that are on
+            recorder.committed(commit_counts(ops, outcomes), batch.fired_entries, commit_s)
         if batch.fired_topics or batch.retired:
             self._on_commit_fired(batch.fired_entries, batch.retired)
         if batch.fired_topics:
@@ -361,3 +363,20 @@ def _apply(op: Op, ctx: WriterContext, batch: StagedBatch, now_ms: int) -> tuple
         return True, op.apply(ctx, batch, now_ms)
     except TimerwheelError as exc:
         return False, exc
+
+
+def commit_counts(ops: list[Op], outcomes: list) -> metrics.CommitCounts:
+    """What a commit's operations did, for its metrics: messages stored, acked and
+    cancelled, and the commit's weight. `outcomes` as the writer completes them."""
+    sends = acks = cancels = weight = 0
+    for op, (ok, value) in zip(ops, outcomes, strict=True):
+        weight += op.weight
+        if not ok:
+            continue
+        if isinstance(op, SendOp):
+            sends += sum(not r.existed for r in value) if op.client_ids else len(value)
+        elif isinstance(op, AckOp):
+            acks += len(value)
+        elif isinstance(op, CancelOp):
+            cancels += 1
+    return metrics.CommitCounts(sends, acks, cancels, weight)

@@ -24,6 +24,7 @@ import threading
 import time
 from bisect import bisect_left
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from prometheus_client import (
     CollectorRegistry,
@@ -32,6 +33,7 @@ from prometheus_client import (
     disable_created_metrics,
     values,
 )
+
 from timerwheel.store import records
 
 # Seconds. Lateness: milliseconds matter, a minute is an incident.
@@ -42,12 +44,23 @@ COMMIT_SECONDS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 
 COMMIT_SIZE_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 20_000)
 
 
+class CommitCounts(NamedTuple):
+    """What one group commit's operations did, as its metrics count it."""
+
+    sends: int  # messages newly stored
+    acks: int  # messages acked
+    cancels: int  # timers cancelled
+    weight: int  # the commit's size, in the writer's units
+
+
 class NullRecorder:
     """Metrics off: every report is dropped."""
 
     enabled = False
 
-    def committed(self, ops, outcomes, fired_entries, duration_s: float) -> None:
+    def committed(
+        self, counts: CommitCounts, fired_entries: dict[str, list], duration_s: float
+    ) -> None:
         pass
 
     def wal_synced(self, duration_s: float) -> None:
@@ -125,25 +138,14 @@ class Recorder(NullRecorder):
         self._refusals: dict[tuple[str, str], Counter] = {}
         self._cascades = {w: self.cascade_seconds.labels(w) for w in ("minute", "hour")}
 
-    def committed(self, ops, outcomes, fired_entries, duration_s: float) -> None:
-        """One group commit: its operations with their outcomes ((ok, value) as the writer
-        will complete them), what it fired ({topic: [(seq, id, record)]}: timers due, sent
-        already due, series occurrences, and dead-letter moves), and its write's time."""
-        # Imported here: the operations' modules import nothing of this one.
-        from timerwheel.engine.ops import AckOp, CancelOp
-        from timerwheel.engine.send_op import SendOp
-
-        sends = acks = cancels = weight = 0
-        for op, (ok, value) in zip(ops, outcomes, strict=True):
-            weight += op.weight
-            if not ok:
-                continue
-            if isinstance(op, SendOp):
-                sends += sum(not r.existed for r in value) if op.client_ids else len(value)
-            elif isinstance(op, AckOp):
-                acks += len(value)
-            elif isinstance(op, CancelOp):
-                cancels += 1
+    def committed(
+        self, counts: CommitCounts, fired_entries: dict[str, list], duration_s: float
+    ) -> None:
+        """One group commit: what its operations did (counted by the writer, which knows
+        the kinds of operation), what it fired ({topic: [(seq, id, record)]}: timers due,
+        sent already due, series occurrences, and dead-letter moves), and its write's
+        time."""
+        sends, acks, cancels, weight = counts
         if sends:
             self.sends.inc(sends)
         if acks:

@@ -34,12 +34,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import logging
 import queue
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
-
-import structlog
 
 from timerwheel.acks import (
     DEFAULT_ACK_LINGER_MS,
@@ -57,7 +56,9 @@ if TYPE_CHECKING:
     from timerwheel.aio import AsyncClient
     from timerwheel.client import Client
 
-log = structlog.get_logger("timerwheel.consumer")
+# The standard library's logging, as a client library should use: the application
+# configures it (the server's structlog set-up routes it to JSON lines too).
+log = logging.getLogger("timerwheel.consumer")
 
 STOP_POLL_S = 0.05  # the sync loop's look at `stop` (a threading.Event cannot be selected)
 
@@ -114,7 +115,7 @@ def _handle(handler: Callable, message: Message) -> None:
     try:
         handler(message)
     except Exception as exc:
-        log.warning("consume_handler_failed", message_id=message.message_id, exc_info=True)
+        log.warning("consume_handler_failed message_id=%s", message.message_id, exc_info=True)
         message.nack(_reason(exc))
     else:
         message.ack()
@@ -229,7 +230,9 @@ async def consume_async(
                 if inspect.isawaitable(result):
                     await result
             except Exception as exc:
-                log.warning("consume_handler_failed", message_id=message.message_id, exc_info=True)
+                log.warning(
+                    "consume_handler_failed message_id=%s", message.message_id, exc_info=True
+                )
                 message.nack(_reason(exc))
             else:
                 message.ack()
