@@ -61,8 +61,8 @@ class Entry:
 def unblocks(owner: Subscriber) -> bool:
     """Whether one message leaving `owner`'s flight gives it room it had none of: only
     then can its waiting stream take more than before. A wake that finds nothing to do
-    costs two thread switches and a turn of the GIL; at 5,000 sends/s every ack made two
-    (docs/benchmarks.md, 2026-11-28, night)."""
+    still costs two thread switches and a turn of the GIL, and at a steady rate most acks
+    free room in a flight that had room already: a wake on each of them was pure cost."""
     return owner.in_flight >= owner.max_in_flight
 
 
@@ -72,10 +72,10 @@ def _read_all_there_was(fetched: list[FiredRecord], limit: int, max_bytes: int) 
     Then the store most likely held nothing more when it was read (a read from RocksDB
     also skips ready keys whose record is not FIRED), and `dirty` stays set either way,
     so the next refill reads once more and finds it empty, or what fired or was left
-    meanwhile: nothing rests on the guess being right. That read is not
-    made before these messages are handed out: with the engine in another process it is
-    a round trip, and at 14,000 fires a second every other read came back empty, so each
-    batch waited for one (a probe of the path, docs/benchmarks.md, 2026-12-04, night).
+    meanwhile: nothing rests on the guess being right. That read is not made before
+    these messages are handed out: with the engine in another process it is a round trip,
+    and at a high fire rate about every other read comes back empty, so each batch would
+    wait for one that finds nothing (docs/lab-log.md has the probe of the path).
     """
     return len(fetched) < limit and sum(len(fired.record) for fired in fetched) < max_bytes
 
@@ -175,7 +175,8 @@ class TopicDispatcher:
 
     def track_many(self, new: list[tuple[str, Entry]]) -> None:
         """Hold these entries; their bodies count against the hub's budget, taken once
-        for all (the hub's lock per message was 3.6% of the GIL in a burst's drain)."""
+        for all: taking the hub's lock a message was a visible share of the GIL in a
+        burst's drain."""
         size = 0
         for message_id, entry in new:
             self.entries[message_id] = entry

@@ -2,11 +2,12 @@
 a message delivered once and acked.
 
 Every delivery attempt is an event of its message's trace. Handed to the engine as it
-came (`timerwheel.delivery.trace`), a batch's events were a call from the delivery process to
-the engine before each batch went out, and a `trace` entry a message; with first attempts
-left out (`trace_first_deliveries = false`) the burst of 1,000,000 ended a tenth sooner
-(docs/benchmarks.md, "2026-12-02, afternoon"; held as here: "2026-12-06"). Nearly every
-message is delivered once and acked soon after, and the Ack rewrites its record anyway.
+came (`timerwheel.delivery.trace`), a batch's events were a call from the delivery process
+to the engine before each batch went out, and a `trace` entry a message, a noticeable
+share of a burst's work: with first attempts left out (`trace_first_deliveries = false`)
+a large burst ended about a tenth sooner
+(docs/decisions/0004-first-deliveries-held-for-their-ack.md). Nearly every message is
+delivered once and acked soon after, and the Ack rewrites its record anyway.
 So the delivery side keeps a batch's first attempts here (`hold`), and the Ack hands the
 engine, beside its ids, the delivery each one had (`take_for_ack`: a trailer per id,
 written into the acked record: timerwheel.store.records, version 2). A held event is handed over

@@ -9,8 +9,14 @@ limits, and keeps the bodies the dispatchers hold within `Settings.max_delivery_
 (`timerwheel.delivery.budget`).
 
 After a restart, every dispatcher's cursor starts at 0, so every fired-but-unacked
-message (the engine's `ready_topics()`) is delivered again. Attempt counts live in
-memory and so start again at 1 after a restart.
+message (the engine's `ready_topics()`) is delivered again. Attempt counts carry on
+across the restart: each attempt is an event of its message's trace
+(`timerwheel.delivery.trace`), and the new hub reads back the highest attempt recorded for
+each message that fired before it started (`restore_attempts`): the redelivery is the
+next attempt, and a message that had used up its attempts goes to its dead-letter topic.
+Only attempts never recorded do not count: first attempts left out by
+`trace_first_deliveries = false`, and events a killed delivery process had not yet
+handed over (a first attempt waits for its Ack: `timerwheel.delivery.first_deliveries`).
 
 The engine calls the fired-listener on its writer thread after each commit; it only puts
 the topics on a queue read by this module's own thread, which marks the dispatchers dirty
@@ -212,9 +218,9 @@ class DeliveryHub(DeliveryApi[Subscriber]):
         (`TopicDispatcher.settle`): a consumer acks one call at a time, so with the room
         held through the engine's group commit and fsync, a slow ack (hundreds of ms with
         the writer at its ceiling) stalled delivery to a consumer whose `max_in_flight`
-        was all in that ack, and the tail became the acks' latency (docs/benchmarks.md,
-        2026-11-28, morning). The messages stay tracked until the ack is durable; if it
-        fails they are in flight at their subscriber again, as before it.
+        was all in that ack, and the delivery tail became the acks' latency (docs/lab-log.md
+        has the runs). The messages stay tracked until the ack is durable; if it fails
+        they are in flight at their subscriber again, as before it.
         """
         with self._lock:
             arrived_at = self._topics.get(topic)

@@ -48,7 +48,7 @@ class DeliveryTrace:
         hands them over and changes them no more)."""
         if len(message_ids) != len(attempts):
             raise ValueError(f"{len(message_ids)} message ids but {len(attempts)} attempts")
-        if self._held is not None and attempts.count(1) == len(attempts):  # told in C
+        if self._held is not None and attempts.count(1) == len(attempts):  # one scan, in C
             with self._held_lock:
                 self._note_released(self._held.hold(message_ids, subscriber, self._now_ms()))
             return

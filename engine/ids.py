@@ -24,7 +24,7 @@ class MessageIds:
     at the end of the key space with send-time ids): one random insert a message instead
     of two. At a steady rate that is about a fifth less of the engine's CPU a message; a
     backlog of far-future timers, sent and never fired, pays somewhat more a send
-    (docs/engine.md, "Ids in deliver-time order").
+    (docs/decisions/0005-ids-begin-with-deliver-time.md).
 
     A batch draws its randomness in one call and slices it.
     """

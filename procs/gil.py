@@ -8,12 +8,11 @@ release it), the delivery thread the fire wakes, the Subscribe stream's thread t
 builds the batch. Behind a SendBatch handler decoding a hundred messages in pure
 Python, each of those waits can take the whole interval, and they add up in the tail.
 
-Measured (docs/benchmarks.md, 2026-11-25, tdmq at 14,000 sends/s, 30 s, four runs
-each, alternating): delay error P99 4-5 ms and P999 14-21 ms at 1 ms, against P99
-8-24 ms and P999 19-37 ms at 5 ms, with the same server CPU (64-71% of a core). On
-2026-11-24, with the server at a full core (before consumers batched their acks),
-1 ms was worse: more switches cost more than the shorter waits saved. A shorter
-interval pays when the process has CPU to spare, as it now has.
+A 1 ms interval shortens those waits: on the load test the delay error's P99 and P999
+came out well below the default's, for the same server CPU. It pays only when the process
+has CPU to spare: with the server at a full core, more switches cost more than the
+shorter waits saved (docs/decisions/0006-gc-freeze-and-gil-switch-interval.md has the
+figures).
 """
 
 from __future__ import annotations

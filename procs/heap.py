@@ -8,11 +8,11 @@ such objects that live as long as it does (the functions, classes and modules of
 protobuf, rocksdict, structlog and our own code), and walking them is most of the work
 of each full collection.
 
-Measured on the tdmq load test (14,000 sends/s, 30 s; gc callbacks timing each
-collection in the one-process server): full collections came every 2-3 s and took
-18-61 ms each (24-40 ms of CPU), 660 ms in all. After `gc.freeze()` at the end of
-start-up they took at most 14 ms, 63 ms in all (docs/benchmarks.md, the section
-"2026-11-24, 11:25-12:55").
+Under steady load full collections come every few seconds, and each one stops the
+process, firing and delivery included, for tens of milliseconds. With those objects
+frozen at the end of start-up (`gc.freeze()`), a full collection walks only what was made
+since, and the time spent in them drops about tenfold
+(docs/decisions/0006-gc-freeze-and-gil-switch-interval.md has the figures).
 
 `gc.freeze()` moves every tracked object to a permanent generation that collections
 skip. Objects made later are collected as before, and frozen objects are still freed by
@@ -24,15 +24,14 @@ allocated since the last exceed those freed by 700 (generation 0's default thres
 so a process that makes and drops tens of thousands of tuples, lists and records a
 second (a SendBatch's specs, a fire chunk, a delivery batch) collected a few hundred
 times a second, each collection walking whatever was young and alive at that instant,
-every tenth also generation 1: at 40,000 sends a second with `--workers 2` the four
-server processes spent 6.6-8.7 s of CPU a run in the collector, 5-7% of their CPU. Those
-objects are freed by reference counting anyway; only cycles need the collector, and the
-server makes few. With the threshold at `YOUNG_THRESHOLD` a steady load hardly reaches
-it, garbage cycles still start a collection once that many objects pile up (so their
-memory stays bounded), and a young collection walks at most about that many objects.
-Measured (docs/benchmarks.md, 2026-11-29, midday): 0.25-0.85 s a run in the collector at
-40,000/s instead of 6.6-8.7 s, its longest pause 13.8-17.8 ms (the default's 22.5 ms); in
-the burst 1.4-1.8 s instead of 4.9-5.2 s, the longest 44-47 ms (the default's 69-79 ms).
+every tenth also generation 1: at a high send rate with `--workers 2` the server's
+processes spent a few percent of their CPU in the collector. Those objects are freed by
+reference counting anyway; only cycles need the collector, and the server makes few.
+With the threshold at `YOUNG_THRESHOLD` a steady load hardly reaches it, garbage cycles
+still start a collection once that many objects pile up (so their memory stays bounded),
+and a young collection walks at most about that many objects. The collector's share of
+the CPU then falls to a small fraction of what it was, in steady load and in a burst,
+and its longest pauses are shorter too (docs/decisions/0006, as above).
 """
 
 from __future__ import annotations

@@ -51,8 +51,8 @@ class RemoteHub(DeliveryApi[RemoteSubscriber]):
         The next batch is asked for before this one is yielded, so the delivery process
         (and the engine behind it) pick it while this process decodes, builds and sends
         this one; asked for after, the three processes took turns, each idle while
-        another worked (a burst delivered at about 47,000 messages a second with no
-        process busy; docs/benchmarks.md, 2026-11-28, late night). A batch read ahead is
+        another worked: a burst went out with none of them busy, for want of overlap,
+        not CPU (docs/lab-log.md has the runs). A batch read ahead is
         in flight at the subscriber from the moment it is taken, within its
         `max_in_flight` like any other. A stream that ends with one read ahead closes
         its subscriber first, so the delivery process answers at once; the messages in

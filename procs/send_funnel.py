@@ -2,8 +2,8 @@
 
 Each gRPC thread of a worker holds one request's prepared sends (a `SendOp`). Carried one
 call each, every unary Send costs the engine process a connection thread's wake-up, an
-unpickle, a hand-off to the writer and an answer: about 380 µs of the engine's CPU a call
-at 1,300 unary Sends a second (docs/benchmarks.md, 2026-11-26 afternoon). The funnel does
+unpickle, a hand-off to the writer and an answer: far more of the engine's CPU than the
+send itself, and the engine process is the serial part of the server. The funnel does
 for these calls what the writer's group commit does for RocksDB writes:
 
 1. A thread with an op queues it. If no turn is under way, it leads one.

@@ -48,15 +48,15 @@ def _options(tuning: RocksTuning, cache: Cache, family: str = "") -> Options:
     options.create_missing_column_families(True)
     options.set_max_background_jobs(2)
     options.set_compression_type(DBCompressionType.lz4())
-    # Hour- and minute-wheel keys arrive in random time order (sends spread over weeks).
-    # A memtable is a skiplist, and random inserts into a large one miss the CPU cache
-    # at every level: with 32 MB memtables the RocksDB write was the largest cost of a
-    # send; with 8 MB it is about half (docs/engine.md). Small memtables flush more
-    # often, in background threads. A send due within the minute inserts at random
-    # points of the second wheel and of `messages` too (server-made ids begin with the
-    # deliver time), three times an in-order insert's cost, yet those two keep the
-    # larger size: at 8 MB the sends' inserts cost a third less, and the fire's reads of
-    # the records and the flushes took it back (docs/lab-log.md has the runs).
+    # Hour- and minute-wheel keys arrive in random time order (sends spread over weeks). A
+    # memtable is a skiplist, and random inserts into a large one miss the CPU cache at every
+    # level: with 32 MB memtables the RocksDB write was the largest cost of a send; with 8 MB
+    # it is about half (docs/engine.md, "Storage layout"). Small memtables flush more often,
+    # in background threads. A send due within the minute inserts at random points of the
+    # second wheel and of `messages` too (server-made ids begin with the deliver time), three
+    # times an in-order insert's cost, yet those two keep the larger size: at 8 MB the sends'
+    # inserts cost a third less, and the fire's reads of the records and the flushes took it
+    # back (docs/lab-log.md has the runs).
     random_order = family in (CF_WHEEL["hour"], CF_WHEEL["minute"])
     options.set_write_buffer_size(
         tuning.wheel_write_buffer_bytes if random_order else tuning.write_buffer_bytes
@@ -83,7 +83,7 @@ def _options(tuning: RocksTuning, cache: Cache, family: str = "") -> Options:
         # memtable, yet a read searches both first (a fifth of the fire's read in a
         # profile). A whole-key bloom filter of 10% of the memtable lets the read skip
         # them: a fired record's read costs about a fifth less, the engine a little less
-        # in all (docs/engine.md, "The fire's reads of the records").
+        # in all (docs/engine.md, "Storage layout", on RocksDB options).
         options.set_memtable_prefix_bloom_ratio(0.1)
         options.set_memtable_whole_key_filtering(True)
         # Flush two memtables at once, merged: half as many level-0 files, so the

@@ -139,7 +139,7 @@ class Settings:
 
     # Storage tuning. Wheel memtables are kept small: their keys arrive in random order
     # (deliver times spread over weeks), and a skiplist that fits the CPU cache takes them
-    # several times faster (docs/engine.md); flushing them is background work.
+    # several times faster (docs/engine.md, "Storage layout"); flushing them is background work.
     block_cache_bytes: int = 64 * 1024 * 1024
     write_buffer_bytes: int = 32 * 1024 * 1024
     wheel_write_buffer_bytes: int = 8 * 1024 * 1024
