@@ -26,12 +26,12 @@ import threading
 import time
 
 import psutil
+
+from bench.engine_virtual import bench_settings, burst, steady
 from timerwheel.engine.engine import Engine
 from timerwheel.engine.system_clock import SystemClock
 from timerwheel.wheels.domain import SendSpec, When, WhenKind
 from timerwheel.wheels.settings import DAY_MS, HOUR_MS, SettingsError
-
-from bench.engine_virtual import bench_settings, burst, steady
 
 
 def _engine(args, data_dir: str) -> Engine:

@@ -18,6 +18,7 @@ import random
 import time
 from itertools import repeat
 
+from bench.instructions import collect
 from timerwheel.cli.config import parse_assignment
 from timerwheel.engine.engine import Engine
 from timerwheel.store import records
@@ -25,8 +26,6 @@ from timerwheel.wheels.clock import VirtualClock
 from timerwheel.wheels.domain import SendSpec, When, WhenKind
 from timerwheel.wheels.settings import Settings
 from timerwheel.wheels.trace import TraceKind
-
-from bench.instructions import collect
 
 
 def bench_settings(args, data_dir: str, **given: object) -> Settings:

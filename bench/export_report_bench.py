@@ -23,6 +23,7 @@ import threading
 import time
 
 import psutil
+
 from timerwheel.capacity.report import ReportRequest, run_report
 from timerwheel.capacity.tables import ReportOptions
 from timerwheel.engine.engine import Engine

@@ -29,11 +29,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 from grpc_health.v1 import health_pb2_grpc
+
+from timerwheel.client import TimerClient
 from timerwheel.loadtest.pacing import use_measuring_switch_interval
 from timerwheel.loadtest.producer import Producer, ProducerPlan
 from timerwheel.server.worker_health import WorkerHealth
-
-from timerwheel.client import TimerClient
 from timerwheel.v1 import timerwheel_pb2 as pb
 from timerwheel.v1 import timerwheel_pb2_grpc as pb_grpc
 

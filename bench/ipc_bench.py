@@ -21,6 +21,7 @@ import shutil
 import tempfile
 import time
 
+from timerwheel.common import State
 from timerwheel.delivery.trace import DeliveryTrace
 from timerwheel.engine.ids import MessageIds
 from timerwheel.engine.prepare import prepare_sends
@@ -30,8 +31,6 @@ from timerwheel.store import records
 from timerwheel.store.batch import StagedBatch
 from timerwheel.wheels.domain import SendSpec, Timer, When, WhenKind
 from timerwheel.wheels.settings import Settings
-
-from timerwheel.common import State
 
 KEY = b"b" * 32
 TRACE_BATCH = 2_000  # ids a delivered batch carries at most (`delivery_batch_max`)

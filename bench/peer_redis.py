@@ -55,6 +55,7 @@ from pathlib import Path
 
 import psutil
 from hdrh.histogram import HdrHistogram
+
 from timerwheel.cli.commands.loadtest import OVERRIDES
 from timerwheel.loadtest.figures import timeline
 from timerwheel.loadtest.interpreter import interpreter

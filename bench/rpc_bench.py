@@ -15,15 +15,14 @@ import json
 import os
 import time
 
+from timerwheel.common import SendResult
 from timerwheel.engine.ids import MessageIds
 from timerwheel.engine.prepare import prepare_sends
 from timerwheel.server.service import delivery_batch, send_batch_response, specs_from_proto
 from timerwheel.store import records
+from timerwheel.v1 import timerwheel_pb2 as pb
 from timerwheel.wheels.settings import Settings
 from timerwheel.wheels.validation import validate_message_refs
-
-from timerwheel.common import SendResult
-from timerwheel.v1 import timerwheel_pb2 as pb
 
 BATCH = 100
 ACK_IDS = 1_000

@@ -22,6 +22,7 @@ import matplotlib.dates as mdates
 import matplotlib.pyplot as plt
 import pyarrow as pa
 from matplotlib.ticker import EngFormatter, FuncFormatter, MaxNLocator
+
 from timerwheel.capacity.seconds import DAY_MS, HOUR_MS, MINUTE_MS, ZOOM_MS
 
 LATE_COLOUR = "#d62728"

@@ -33,6 +33,7 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
 from timerwheel.store import keys
 from timerwheel.store.export_files import (
     WHEEL_OF_FAMILY,

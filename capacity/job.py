@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+
 from timerwheel.capacity.datasource import SOURCE_NAME, filesystem_option
 
 SECOND_MS = 1_000

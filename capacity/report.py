@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 import structlog
+
 from timerwheel.capacity import charts, html
 from timerwheel.capacity.job import aggregate, read_rows
 from timerwheel.capacity.seconds import SecondsResult, summarise

@@ -13,9 +13,9 @@ from collections.abc import Iterable
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from timerwheel.store import keys, records
 
 from timerwheel.common import State
+from timerwheel.store import keys, records
 
 
 def _state_names() -> pa.Array:

@@ -20,6 +20,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from pyspark.sql import SparkSession
+
 from timerwheel.capacity.datasource import TimerwheelSstDataSource
 
 # What the workers import: the report's rooms and the two modules of the root package

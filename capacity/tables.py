@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
+
 from timerwheel.capacity.job import DAY_MS, DELAY_BUCKETS, HOUR_MS, SECOND_MS, delay_bin_upper_ms
 from timerwheel.capacity.seconds import SecondsResult
 from timerwheel.store import keys

@@ -18,9 +18,8 @@ import os
 import tomllib
 from collections.abc import Mapping
 
-from timerwheel.wheels.settings import Settings, SettingsError
-
 from timerwheel.durations import parse_duration_ms
+from timerwheel.wheels.settings import Settings, SettingsError
 
 ENV_PREFIX = "TIMERWHEEL_"
 CONFIG_ENV = "TIMERWHEEL_CONFIG"

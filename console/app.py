@@ -37,12 +37,12 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
-from timerwheel.console.views import moment, pending_row_json, timer_json
-from timerwheel.wheels.clock import Clock
 
 from timerwheel import Client, RemoteError
 from timerwheel.common import is_loopback_host
+from timerwheel.console.views import moment, pending_row_json, timer_json
 from timerwheel.v1 import timerwheel_pb2 as pb
+from timerwheel.wheels.clock import Clock
 
 STATIC = Path(__file__).parent / "static"
 CALL_TIMEOUT_S = 10.0

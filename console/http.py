@@ -14,6 +14,7 @@ import threading
 
 import structlog
 import uvicorn
+
 from timerwheel.console.app import ApiBackend, build_app
 from timerwheel.wheels.clock import Clock
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from timerwheel.observability.trace_view import describe_event, kind_name
-
 from timerwheel.v1 import timerwheel_pb2 as pb
 
 BODY_PREVIEW_BYTES = 4096

@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 
 import structlog
+
 from timerwheel.wheels.clock import Clock
 from timerwheel.wheels.clock_step import ClockSteps
 

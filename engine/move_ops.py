@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from timerwheel.common import State
 from timerwheel.engine.ops import Op, WriterContext, unschedule
 from timerwheel.engine.send_op import PreparedSend, stage_new
 from timerwheel.store import extras as extras_cf
@@ -14,8 +15,6 @@ from timerwheel.store.batch import StagedBatch
 from timerwheel.wheels.domain import FailedPrecondition, NotFound, When
 from timerwheel.wheels.trace import TraceEvent, TraceKind, assemble
 from timerwheel.wheels.validation import dead_letter_topic
-
-from timerwheel.common import State
 
 DEAD_LETTER_PREFIX = "timerwheel.dead_letter."  # properties a dead letter carries
 

@@ -14,13 +14,12 @@ from functools import partial
 from itertools import repeat
 from typing import ClassVar
 
+from timerwheel.common import State
 from timerwheel.store import records
 from timerwheel.store.batch import StagedBatch
 from timerwheel.store.timer_store import TimerStore
 from timerwheel.wheels.domain import FailedPrecondition, NotFound
 from timerwheel.wheels.scheduler import Scheduler
-
-from timerwheel.common import State
 
 
 @dataclass

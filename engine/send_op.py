@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from timerwheel.common import SendResult, State
 from timerwheel.engine.ops import Op, WriterContext, unschedule
 from timerwheel.engine.series import fire_due_series
 from timerwheel.store import extras as extras_cf
@@ -29,8 +30,6 @@ from timerwheel.wheels.domain import (
     WhenKind,
 )
 from timerwheel.wheels.trace import TraceEvent, TraceKind
-
-from timerwheel.common import SendResult, State
 
 
 class PreparedSend(NamedTuple):

@@ -23,13 +23,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from timerwheel.common import State
 from timerwheel.store import extras as extras_cf
 from timerwheel.store import records
 from timerwheel.store.batch import StagedBatch
 from timerwheel.wheels.domain import SendOptions, When, WhenKind
 from timerwheel.wheels.recurrence import finished, next_occurrence_ms
-
-from timerwheel.common import State
 
 if TYPE_CHECKING:
     from timerwheel.engine.ops import WriterContext

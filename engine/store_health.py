@@ -32,14 +32,14 @@ import threading
 from collections.abc import Callable
 
 import structlog
+
+from timerwheel.common import TimerwheelError
 from timerwheel.store.batch import StagedBatch
 from timerwheel.store.disk import free_bytes, is_disk_full
 from timerwheel.store.rocks import WalSyncFailed, WriteFailed
 from timerwheel.store.timer_store import TimerStore
 from timerwheel.wheels.domain import DiskFull, StoreUnavailable
 from timerwheel.wheels.scheduler import Scheduler
-
-from timerwheel.common import TimerwheelError
 
 log = structlog.get_logger("timerwheel.store_health")
 

@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable
 
 import structlog
+
 from timerwheel.observability import metrics
 from timerwheel.wheels.domain import ShuttingDown
 

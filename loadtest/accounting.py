@@ -30,6 +30,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 
 from hdrh.histogram import HdrHistogram
+
 from timerwheel.loadtest.pacing import decode_body
 
 # Producer-side state of a sequence number.

@@ -21,12 +21,11 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
-from timerwheel.loadtest.accounting import Tally, histogram_of, merge_counts, merge_worst
-from timerwheel.loadtest.pacing import use_measuring_switch_interval
-
 from timerwheel.acks import DEFAULT_ACK_LINGER_MS, AckSender
 from timerwheel.client import TimerClient
 from timerwheel.credentials import PLAIN, Connection
+from timerwheel.loadtest.accounting import Tally, histogram_of, merge_counts, merge_worst
+from timerwheel.loadtest.pacing import use_measuring_switch_interval
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,10 @@ from collections.abc import Iterator, Sequence
 
 import grpc
 import structlog
+from tqdm import tqdm
+
+from timerwheel.client import TimerClient
+from timerwheel.credentials import PLAIN, Connection
 from timerwheel.loadtest.accounting import account, merge_counts
 from timerwheel.loadtest.consumer import ConsumerPlan, consumer_main
 from timerwheel.loadtest.figures import figures
@@ -38,10 +42,6 @@ from timerwheel.loadtest.producer import ProducerPlan, producer_main
 from timerwheel.loadtest.scenarios import Scenario
 from timerwheel.loadtest.server_proc import SpawnedServer, StatsSampler, stats_reader
 from timerwheel.procs.lifecycle import run_as_child_of
-from tqdm import tqdm
-
-from timerwheel.client import TimerClient
-from timerwheel.credentials import PLAIN, Connection
 from timerwheel.types import RemoteError
 
 log = structlog.get_logger("timerwheel.loadtest")

@@ -22,6 +22,9 @@ from collections import Counter
 from dataclasses import dataclass
 
 import grpc
+
+from timerwheel.client import TimerClient
+from timerwheel.credentials import PLAIN, Connection
 from timerwheel.loadtest.accounting import (
     CANCEL_UNKNOWN,
     CANCELLED,
@@ -38,9 +41,6 @@ from timerwheel.loadtest.pacing import (
     padding_for,
     use_measuring_switch_interval,
 )
-
-from timerwheel.client import TimerClient
-from timerwheel.credentials import PLAIN, Connection
 from timerwheel.v1 import timerwheel_pb2 as pb
 
 # Codes after which the server certainly stored nothing (a batch is all or none).

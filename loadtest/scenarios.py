@@ -19,9 +19,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from timerwheel.loadtest.pacing import MIN_BODY_BYTES
-
 from timerwheel.acks import DEFAULT_ACK_LINGER_MS
+from timerwheel.loadtest.pacing import MIN_BODY_BYTES
 
 SECOND_MS = 1_000
 MINUTE_MS = 60 * SECOND_MS

@@ -35,9 +35,9 @@ from pathlib import Path
 
 import psutil
 import structlog
-from timerwheel.procs.lifecycle import die_with_parent
 
 from timerwheel.client import TimerClient
+from timerwheel.procs.lifecycle import die_with_parent
 
 log = structlog.get_logger("timerwheel.loadtest")
 

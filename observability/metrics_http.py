@@ -31,6 +31,7 @@ import structlog
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
+
 from timerwheel.observability import metrics
 
 log = structlog.get_logger("timerwheel.metrics")

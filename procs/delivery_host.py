@@ -17,6 +17,7 @@ import threading
 from multiprocessing.connection import Connection
 
 import structlog
+
 from timerwheel.delivery.hub import DeliveryHub, Subscriber
 from timerwheel.delivery.subscriber import DeliveryRow, as_rows
 from timerwheel.engine.system_clock import SystemClock

@@ -25,10 +25,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+from timerwheel.common import SendResult
 from timerwheel.engine.send_op import SendOp
 from timerwheel.procs.ipc import PackedError, RemoteFailure, pack_error, unpack_error
-
-from timerwheel.common import SendResult
 
 # One op's answer: (True, its results as `SendOp.packed_results` packs them) or
 # (False, its error, packed to cross a process).

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 
 import structlog
+
 from timerwheel.console.http import ConsoleEndpoint, api_target
 from timerwheel.engine.system_clock import SystemClock
 from timerwheel.observability.metrics_http import MetricsEndpoint, ScrapeGauges

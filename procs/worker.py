@@ -16,6 +16,7 @@ from __future__ import annotations
 from multiprocessing.connection import Connection
 
 import structlog
+
 from timerwheel.engine.system_clock import SystemClock
 from timerwheel.observability import metrics
 from timerwheel.procs.gil import set_switch_interval

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import grpc
+
 from timerwheel.security.tokens import Principal, Role
 
 SERVICE_PREFIX = "/timerwheel.v1."

@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 import grpc
 import structlog
+
 from timerwheel.observability import metrics
 from timerwheel.security.access import (
     SERVICE_PREFIX,

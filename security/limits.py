@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import grpc
+
 from timerwheel.wheels.domain import Overloaded
 
 

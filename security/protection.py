@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import grpc
 import structlog
+
 from timerwheel.security.settings import SecuritySettings, console_exposure_check, exposure_check
 from timerwheel.security.tls import server_credentials
 from timerwheel.security.tokens import TokenTable, load_tokens

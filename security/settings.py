@@ -12,9 +12,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from timerwheel.wheels.settings import SettingsError
-
 from timerwheel.common import is_loopback_host
+from timerwheel.wheels.settings import SettingsError
 
 GIB = 1024**3
 

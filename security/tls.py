@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import grpc
+
 from timerwheel.security.settings import SecuritySettings
 from timerwheel.wheels.settings import SettingsError
 

@@ -15,6 +15,8 @@ from contextlib import contextmanager
 
 import grpc
 import structlog
+
+from timerwheel.common import TimerwheelError
 from timerwheel.observability import metrics
 from timerwheel.wheels.domain import (
     AlreadyExists,
@@ -26,8 +28,6 @@ from timerwheel.wheels.domain import (
     ShuttingDown,
     StoreUnavailable,
 )
-
-from timerwheel.common import TimerwheelError
 
 log = structlog.get_logger("timerwheel.rpc")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rocksdict import WriteBatch
+
 from timerwheel.store import keys
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from itertools import islice
 
 from rocksdict import ReadOptions
+
 from timerwheel.store import keys
 from timerwheel.store.batch import StagedBatch
 from timerwheel.store.rocks import RocksDatabase

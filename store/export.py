@@ -46,6 +46,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rocksdict import Checkpoint
+
 from timerwheel.store import export_parallel, keys, records
 from timerwheel.store.disk import is_disk_full
 from timerwheel.store.export_files import (

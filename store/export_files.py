@@ -26,6 +26,7 @@ from rocksdict import (
     Rdict,
     SstFileWriter,
 )
+
 from timerwheel.store import keys
 from timerwheel.store.export_location import ExportLocation
 

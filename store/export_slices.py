@@ -21,6 +21,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import chain
 
 from rocksdict import AccessType, Options, Rdict, ReadOptions
+
 from timerwheel.store import keys, records
 from timerwheel.store.export_files import MAX_FILE_BYTES, WHEEL_FAMILIES, SstSink, file_crc32
 

@@ -26,6 +26,7 @@ import os
 from itertools import islice
 
 from rocksdict import Rdict
+
 from timerwheel.store import keys
 from timerwheel.wheels.scheduler import CascadeState, SchedulerState, TimerKey
 from timerwheel.wheels.wheel import LEVELS

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import structlog
+
 from timerwheel.store.batch import StagedBatch
 from timerwheel.store.rocks import RocksDatabase, RocksTuning
 from timerwheel.store.timer_store import TimerStore

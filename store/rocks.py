@@ -23,6 +23,7 @@ from rocksdict import (
     WriteBatch,
     WriteOptions,
 )
+
 from timerwheel.store.disk import is_disk_full
 from timerwheel.store.integrity import check_data_dir
 from timerwheel.store.keys import ALL_COLUMN_FAMILIES, CF_COUNTS, CF_MESSAGES, CF_WHEEL

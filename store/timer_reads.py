@@ -16,13 +16,13 @@ from heapq import merge
 from itertools import islice
 
 from rocksdict import ReadOptions
+
+from timerwheel.common import State
 from timerwheel.store import integrity, keys, records
 from timerwheel.store.rocks import RocksDatabase
 from timerwheel.store.trace import TraceLog
 from timerwheel.wheels.domain import StoreUnavailable, Timer
 from timerwheel.wheels.scheduler import SchedulerState
-
-from timerwheel.common import State
 
 WheelEntry = tuple[bytes, bytes]  # (wheel key, topic)
 LIST_READ_CHUNK = 16  # records per multi-get (List, fired reads): 64 MiB at most of 4 MiB bodies

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from itertools import compress, filterfalse, repeat
 from operator import itemgetter
 
+from timerwheel.common import State
 from timerwheel.store import keys, records
 from timerwheel.store.batch import StagedBatch
 from timerwheel.store.range_reads import read_records
@@ -22,8 +23,6 @@ from timerwheel.store.trace import cascaded_event, encode_event
 from timerwheel.wheels.scheduler import SchedulerState
 from timerwheel.wheels.trace import TraceEvent, TraceKind
 from timerwheel.wheels.wheel import LEVELS
-
-from timerwheel.common import State
 
 _FINAL_STATES = (State.ACKED, State.CANCELLED)
 FiredEntry = tuple[int, bytes, bytes]  # (fire seq, message id, its FIRED record)

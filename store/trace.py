@@ -23,6 +23,7 @@ import struct
 from collections.abc import Iterable
 
 from rocksdict import ReadOptions
+
 from timerwheel.store import keys
 from timerwheel.store.batch import StagedBatch
 from timerwheel.wheels.trace import TraceEvent, TraceKind

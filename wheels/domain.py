@@ -13,9 +13,8 @@ from enum import IntEnum
 from types import MappingProxyType
 from typing import NamedTuple
 
-from timerwheel.wheels.trace import TraceEvent
-
 from timerwheel.common import State, TimerwheelError
+from timerwheel.wheels.trace import TraceEvent
 
 
 class WhenKind(IntEnum):

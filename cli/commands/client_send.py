@@ -21,7 +21,6 @@ import sys
 
 from timerwheel.cli.client_command import UsageError, add_client_parser
 from timerwheel.cli.times import format_ms, parse_time_ms
-
 from timerwheel.durations import parse_duration_ms
 
 

@@ -18,7 +18,6 @@ import sys
 
 from timerwheel.cli.client_command import add_client_parser, time_range_ms
 from timerwheel.cli.times import format_ms
-
 from timerwheel.common import State
 
 

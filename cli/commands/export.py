@@ -19,7 +19,6 @@ import sys
 import time
 
 from timerwheel.cli.connection import add_connection_flags, connection_from_args
-
 from timerwheel.common import TimerwheelError
 
 

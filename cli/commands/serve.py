@@ -28,6 +28,7 @@ import signal
 import sys
 
 import structlog
+
 from timerwheel.cli.config import load_settings, parse_assignment
 from timerwheel.observability.log_config import FORMATS, LEVELS, configure_logging
 from timerwheel.procs.lifecycle import SignalStop
