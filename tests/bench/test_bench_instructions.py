@@ -10,7 +10,7 @@ import sys
 import pytest
 from helpers.bench_runs import REPO, bench_figures, run_bench
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.system, pytest.mark.timeout(300)]  # system: valgrind
 SMALL_BURST = ("burst", "--timers", "1000", "--no-sync")
 
 

@@ -21,7 +21,7 @@ from helpers.processes import descendants
 from timerwheel.loadtest.interpreter import interpreter
 from timerwheel.loadtest.scenarios import scenario
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.system, pytest.mark.timeout(120)]  # system: redis-server
 
 
 def redis_servers() -> set[int]:

@@ -21,7 +21,9 @@ from helpers.capacity_data import build_and_export
 
 from timerwheel.capacity.local_cluster import LocalSparkCluster
 
-pytestmark = pytest.mark.timeout(900)  # two JVM clusters' worth of start-up on a busy machine
+# system: a Spark standalone cluster (JVMs)
+# two JVM clusters' worth of start-up on a busy machine
+pytestmark = [pytest.mark.system, pytest.mark.timeout(900)]
 SMALL_EXECUTOR = ["--conf", "spark.executor.memory=512m", "--conf", "spark.driver.memory=1g"]
 
 

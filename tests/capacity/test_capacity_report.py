@@ -23,6 +23,8 @@ from timerwheel.capacity.tables import ReportOptions
 from timerwheel.store.export import export_data_dir
 from timerwheel.store.export_files import ExportFormatError, load_manifest
 
+pytestmark = pytest.mark.system  # a local Spark session (a JVM)
+
 MINUTE_MS = 60_000
 HOUR_MS = 60 * MINUTE_MS
 

@@ -18,6 +18,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.system  # Spark in a child process
+
 CHILD = os.path.join(
     os.path.dirname(os.path.dirname(__file__)), "helpers", "capacity_memory_child.py"
 )

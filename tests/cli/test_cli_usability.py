@@ -147,6 +147,7 @@ def _serve(data_dir, port: int) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
+@pytest.mark.system  # a spawned `timerwheel serve`
 def test_a_second_serve_on_the_same_data_dir_says_so_in_one_line(tmp_path, serve_process):
     serve_process(tmp_path / "data")
     result = _serve(tmp_path / "data", 0)

@@ -168,6 +168,7 @@ def _held_by_worker(server, target: str, expected: int) -> Counter[int]:
     return held
 
 
+@pytest.mark.system  # a `serve --workers 2` process tree
 def test_wait_ready_spreads_a_clients_connections_evenly_over_the_workers(tmp_path, serve_process):
     server = serve_process(tmp_path / "data", "--workers", "2")
     for connections, even in ((2, [1, 1]), (3, [1, 2]), (4, [2, 2])):

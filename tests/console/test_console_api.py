@@ -243,6 +243,7 @@ def test_relative_times_read_like_a_person_says_them():
     assert relative(450) == "in 450 ms" and relative(0) == "now"
 
 
+@pytest.mark.system  # spawned `timerwheel serve`, one with --workers 2
 @pytest.mark.parametrize("workers", [0, 2])
 def test_serve_writes_the_console_port_file(serve_process, tmp_path, workers):
     port_file = Path(tmp_path / "console.port")

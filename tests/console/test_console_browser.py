@@ -20,7 +20,7 @@ from playwright.sync_api import expect
 from timerwheel import Client, State
 from timerwheel.security.settings import SecuritySettings
 
-pytestmark = pytest.mark.wallclock
+pytestmark = [pytest.mark.system, pytest.mark.wallclock]  # system: a headless Chromium
 
 REFRESH_MS = 5000  # console.js
 ISO_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")

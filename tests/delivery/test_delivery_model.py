@@ -25,6 +25,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, precondition, rule
@@ -35,6 +36,8 @@ from timerwheel.store.records import record_fired_at_ms
 from timerwheel.wheels.clock import VirtualClock
 from timerwheel.wheels.domain import SendOptions, SendSpec, When, WhenKind
 from timerwheel.wheels.settings import Settings
+
+pytestmark = pytest.mark.system  # a long randomized search (a hypothesis state machine)
 
 TOPICS = ("jobs", "mail")
 ACK_TIMEOUT_MS = 1_000

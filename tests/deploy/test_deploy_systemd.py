@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from helpers.waits import WAIT_S
 
 from timerwheel.cli.commands import serve
@@ -45,11 +46,13 @@ def this_checkouts_unit() -> str:
     return UNIT.read_text().replace(INSTALLED, str(here))
 
 
+@pytest.mark.system  # systemd-analyze
 def test_systemd_accepts_the_unit(tmp_path):
     result = verify(this_checkouts_unit(), tmp_path)
     assert (result.returncode, result.stderr) == (0, "")
 
 
+@pytest.mark.system  # systemd-analyze
 def test_systemd_would_say_so_of_a_misspelt_directive(tmp_path):
     """The check above is live: a typo is a warning on stderr (verify still exits 0)."""
     result = verify(this_checkouts_unit().replace("KillMode=mixed", "KillMode=mixd"), tmp_path)

@@ -11,6 +11,7 @@ import subprocess
 import urllib.request
 from pathlib import Path
 
+import pytest
 import yaml
 from helpers.waits import WAIT_S
 from prometheus_client.parser import text_string_to_metric_families
@@ -64,6 +65,7 @@ def test_dashboard_and_alerts_use_only_exposed_metrics(make_server):
         assert needed in alerts
 
 
+@pytest.mark.system  # promtool
 def test_alert_rules_pass_promtool():
     checked = subprocess.run(
         ["promtool", "check", "rules", str(ALERTS)], capture_output=True, text=True,
@@ -73,6 +75,7 @@ def test_alert_rules_pass_promtool():
     assert "SUCCESS: 7 rules found" in checked.stdout
 
 
+@pytest.mark.system  # promtool
 def test_the_cpu_ceiling_alert_counts_the_python_threads_only(tmp_path):
     """promtool's rule unit test: 0.9 of a core in the engine's Python threads for 15
     minutes fires; 0.5 in Python plus 0.5 in RocksDB's compactions (no GIL) does not."""

@@ -51,6 +51,8 @@ from timerwheel.wheels.domain import (
 )
 from timerwheel.wheels.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
 
+pytestmark = pytest.mark.system  # a long randomized search (a hypothesis state machine)
+
 TOPICS = ("orders", "reminders")
 DLQ_TOPICS = tuple(f"{topic}.dlq" for topic in TOPICS)
 RETENTION_MS = 2 * HOUR_MS

@@ -40,7 +40,8 @@ from timerwheel.observability import thread_cpu
 from timerwheel.server.app import TimerServer
 from timerwheel.wheels.settings import Settings
 
-pytestmark = pytest.mark.timeout(120)
+# system: load runs: worker processes and spawned servers
+pytestmark = [pytest.mark.system, pytest.mark.timeout(120)]
 
 QUIET = ("--no-progress",)
 

@@ -48,6 +48,7 @@ def test_a_log_line_to_a_pipe_without_reader_is_dropped_and_the_stream_points_at
         configure_logging("info", "json")
 
 
+@pytest.mark.system  # spawned `timerwheel serve`, one with --workers 2
 @pytest.mark.parametrize("extra", [(), ("--workers", "2")], ids=["one process", "workers 2"])
 def test_sigterm_stops_a_server_whose_stdout_reader_is_gone(tmp_path, extra):
     args = [

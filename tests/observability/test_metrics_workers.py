@@ -14,7 +14,8 @@ from helpers.metrics_scenario import clock_offset_to_second, run_scenario
 from timerwheel.observability.metrics_http import ScrapeGauges
 from timerwheel.procs.ipc import PeerUnavailable
 
-pytestmark = pytest.mark.wallclock
+# system: a `serve --workers 2` process tree
+pytestmark = [pytest.mark.system, pytest.mark.wallclock]
 
 
 def test_metrics_of_every_process_are_summed_by_the_supervisor(

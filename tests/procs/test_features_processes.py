@@ -4,10 +4,13 @@ in one process."""
 
 from __future__ import annotations
 
+import pytest
 from helpers.streams import Collector
 from helpers.time_of_day import wall_ms
 
 from timerwheel.v1 import timerwheel_pb2 as pb
+
+pytestmark = pytest.mark.system  # a `serve --workers 1` process tree
 
 
 def test_nack_dead_letters_series_reschedule_and_count_across_processes(tmp_path, serve_process):

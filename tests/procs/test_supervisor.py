@@ -26,7 +26,8 @@ from timerwheel.client import TimerClient
 from timerwheel.common import State
 from timerwheel.procs.supervisor import check_port
 
-pytestmark = pytest.mark.timeout(180)
+# system: `serve --workers` process trees, SIGKILLed
+pytestmark = [pytest.mark.system, pytest.mark.timeout(180)]
 
 
 def _send(client: TimerClient, topic: str, count: int, delay_ms: int) -> list[str]:

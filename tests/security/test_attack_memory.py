@@ -20,7 +20,8 @@ from helpers.waits import WAIT_S
 from timerwheel.client import RemoteError, TimerClient
 from timerwheel.v1 import timerwheel_pb2 as pb
 
-pytestmark = pytest.mark.wallclock
+# system: a real `timerwheel serve` taken to its memory limits
+pytestmark = [pytest.mark.system, pytest.mark.wallclock]
 
 MEMORY_BUDGET_BYTES = 1024**3  # docs/security.md, "Memory budget": default settings
 MIB = 1024 * 1024

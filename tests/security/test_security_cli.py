@@ -14,6 +14,8 @@ from timerwheel.cli.main import main
 from timerwheel.security.tokens import load_tokens, sha256_hex
 from timerwheel.wheels.settings import SettingsError
 
+pytestmark = pytest.mark.system  # real `timerwheel serve` processes
+
 
 @pytest.fixture
 def secured_serve(serve_process, tmp_path):

@@ -91,6 +91,7 @@ def test_manifest_time_ranges_and_slices_match_the_rows(store_dir, tmp_path):
     assert manifest["service_now_ms"] >= T0_MS
 
 
+@pytest.mark.system  # sst_dump, and spawned export workers
 @pytest.mark.parametrize("workers", [1, 2])  # 2: written by spawned worker processes
 def test_stock_sst_dump_reads_every_file_with_the_manifest_counts(store_dir, tmp_path, workers):
     sst_dump = shutil.which("sst_dump")

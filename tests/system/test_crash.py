@@ -19,6 +19,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from helpers.crash_child import SERIES_COUNT, SERIES_EVERY_MS, SERIES_ID
 
 from timerwheel.common import State
@@ -26,6 +27,8 @@ from timerwheel.engine.engine import Engine
 from timerwheel.store import keys
 from timerwheel.wheels.clock import VirtualClock
 from timerwheel.wheels.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
+
+pytestmark = pytest.mark.system  # an engine child SIGKILLed again and again
 
 SPEED = 600  # virtual ms per real ms: a minute cascade every 100 ms of real time
 BASE_MS = 1_700_002_800_000 - 10 * MINUTE_MS  # ten virtual minutes before an hour boundary

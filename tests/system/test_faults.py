@@ -31,6 +31,8 @@ from helpers.wal_sync_child import INJECTED, FailingSync
 from timerwheel.client import RemoteError, TimerClient
 from timerwheel.server.app import SERVICE_NAMES
 
+pytestmark = pytest.mark.system  # real `timerwheel serve` processes, a tmpfs filled up
+
 REPO = Path(__file__).resolve().parents[2]
 TMPFS_MB = 16  # room to open RocksDB (about 200 KiB) and for the few MiB the test writes
 # Small memtables and cache, so the store fits the small tmpfs (defaults are 32 MiB each).

@@ -21,7 +21,8 @@ from timerwheel.client import RemoteError, TimerClient
 from timerwheel.common import State
 from timerwheel.wheels.settings import HOUR_MS
 
-pytestmark = pytest.mark.wallclock
+# system: real `timerwheel serve` processes, SIGKILLed
+pytestmark = [pytest.mark.system, pytest.mark.wallclock]
 
 
 def _fire_now(client: TimerClient, topic: str, count: int) -> list[str]:

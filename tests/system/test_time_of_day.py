@@ -57,6 +57,7 @@ def test_offset_to_reaches_the_moment_within_the_hour():
         offset_to("60:00.000", base)
 
 
+@pytest.mark.system  # re-runs every `wallclock` test, five times
 @pytest.mark.parametrize("moment", WORST_MOMENTS)
 def test_wallclock_tests_pass_at_the_worst_moments_of_an_hour(moment, tmp_path):
     env = {**os.environ, TIME_OF_DAY_ENV: moment}
