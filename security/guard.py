@@ -12,8 +12,15 @@ UNAUTHENTICATED. A role the method does not allow: PERMISSION_DENIED, checked be
 request is even decoded. Topics outside the token's prefixes: see `timerwheel.security.access`.
 Every refusal names the method and the token's name and role, never the token.
 
-Health and reflection are not guarded: an orchestrator's probe carries no token, and
-reflection describes only the public API (proto/), which holds nothing secret.
+A refusal does not wait for the request: it is answered from a request-streaming handler,
+which grpcio runs without reading the request first (a unary handler's thread waits for
+it), so a caller without a token who sends headers and never the request holds no thread.
+
+Health is not guarded: an orchestrator's probe carries no token. Reflection describes
+only the public API (proto/), which holds nothing secret, but each stream holds a thread
+while open, so with a token file it needs a known token (any role); without one it is
+open to all, like every call. Both run within budgets of their own
+(timerwheel.server.stream_pool `Probes`), token or not.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from timerwheel.security.tokens import Principal, TokenTable
 log = structlog.get_logger("timerwheel.guard")
 
 BEARER = "bearer "
+REFLECTION_PREFIX = "/grpc.reflection."  # v1alpha and v1: ServerReflectionInfo
 
 
 class Undecodable:
@@ -67,6 +75,13 @@ class RequestGuard(grpc.ServerInterceptor):
     def intercept_service(self, continuation, details):
         handler = continuation(details)
         method = details.method
+        reflection = handler is not None and method.startswith(REFLECTION_PREFIX)
+        if reflection and self._tokens is not None:
+            try:
+                self._principal(method, details.invocation_metadata)
+            except Denied as denied:
+                return _refusal(handler, denied, "reflection")
+            return handler
         if handler is None or not method.startswith(SERVICE_PREFIX):
             return handler  # unknown methods (UNIMPLEMENTED), health, reflection
         if handler.request_streaming:
@@ -82,6 +97,17 @@ class RequestGuard(grpc.ServerInterceptor):
         """The caller's principal (None when the server has no tokens); Denied if refused."""
         if self._tokens is None:
             return None
+        principal = self._principal(method, metadata)
+        try:
+            check_role(principal, method, rule_for(method))
+        except Denied:
+            _log_denied(method, principal, "role")
+            raise
+        return principal
+
+    def _principal(self, method: str, metadata) -> Principal:
+        """The known token's principal, or Denied (UNAUTHENTICATED)."""
+        assert self._tokens is not None
         values = [value for key, value in metadata or () if key == "authorization"]
         bearer = values[0] if len(values) == 1 and isinstance(values[0], str) else ""
         if not bearer.lower().startswith(BEARER) or not bearer[len(BEARER) :].strip():
@@ -98,11 +124,6 @@ class RequestGuard(grpc.ServerInterceptor):
                 grpc.StatusCode.UNAUTHENTICATED,
                 f"{short_name(method)}: the bearer token is not one this server knows",
             )
-        try:
-            check_role(principal, method, rule_for(method))
-        except Denied:
-            _log_denied(method, principal, "role")
-            raise
         return principal
 
     def _request_check(self, principal: Principal | None, method: str):
@@ -160,9 +181,11 @@ def _wrapped(handler, method: str, check) -> grpc.RpcMethodHandler:
 
 
 def _refusal(handler, denied: Denied, method: str) -> grpc.RpcMethodHandler:
-    """A handler that refuses without decoding the request (it may be huge)."""
+    """A handler that refuses without reading the request: neither decoding it (it may be
+    huge) nor waiting for it (it may never come). Request-streaming whatever the method
+    is: grpcio hands such a behaviour the request iterator at once, which it leaves unread."""
 
-    def refuse(_request, context):
+    def refuse(_requests, context):
         metrics.recorder().refused(method, denied.code.name)
         context.abort(denied.code, str(denied))
 
@@ -170,8 +193,8 @@ def _refusal(handler, denied: Denied, method: str) -> grpc.RpcMethodHandler:
         return denied  # not decoded; grpcio takes None for a failed decode, so not None
 
     if handler.response_streaming:
-        return grpc.unary_stream_rpc_method_handler(refuse, ignore, handler.response_serializer)
-    return grpc.unary_unary_rpc_method_handler(refuse, ignore, handler.response_serializer)
+        return grpc.stream_stream_rpc_method_handler(refuse, ignore, handler.response_serializer)
+    return grpc.stream_unary_rpc_method_handler(refuse, ignore, handler.response_serializer)
 
 
 def _log_denied(method: str, principal: Principal | None, why: str) -> None:

@@ -7,6 +7,10 @@ budget is at least `max_request_bytes` (checked by Settings).
 
 `PerKeyLimit` counts what each caller holds (Subscribe streams) by an identity key, so one
 caller's idle streams cannot lock every other consumer out (`caller_identity`).
+
+`CallBudget` bounds calls anyone may make without a token (health Check and Watch,
+reflection): so many at once in all, and so many per caller, refused at once beyond, so
+such calls can hold no more than their own small pool (timerwheel.server.stream_pool).
 """
 
 from __future__ import annotations
@@ -78,6 +82,38 @@ class PerKeyLimit:
     def count(self, key: str) -> int:
         with self._lock:
             return self._counts.get(key, 0)
+
+
+class CallBudget:
+    """At most `limit` calls at once in all, and `per_key` of them per key."""
+
+    def __init__(self, limit: int, setting: str, per_key: int, per_key_setting: str) -> None:
+        self.limit = limit
+        self._setting = setting
+        self._per_key = PerKeyLimit(per_key, per_key_setting)
+        self._held = 0
+        self._lock = threading.Lock()
+
+    @property
+    def held(self) -> int:
+        with self._lock:
+            return self._held
+
+    def acquire(self, key: str, what: str) -> None:
+        """One place for `key`, or Overloaded naming the limit it would go over."""
+        with self._lock:
+            if self._held >= self.limit:
+                raise Overloaded(
+                    f"{what}: this server process already has {self._held} open "
+                    f"({self._setting}={self.limit}); retry later"
+                )
+            self._per_key.acquire(key, what)
+            self._held += 1
+
+    def release(self, key: str) -> None:
+        with self._lock:
+            self._per_key.release(key)
+            self._held -= 1
 
 
 def caller_identity(context: grpc.ServicerContext) -> str:

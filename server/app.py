@@ -10,6 +10,9 @@ delivery hub refuses streams beyond `max_subscribers`), while unary calls run on
 `grpc_workers` threads: subscribers can never take the threads unary calls need, and
 unary calls never run 288 at once. Ack and Nack run on `settle_workers` threads of their
 own (timerwheel.server.settle_pool), so a consumer's acks never wait behind queued sends.
+Health and reflection, open to callers without a token, run on a small pool of their own
+within budgets (timerwheel.server.stream_pool `Probes`): they cannot take the threads
+Subscribe or unary calls need, nor bring grpcio's `maximum_concurrent_rpcs` within reach.
 
 Shutdown (`stop`, run on SIGTERM by `timerwheel serve`): health goes NOT_SERVING; the
 delivery hub ends the Subscribe streams (un-acked messages stay in the store and are
@@ -51,7 +54,7 @@ from timerwheel.security.settings import SecuritySettings
 from timerwheel.server.admin_service import TimerAdmin
 from timerwheel.server.service import TimerService
 from timerwheel.server.settle_pool import SettlePool
-from timerwheel.server.stream_pool import StreamPool
+from timerwheel.server.stream_pool import Probes, StreamPool
 from timerwheel.server.worker_health import WorkerHealth
 from timerwheel.v1 import timerwheel_pb2 as pb
 from timerwheel.v1 import timerwheel_pb2_grpc as pb_grpc
@@ -109,6 +112,9 @@ def build_grpc_server(
     stream_threads = settings.max_subscribers + settings.grpc_workers
     stream_pool = ThreadPoolExecutor(stream_threads, thread_name_prefix="grpc-stream")
     settle_pool = ThreadPoolExecutor(settings.settle_workers, thread_name_prefix="grpc-settle")
+    # Health and reflection, which callers without a token reach: a small pool and budgets
+    # of their own, so they can never take a thread TimerService needs.
+    probes = Probes.of(settings)
     server = grpc.server(
         unary_pool,
         maximum_concurrent_rpcs=settings.max_concurrent_rpcs,  # beyond: RESOURCE_EXHAUSTED
@@ -119,7 +125,7 @@ def build_grpc_server(
         ],
         # The pools first: they wrap what the guard returns, so the pool they set is seen.
         interceptors=[
-            StreamPool(stream_pool),
+            StreamPool(stream_pool, probes),
             SettlePool(settle_pool),
             RequestGuard(protection.tokens, engine.topic_of),
         ],
@@ -132,7 +138,8 @@ def build_grpc_server(
     reflection.enable_server_reflection(
         (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
-    return GrpcServer(server, health_servicer, (unary_pool, stream_pool, settle_pool))
+    pools = (unary_pool, stream_pool, settle_pool, probes.pool)
+    return GrpcServer(server, health_servicer, pools)
 
 
 def set_serving(health_servicer: health.HealthServicer, serving: bool = True) -> None:

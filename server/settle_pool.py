@@ -34,8 +34,8 @@ class SettlePool(grpc.ServerInterceptor):
 
     def intercept_service(self, continuation, details):
         handler = continuation(details)
-        if handler is None or details.method not in SETTLE_METHODS:
-            return handler
+        if handler is None or details.method not in SETTLE_METHODS or handler.request_streaming:
+            return handler  # the guard's refusals read no request and run anywhere
         return grpc.unary_unary_rpc_method_handler(
             on_pool(handler.unary_unary, self._pool),
             handler.request_deserializer,

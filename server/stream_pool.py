@@ -10,19 +10,42 @@ runs): calls beyond the pool wait in its queue, and a thread that finishes a cal
 the next without sleeping.
 
 So the server's own pool has `grpc_workers` threads, for unary calls, and every streaming
-method (Subscribe, health's Watch, reflection) runs on a second pool, through grpcio's
+method of TimerService (Subscribe) runs on a second pool, through grpcio's
 per-method pool (a behaviour's `experimental_thread_pool` attribute, grpc/_server.py
 `_select_thread_pool_for_behavior`). That pool has `max_subscribers` threads for the
 streams the delivery hub admits and `grpc_workers` more: a stream beyond the limit must
 still run, to be refused with RESOURCE_EXHAUSTED, and would otherwise wait in the pool's
 queue for a thread no open stream gives back. Streams still never starve unary calls.
+
+Health and reflection run on a third pool, small, of their own (`Probes`). Anyone may call
+them without a token (reflection only while the server has no token file), and a Watch
+or reflection stream held a thread for as long as it was open: on the streams' pool,
+idle Watch streams from callers without a token took the threads Subscribe needs, and
+the calls queued behind them counted against grpcio's `maximum_concurrent_rpcs` until
+it refused every call, health Check included. Now each of Check, Watch and reflection
+has a budget of calls at once (in all and per connection), taken before the call waits
+for anything, even its request: a caller that sends headers and never the request holds
+a place of that budget, not a thread of anyone else's. The pool has a thread for every
+place and two more, so a call over its budget is refused at once (RESOURCE_EXHAUSTED,
+naming the setting) rather than queued, and health's calls can neither take the threads
+of TimerService nor pile up in a queue towards the server's global limit.
 """
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import grpc
+
+from timerwheel.security.guard import REFLECTION_PREFIX
+from timerwheel.security.limits import CallBudget, caller_identity
+from timerwheel.wheels.domain import Overloaded
+from timerwheel.wheels.settings import Settings
+
+HEALTH_CHECK = "/grpc.health.v1.Health/Check"
+HEALTH_WATCH = "/grpc.health.v1.Health/Watch"
+SPARE_PROBE_THREADS = 2  # threads no admitted call can hold: refusals run on them
 
 _HANDLER_OF = {  # (request streaming, response streaming) -> factory, behaviour attribute
     (False, True): (grpc.unary_stream_rpc_method_handler, "unary_stream"),
@@ -41,15 +64,124 @@ def on_pool(behaviour, pool: ThreadPoolExecutor):
     return on_its_pool
 
 
-class StreamPool(grpc.ServerInterceptor):
-    """Puts every streaming method's calls on `pool`; unary calls keep the server's."""
+@dataclass(frozen=True)
+class Probes:
+    """Health's and reflection's pool and their budgets (see the module docstring)."""
 
-    def __init__(self, pool: ThreadPoolExecutor) -> None:
+    pool: ThreadPoolExecutor
+    checks: CallBudget
+    watches: CallBudget
+    reflection: CallBudget
+
+    @classmethod
+    def of(cls, settings: Settings) -> Probes:
+        per_peer = settings.max_health_per_peer
+        checks = CallBudget(
+            settings.max_health_checks, "max_health_checks", per_peer, "max_health_per_peer"
+        )
+        watches = CallBudget(
+            settings.max_health_watches, "max_health_watches", per_peer, "max_health_per_peer"
+        )
+        streams = settings.max_reflection_streams
+        reflection = CallBudget(
+            streams, "max_reflection_streams", streams, "max_reflection_streams"
+        )
+        pool = ThreadPoolExecutor(probe_threads(settings), thread_name_prefix="grpc-probe")
+        return cls(pool, checks, watches, reflection)
+
+    def budget_of(self, method: str) -> tuple[CallBudget, str] | None:
+        if method == HEALTH_CHECK:
+            return self.checks, "Health.Check"
+        if method == HEALTH_WATCH:
+            return self.watches, "Health.Watch"
+        if method.startswith(REFLECTION_PREFIX):
+            return self.reflection, "reflection"
+        return None
+
+
+def probe_threads(settings: Settings) -> int:
+    """A thread for every place of the probes' budgets, and spares for refusals."""
+    return (
+        settings.max_health_checks + settings.max_health_watches
+        + settings.max_reflection_streams + SPARE_PROBE_THREADS
+    )  # fmt: skip
+
+
+def admitted(handler: grpc.RpcMethodHandler, budget: CallBudget, what: str, pool):
+    """`handler` on `pool`, each call admitted by `budget` before anything else.
+
+    The handler returned reads its request itself (grpcio gives a request-streaming
+    behaviour the request iterator at once, where a unary one waits on its thread for the
+    request first), so the budget is taken before the call can wait on anything. The
+    place is given back when the call ends, however it ends (a context callback)."""
+
+    def admit(context) -> None:
+        key = caller_identity(context)
+        try:
+            budget.acquire(key, what)
+        except Overloaded as exc:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
+        if not context.add_callback(lambda: budget.release(key)):
+            budget.release(key)  # the call has already ended
+
+    def only(requests, context):
+        for request in requests:
+            return request
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{what}: expects one request")
+
+    if handler.request_streaming and handler.response_streaming:
+        inner_both = handler.stream_stream
+
+        def both(requests, context):
+            admit(context)
+            yield from inner_both(requests, context)
+
+        behaviour, factory = both, grpc.stream_stream_rpc_method_handler
+    elif handler.response_streaming:
+        inner_stream = handler.unary_stream
+
+        def stream(requests, context):
+            admit(context)
+            yield from inner_stream(only(requests, context), context)
+
+        behaviour, factory = stream, grpc.stream_stream_rpc_method_handler
+    elif handler.request_streaming:
+        inner_unary_of_stream = handler.stream_unary
+
+        def unary_of_stream(requests, context):
+            admit(context)
+            return inner_unary_of_stream(requests, context)
+
+        behaviour, factory = unary_of_stream, grpc.stream_unary_rpc_method_handler
+    else:
+        inner_unary = handler.unary_unary
+
+        def unary(requests, context):
+            admit(context)
+            return inner_unary(only(requests, context), context)
+
+        behaviour, factory = unary, grpc.stream_unary_rpc_method_handler
+    return factory(
+        on_pool(behaviour, pool), handler.request_deserializer, handler.response_serializer
+    )
+
+
+class StreamPool(grpc.ServerInterceptor):
+    """Puts every streaming method's calls on `pool`, and health's and reflection's on
+    `probes` (when given) within their budgets; unary calls keep the server's pool."""
+
+    def __init__(self, pool: ThreadPoolExecutor, probes: Probes | None = None) -> None:
         self._pool = pool
+        self._probes = probes
 
     def intercept_service(self, continuation, details):
         handler = continuation(details)
-        if handler is None or not (handler.request_streaming or handler.response_streaming):
+        if handler is None:
+            return handler
+        probe = self._probes.budget_of(details.method) if self._probes else None
+        if probe is not None:
+            return admitted(handler, *probe, self._probes.pool)
+        if not (handler.request_streaming or handler.response_streaming):
             return handler
         factory, attribute = _HANDLER_OF[handler.request_streaming, handler.response_streaming]
         return factory(

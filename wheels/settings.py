@@ -157,6 +157,14 @@ class Settings:
     max_delivery_bytes: int = 64 * 1024 * 1024
     max_concurrent_rpcs: int = 512  # per gRPC process: calls beyond it are refused
     max_subscribers_per_peer: int = 64  # Subscribe streams of one connection (or token)
+    # Calls anyone may make without a token run on a small pool of their own, within these
+    # budgets (timerwheel.server.stream_pool, docs/security.md "Health and reflection"): over
+    # one, a call is refused at once with RESOURCE_EXHAUSTED, and never takes a thread
+    # TimerService needs. Check is what load balancers and probes should call.
+    max_health_checks: int = 8  # health Check calls being answered at once
+    max_health_watches: int = 8  # open health Watch streams, each holding a thread
+    max_health_per_peer: int = 2  # of each of those, per connection
+    max_reflection_streams: int = 2  # open reflection streams (a token needed, if tokens)
 
     # Prometheus metrics (docs/metrics.md): /metrics over HTTP on metrics_host:metrics_port.
     # Off by default (-1): an endpoint without TLS or tokens is opened only when asked for;
@@ -244,6 +252,7 @@ class Settings:
                 f"hour_cascade_lead_ms={self.hour_cascade_lead_ms}: must be above "
                 f"minute_cascade_lead_ms ({self.minute_cascade_lead_ms}) and under one hour"
             )
+        _check_rpc_room(self)
         pace = self.cascade_pace_percent
         if type(pace) is not int or not 0 <= pace <= MAX_CASCADE_PACE_PERCENT:
             raise SettingsError(
@@ -277,7 +286,8 @@ _POSITIVE_FIELDS = (
     "max_request_bytes", "shutdown_grace_ms", "fired_cache_bytes", "max_list_bytes",
     "max_delivery_bytes",
     "max_ack_ids", "max_inflight_request_bytes", "max_concurrent_rpcs",
-    "max_subscribers_per_peer",
+    "max_subscribers_per_peer", "max_health_checks", "max_health_watches",
+    "max_health_per_peer", "max_reflection_streams",
 )  # fmt: skip
 
 
@@ -286,6 +296,30 @@ def _check_positive(settings: Settings, names: tuple[str, ...]) -> None:
         value = getattr(settings, name)
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             raise SettingsError(f"{name}={value!r}: must be a positive integer")
+
+
+def _check_rpc_room(settings: Settings) -> None:
+    """Every call the server's pools can run at once must fit under max_concurrent_rpcs:
+    grpcio refuses *every* call beyond it, so streams the server admits by design (or the
+    health and reflection calls anyone may make) must never be enough to reach it."""
+    if settings.max_health_per_peer > max(settings.max_health_checks, settings.max_health_watches):
+        raise SettingsError(
+            f"max_health_per_peer={settings.max_health_per_peer}: must not exceed "
+            f"max_health_checks ({settings.max_health_checks}) or max_health_watches "
+            f"({settings.max_health_watches})"
+        )
+    threads = (
+        2 * settings.grpc_workers + settings.max_subscribers + settings.settle_workers
+        + settings.max_health_checks + settings.max_health_watches
+        + settings.max_reflection_streams
+    )  # fmt: skip
+    if settings.max_concurrent_rpcs <= threads:
+        raise SettingsError(
+            f"max_concurrent_rpcs={settings.max_concurrent_rpcs}: must be above the {threads} "
+            "calls the server's threads can run at once (2 * grpc_workers + max_subscribers "
+            "+ settle_workers + max_health_checks + max_health_watches + "
+            "max_reflection_streams), or streams alone could make it refuse every call"
+        )
 
 
 def _check_console(settings: Settings) -> None:
