@@ -31,7 +31,7 @@ del ROOMS["timerwheel"]
 # Lowest first: a room may import the rooms before it, never one after it. The client
 # package (timerwheel/: the public vocabulary, the clients, the protos) is below them all.
 LAYERS = [
-    "wheels", "store", "observability", "engine", "security", "delivery", "console",
+    "wheels", "store", "observability", "engine", "cluster", "security", "delivery", "console",
     "server", "procs", "loadtest", "capacity", "cli",
 ]  # fmt: skip
 
