@@ -2,7 +2,7 @@
 
 A series fires occurrence 1 at its first time, then occurrence n+1 at the next time of
 its schedule after occurrence n's time: `every_ms` later, or the next match of its cron
-expression in its time zone (croniter, which handles daylight-saving changes). Missed
+expression in its time zone (croniter; daylight-saving changes: see `next_after`). Missed
 occurrences (their time passed before the writer got to them, e.g. while the server was
 down) follow `Repeat.missed`: FIRE_EACH fires each of them, FIRE_ONCE fires the overdue
 one and continues with the first time after now.
@@ -10,7 +10,7 @@ one and continues with the first time after now.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, tzinfo
+from datetime import UTC, datetime, timedelta, tzinfo
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -60,12 +60,56 @@ def validate_repeat(repeat: Repeat, start_ms: int, settings: Settings, prefix: s
 
 
 def next_after(repeat: Repeat, t_ms: int) -> int:
-    """The first time of the schedule strictly after `t_ms`."""
+    """The first time of the schedule strictly after `t_ms`.
+
+    A cron schedule fires once per wall-clock match in its zone. When the clocks go back,
+    the wall times of the repeated hour occur twice; a match among them fires at the first
+    of its two instants only (as cronie does for a job at a fixed time of day), so
+    `30 1 * * *` in New York fires once on the fall-back day, and `0 * * * *` fires no
+    repeated 01:00. Without this, croniter would offer the second instant as a new match
+    after the first had fired. When the clocks go forward, croniter fires a match whose
+    wall time does not exist (02:30 in the skipped hour) once, at the instant the clocks
+    jump to (03:00); matches that fall in the same gap share that one instant, being the
+    same time, so they fire once together.
+    """
     if not repeat.cron:
         return t_ms + repeat.every_ms
     zone = _zone(repeat.time_zone, "repeat.")
-    start = datetime.fromtimestamp(t_ms / 1000, zone)
-    return int(croniter(repeat.cron, start).get_next(float) * 1000)
+    after_ms = t_ms
+    while True:
+        start = datetime.fromtimestamp(after_ms / 1000, zone)
+        match_ms = int(croniter(repeat.cron, start).get_next(float) * 1000)
+        first_ms, repeat_ms = _first_instant_ms(zone, match_ms)
+        if first_ms > t_ms:
+            return first_ms
+        # The match's wall time already came, before the clocks went back: so did every
+        # match in the rest of the repeated hour (croniter found none between `t_ms` and
+        # this one), so the search resumes where the repeated hour ends.
+        after_ms = _end_of_repeat_ms(zone, match_ms, match_ms + repeat_ms) - 1
+
+
+def _first_instant_ms(zone: tzinfo, t_ms: int) -> tuple[int, int]:
+    """The first instant with the wall time (in `zone`) of `t_ms`, and how far apart the
+    two instants of a repeated wall time are (0 for a wall time that occurs once)."""
+    local = datetime.fromtimestamp(t_ms / 1000, zone)
+    if not local.fold:
+        return t_ms, 0
+    first_offset, second_offset = local.replace(fold=0).utcoffset(), local.utcoffset()
+    assert first_offset is not None and second_offset is not None  # a zone has offsets
+    shift_ms = (first_offset - second_offset) // timedelta(milliseconds=1)
+    return t_ms - shift_ms, shift_ms
+
+
+def _end_of_repeat_ms(zone: tzinfo, inside_ms: int, beyond_ms: int) -> int:
+    """The first instant after `inside_ms` (within a repeated hour, the second pass) whose
+    wall time occurs once again; `beyond_ms` is known to be such an instant."""
+    while beyond_ms - inside_ms > 1:  # bisect: a transition need not be on a whole minute
+        middle = (inside_ms + beyond_ms) // 2
+        if datetime.fromtimestamp(middle / 1000, zone).fold:
+            inside_ms = middle
+        else:
+            beyond_ms = middle
+    return beyond_ms
 
 
 def next_occurrence_ms(repeat: Repeat, at_ms: int, now_ms: int) -> int:
