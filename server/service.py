@@ -295,6 +295,8 @@ class TimerService(pb_grpc.TimerServiceServicer):
 
     def Nack(self, request: pb.NackRequest, context: grpc.ServicerContext) -> pb.NackResponse:
         with rpc_errors(context, "Nack"):
+            # Before the ids are copied into a list: a huge refused Nack costs no memory.
+            validate_ack_count(len(request.message_ids), self._engine.settings, "Nack")
             nacked, dead = self._hub.nack(
                 request.topic, list(request.message_ids), request.reason,
                 request.redeliver_after_ms,

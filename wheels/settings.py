@@ -148,7 +148,7 @@ class Settings:
     # budget", adds them up). Bytes, not counts, wherever a count would let big bodies in.
     fired_cache_bytes: int = 64 * 1024 * 1024  # fired records kept in memory for delivery
     max_list_bytes: int = 8 * 1024 * 1024  # records read for one List page (one at least)
-    max_ack_ids: int = 10_000  # ids in one Ack call
+    max_ack_ids: int = 10_000  # ids in one Ack call, and in one Nack call
     # Request bytes held at once by one gRPC process (a worker): a request that would go
     # over is refused at once with RESOURCE_EXHAUSTED instead of waiting in memory.
     max_inflight_request_bytes: int = 32 * 1024 * 1024

@@ -103,12 +103,14 @@ def validate_message_refs(message_ids: list[str], field: str = "message_ids") ->
         validate_message_ref(message_id, f"{field}[{index}]")
 
 
-def validate_ack_count(count: int, settings: Settings) -> None:
-    """One Ack's ids are one writer operation: bounded, so the loop that fires is never held
-    long by a single call (a million unknown ids once held it 2.8 s)."""
+def validate_ack_count(count: int, settings: Settings, call: str = "Ack") -> None:
+    """One Ack's or Nack's ids are bounded by `max_ack_ids`: an Ack's are one writer
+    operation, so the loop that fires is never held long by a single call, and a Nack's
+    are held as a list while the delivery lock is taken, so a few huge ones at once would
+    take the server's memory. Checked on the count, before any id is copied."""
     if count > settings.max_ack_ids:
         raise InvalidArgument(
-            "message_ids", f"<{count} ids>", f"at most {settings.max_ack_ids} per Ack"
+            "message_ids", f"<{count} ids>", f"at most {settings.max_ack_ids} per {call}"
         )
 
 
@@ -279,7 +281,9 @@ MAX_REASON_LEN = 1_024  # a nack's reason, kept on a dead letter
 def validate_nack(
     message_ids: list[str], reason: str, redeliver_after_ms: int, settings: Settings
 ) -> None:
-    """A Nack's fields: ids, a bounded reason, a backoff within the maximum delay."""
+    """A Nack's fields: at most `max_ack_ids` ids, a bounded reason, a backoff within the
+    maximum delay."""
+    validate_ack_count(len(message_ids), settings, "Nack")
     validate_message_refs(message_ids)
     if len(reason) > MAX_REASON_LEN:
         raise InvalidArgument(

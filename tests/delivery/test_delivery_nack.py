@@ -76,6 +76,19 @@ def test_nack_refuses_bad_input_naming_the_field(client):
     assert client.list("jobs") == ([], "")  # nothing stored
 
 
+def test_nack_refuses_more_ids_than_max_ack_ids_naming_the_count(make_server):
+    """A Nack's ids are capped like an Ack's: one over is refused before any is looked at
+    (a Nack of a million ids, a few at once, once took the server's memory)."""
+    server = make_server(max_ack_ids=50)
+    with _client(server) as client:
+        message_id = client.send("capped", b"x", delay_ms=0).message_id
+        error = status_of(lambda: client.nack("capped", [message_id] + ["n"] * 50))
+        assert error.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert "message_ids='<51 ids>'" in error.details, error.details
+        assert "at most 50 per Nack" in error.details, error.details
+        assert client.nack("capped", ["n"] * 50).nacked == 0  # the cap itself is taken
+
+
 def test_nacks_up_to_max_attempts_move_the_message_to_its_dead_letter_topic(
     make_server, collectors
 ):
