@@ -32,7 +32,6 @@ from typing import Any
 import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
 from timerwheel.console.http import ConsoleEndpoint, api_target
 from timerwheel.delivery.api import DeliveryApi
@@ -51,6 +50,7 @@ from timerwheel.security.protection import (
     log_protection,
 )
 from timerwheel.security.settings import SecuritySettings
+from timerwheel.server import reflection
 from timerwheel.server.admin_service import TimerAdmin
 from timerwheel.server.service import TimerService
 from timerwheel.server.settle_pool import SettlePool
@@ -135,9 +135,7 @@ def build_grpc_server(
     pb_grpc.add_TimerAdminServicer_to_server(admin, server)
     health_servicer = WorkerHealth(*worker)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection(
-        (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
-    )
+    reflection.enable((*SERVICE_NAMES, health.SERVICE_NAME), server)  # v1 and v1alpha
     pools = (unary_pool, stream_pool, settle_pool, probes.pool)
     return GrpcServer(server, health_servicer, pools)
 

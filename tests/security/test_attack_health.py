@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2
 from helpers.credentials import write_tokens
 from helpers.waits import WAIT_S
 
@@ -161,11 +161,16 @@ def test_unauthenticated_health_floods_take_nothing_from_token_holders(secured):
 
         # Without a token, reflection and Subscribe are refused at once.
         with own_channel(target) as stranger:
-            reflect = reflection_pb2_grpc.ServerReflectionStub(stranger).ServerReflectionInfo
             ask = reflection_pb2.ServerReflectionRequest(list_services="")
-            with pytest.raises(grpc.RpcError) as no_token:
-                list(reflect(iter([ask]), timeout=WAIT_S))
-            assert no_token.value.code() is grpc.StatusCode.UNAUTHENTICATED
+            for version in ("v1alpha", "v1"):  # both names reflection answers under
+                reflect = stranger.stream_stream(
+                    f"/grpc.reflection.{version}.ServerReflection/ServerReflectionInfo",
+                    request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+                    response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
+                )
+                with pytest.raises(grpc.RpcError) as no_token:
+                    list(reflect(iter([ask]), timeout=WAIT_S))
+                assert no_token.value.code() is grpc.StatusCode.UNAUTHENTICATED, version
             subscribe = pb_grpc.TimerServiceStub(stranger).Subscribe
             with pytest.raises(grpc.RpcError) as no_token:
                 next(subscribe(pb.SubscribeRequest(topic="jobs.waiting"), timeout=WAIT_S))

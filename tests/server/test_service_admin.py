@@ -9,7 +9,9 @@ import time
 
 import grpc
 import pytest
+from google.protobuf import descriptor_pb2
 from google.protobuf.descriptor_pool import DescriptorPool
+from grpc_reflection.v1alpha import reflection_pb2
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
     ProtoReflectionDescriptorDatabase,
 )
@@ -51,6 +53,40 @@ def test_reflection_lists_and_describes_the_api(client):
     send = pool.FindMessageTypeByName("timerwheel.v1.SendRequest")
     assert send.fields_by_name["delay_level"].number == 7
     assert send.oneofs_by_name["when"].fields[0].name == "deliver_at_ms"
+
+
+def reflect_v1(channel: grpc.Channel, request: reflection_pb2.ServerReflectionRequest):
+    """One request to grpc.reflection.v1 (its messages are v1alpha's on the wire)."""
+    info = channel.stream_stream(
+        "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+        request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+        response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
+    )
+    (response,) = list(info(iter([request]), timeout=WAIT_S))
+    return response
+
+
+def test_reflection_answers_under_v1_as_well_as_v1alpha(client):
+    listed = reflect_v1(client.channel, reflection_pb2.ServerReflectionRequest(list_services=""))
+    services = {s.name for s in listed.list_services_response.service}
+    assert {"timerwheel.v1.TimerService", "grpc.health.v1.Health"} <= services
+    assert {"grpc.reflection.v1.ServerReflection",
+            "grpc.reflection.v1alpha.ServerReflection"} <= services  # fmt: skip
+
+    # Every listed service can be described, v1's own included (grpcurl describe).
+    for symbol in ("timerwheel.v1.TimerService", "grpc.reflection.v1.ServerReflection"):
+        ask = reflection_pb2.ServerReflectionRequest(file_containing_symbol=symbol)
+        answer = reflect_v1(client.channel, ask)
+        assert answer.HasField("file_descriptor_response"), answer
+        files = [
+            descriptor_pb2.FileDescriptorProto.FromString(raw)
+            for raw in answer.file_descriptor_response.file_descriptor_proto
+        ]
+        package = symbol.rsplit(".", 1)[0]
+        assert any(f.package == package for f in files)
+    v1 = next(f for f in files if f.package == "grpc.reflection.v1")
+    (method,) = v1.service[0].method
+    assert method.input_type == ".grpc.reflection.v1.ServerReflectionRequest"
 
 
 def test_stats_reports_process_store_and_backlog(client, collectors):
