@@ -9,7 +9,9 @@ If an upgrade changes any of these, the cluster design must be looked at again:
     sequence: <the newer marker's sequence>" once a newer marker is written, as the pure
     rule in cluster/fencing.py says;
 (c) KV `create` fails on an existing key, `update(last=revision)` fails on a stale
-    revision, revisions only grow, and a key expires with the bucket's TTL;
+    revision, revisions only grow, a key expires with the bucket's TTL; with limit markers
+    a watcher sees the expiry (a PURGE entry), and the marker must be written over by an
+    update asserting its revision (nats-py's create refuses it);
 (d) SIGKILL of a stream's leader: the others elect a new leader and the acknowledged
     message is still there.
 Each test has its own cluster (started in well under a second), stopped in a `finally`.
@@ -181,6 +183,45 @@ def test_kv_create_and_compare_and_set_and_ttl(cluster):
                 await asyncio.sleep(0.1)
             again = await kv.create("p0", b"node-b")
             assert again > renewed
+        finally:
+            await client.close()
+
+    run(check)
+
+
+def test_a_watcher_sees_a_lease_expire(cluster):
+    """With limit markers the bucket writes a marker when the TTL removes a key: a standby's
+    watch wakes at the expiry (LeaseView.key_changed) instead of polling for it."""
+
+    async def check() -> None:
+        client = await connect(cluster.urls[0])
+        try:
+            js = client.jetstream(timeout=5)
+            config = KeyValueConfig(
+                bucket="timerwheel-leases", history=1, ttl=1.0, limit_marker_ttl=1.0,
+                replicas=3, storage=StorageType.FILE,
+            )  # fmt: skip
+            kv = await js.create_key_value(config)
+            created = await until_ready(lambda: kv.create("p0", b"node-a"))
+            watcher = await kv.watch("p0")
+            entry = await watcher.updates(timeout=5)
+            assert entry is not None and entry.revision == created and entry.operation is None
+            assert await watcher.updates(timeout=5) is None  # the initial values are done
+            expired = await watcher.updates(timeout=10)
+            assert expired is not None and expired.operation == "PURGE"
+            assert expired.revision > created
+            # The marker is the key's last message (headers Nats-Marker-Reason: MaxAge, no
+            # KV-Operation): nats-py's get returns it as an entry without a value and its
+            # create refuses to write over it; an update asserting the marker's revision
+            # wins. The lease store's NATS side must treat it as an absent key.
+            marker = await kv.get("p0")
+            assert marker.revision == expired.revision and marker.value is None
+            with pytest.raises(js_errors.KeyWrongLastSequenceError) as over:
+                await kv.create("p0", b"node-b")
+            assert over.value.description == f"wrong last sequence: {expired.revision}"
+            again = await kv.update("p0", b"node-b", last=expired.revision)
+            assert again > expired.revision
+            await watcher.stop()
         finally:
             await client.close()
 
