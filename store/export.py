@@ -63,7 +63,12 @@ from timerwheel.store.export_files import (
 from timerwheel.store.export_location import ExportLocation
 from timerwheel.store.export_parallel import PARALLEL_MIN_ROWS, SliceFiles
 from timerwheel.store.export_slices import CheckpointReader, Progress, SliceWriter
-from timerwheel.store.integrity import StoreRefused, check_meta
+from timerwheel.store.integrity import (
+    StoreRefused,
+    check_data_dir,
+    check_meta,
+    check_store_read_only,
+)
 from timerwheel.store.rocks import RocksDatabase
 from timerwheel.wheels.domain import FailedPrecondition
 
@@ -123,6 +128,8 @@ def export_data_dir(
         raise ExportError(f"data dir {data_dir!r} is not a RocksDB database (no CURRENT file)")
     _check_output(out_dir)  # before opening: a bad --out must not touch the store
     try:
+        if not check_data_dir(data_dir):  # refused before the open for writing touches it
+            check_store_read_only(data_dir)
         database = RocksDatabase(data_dir)  # refuses a non-store (timerwheel.store.integrity)
     except StoreRefused as exc:
         raise ExportError(str(exc)) from exc

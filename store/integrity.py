@@ -17,19 +17,27 @@ Opening a store decides between three cases, and only one of them creates anythi
   whose `ready` keys would overwrite un-acked fired messages, and put the cascade
   horizons where timers already wait: it must be restored, not guessed at.
 
-Every refusal is one line that names the data dir, what is wrong and what to do.
+Every refusal is one line that names the data dir, what is wrong and what to do, and
+no refusal changes a byte of the data dir: `check_data_dir` only lists it, and
+`check_store_read_only` reads `meta` without opening the store for writing (an open for
+writing rewrites RocksDB's LOG, MANIFEST, OPTIONS and WAL even when nothing is put).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from itertools import islice
 
-from rocksdict import Rdict
+import structlog
+from rocksdict import AccessType, Options, Rdict
 
 from timerwheel.store import keys
 from timerwheel.wheels.scheduler import CascadeState, SchedulerState, TimerKey
 from timerwheel.wheels.wheel import LEVELS
+
+log = structlog.get_logger("timerwheel.store")
 
 # Families every timerwheel store has had since the first release; later ones (extras,
 # counts, trace) are created when an older store is opened, so they are not required.
@@ -163,3 +171,47 @@ def check_meta(database) -> None:
     readers that open a stopped store without a scheduler, such as `export --data-dir`)."""
     if not is_empty(database.families):
         decode_state(database.path, database.families[keys.CF_META])
+
+
+# What a read-only view of a store leaves out: RocksDB's info log (a read-only open
+# rolls it) and its LOCK (never taken read-only), and rocksdict's config file (rewritten
+# by every open, whatever its access type).
+_NOT_VIEWED = ("LOG", "LOCK", "rocksdict-config.json")
+
+
+def check_store_read_only(path: str) -> None:
+    """`StoreDamaged` when the used store at `path` (one `check_data_dir` said is a
+    timerwheel store) is neither empty nor holding a whole `meta`; checked before it is
+    opened for writing, so a refusal leaves every file of it as it was.
+
+    RocksDB opens it read-only through a view: a temporary directory of symbolic links
+    to its files, without the ones an open would write (`_NOT_VIEWED`). A read-only open
+    replays the WAL into memory and writes nothing to the database's files; its own LOG
+    and rocksdict's config file land in the view, which is removed afterwards. When the
+    view cannot be opened (a live server compacting it away under the links, say), this
+    says nothing: the open for writing that follows applies the same rules."""
+    view = tempfile.mkdtemp(prefix="timerwheel-check-")
+    try:
+        for name in os.listdir(path):
+            if not name.startswith(_NOT_VIEWED):
+                os.symlink(os.path.join(os.path.abspath(path), name), os.path.join(view, name))
+        try:
+            names = Rdict.list_cf(view)
+            database = Rdict(
+                view, options=Options(raw_mode=True),
+                column_families={name: Options(raw_mode=True) for name in names},
+                access_type=AccessType.read_only(),
+            )  # fmt: skip
+        except Exception as exc:
+            log.info("store_read_only_check_skipped", data_dir=path, error=str(exc))
+            return
+        families: dict = {}
+        try:
+            families.update((name, database.get_column_family(name)) for name in names)
+            if not is_empty(families):
+                decode_state(path, families[keys.CF_META])
+        finally:
+            families.clear()  # the column families first: they hold the database open
+            database.close()
+    finally:
+        shutil.rmtree(view, ignore_errors=True)

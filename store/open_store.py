@@ -1,8 +1,11 @@
 """Opening a store: the one path from a data dir to a `TimerStore` and its scheduler state.
 
-The rules of what may be opened are `timerwheel.store.integrity`'s. Here they are applied in order:
-the directory is checked before RocksDB creates anything, the families once it is open,
-and `meta` last. A new store gets its first scheduler state written at once, so a store
+The rules of what may be opened are `timerwheel.store.integrity`'s. Here they are applied in order,
+all before RocksDB opens the store for writing (which rewrites its LOG and MANIFEST even
+when nothing is put), so a refused start changes no byte of the data dir: the directory
+and the families are listed, then `meta` is read through a read-only open. The open for
+writing checks `meta` again (its WAL could have been replayed differently by a server
+that wrote in between). A new store gets its first scheduler state written at once, so a store
 that exists always has a whole `meta`: a later open that finds data without one knows
 the store was damaged, not merely never used. Any refusal closes the database first (it
 releases RocksDB's LOCK), then raises.
@@ -15,6 +18,7 @@ from collections.abc import Callable
 import structlog
 
 from timerwheel.store.batch import StagedBatch
+from timerwheel.store.integrity import check_data_dir, check_store_read_only
 from timerwheel.store.rocks import RocksDatabase, RocksTuning
 from timerwheel.store.timer_store import TimerStore
 from timerwheel.wheels.scheduler import SchedulerState
@@ -29,6 +33,8 @@ def open_store(
     created. A new store (missing or empty directory, or a store never written) is
     created with `new_state()` and logged as `store_created`; a refusal raises
     `timerwheel.store.integrity.StoreRefused`."""
+    if not check_data_dir(data_dir):  # a used store: its meta is read before any write
+        check_store_read_only(data_dir)
     database = RocksDatabase(data_dir, tuning)
     store = None
     try:

@@ -1,16 +1,20 @@
 """Which data dirs open (timerwheel.store.integrity, timerwheel.store.open_store): new, a used
 store, or refused.
 
-Real RocksDB in temp dirs. A refusal must name the data dir and what is wrong, leave a
-directory that is not a store exactly as it was (no RocksDB files created in it), and
-release the LOCK (the same process can try again and gets the same answer).
+Real RocksDB in temp dirs. A refusal must name the data dir and what is wrong, leave the
+directory exactly as it was (not a file created, removed or rewritten, not even RocksDB's
+LOG or MANIFEST of a damaged store: `fingerprint` before and after), and release the LOCK
+(the same process can try again and gets the same answer).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import subprocess
 
 import pytest
+from helpers.serve_process import TIMERWHEEL
 from rocksdict import Rdict
 from structlog.testing import capture_logs
 
@@ -51,8 +55,21 @@ def edit_meta(data_dir, **changes: bytes | None) -> None:
     database.close()
 
 
-def listing(path) -> dict[str, bytes]:
-    return {name: (path / name).read_bytes() for name in sorted(os.listdir(path))}
+def fingerprint(path) -> dict[str, tuple]:
+    """Every file and directory under `path`: its kind, size, modification time and the
+    hash of its contents. Equal before and after: the refusal changed nothing."""
+    seen: dict[str, tuple] = {}
+    for root, dirs, files in os.walk(path):
+        for name in dirs + files:
+            full = os.path.join(root, name)
+            stat = os.lstat(full)
+            digest = ""
+            if name in files and not os.path.islink(full):
+                with open(full, "rb") as file:
+                    digest = hashlib.sha256(file.read()).hexdigest()
+            kind = "dir" if name in dirs else "file"
+            seen[os.path.relpath(full, path)] = (kind, stat.st_size, stat.st_mtime_ns, digest)
+    return seen
 
 
 def created_events(logs: list[dict]) -> list[dict]:
@@ -122,12 +139,14 @@ def test_a_store_with_data_and_damaged_meta_is_refused_naming_the_keys(tmp_path,
     data_dir = tmp_path / "data"
     used_store(data_dir)
     edit_meta(data_dir, **changes)
+    before = fingerprint(data_dir)
     for _ in range(2):  # refused twice: the first refusal released the LOCK
         with pytest.raises(StoreDamaged) as refused:
             open_engine(data_dir)
         message = str(refused.value)
         assert named in message and repr(str(data_dir)) in message
         assert "restore the data dir from a backup" in message and "\n" not in message
+    assert fingerprint(data_dir) == before
 
 
 def test_a_store_with_data_and_no_meta_at_all_is_refused(tmp_path):
@@ -137,33 +156,60 @@ def test_a_store_with_data_and_no_meta_at_all_is_refused(tmp_path):
     meta_keys = list(database.families[keys.CF_META].keys())
     database.close()
     edit_meta(data_dir, **{key.decode(): None for key in meta_keys})
+    before = fingerprint(data_dir)
     with capture_logs() as logs, pytest.raises(StoreDamaged, match="schema_version missing"):
         open_engine(data_dir)
     assert created_events(logs) == []
+    assert fingerprint(data_dir) == before
+
+
+@pytest.mark.parametrize("workers", ["0", "1"])
+def test_serve_refused_on_a_store_with_no_meta_changes_no_byte_of_it(tmp_path, workers):
+    """The real `timerwheel serve` (one process, or an engine process under the
+    supervisor): exit 1, one line, and the data dir exactly as it was."""
+    data_dir = tmp_path / "data"
+    used_store(data_dir)
+    database = RocksDatabase(str(data_dir))
+    meta_keys = list(database.families[keys.CF_META].keys())
+    database.close()
+    edit_meta(data_dir, **{key.decode(): None for key in meta_keys})
+    before = fingerprint(data_dir)
+    result = subprocess.run(
+        [TIMERWHEEL, "serve", "--data-dir", str(data_dir), "--host", "127.0.0.1", "--port", "0",
+         "--workers", workers, "--log-format", "json"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert "schema_version missing" in result.stderr
+    assert fingerprint(data_dir) == before
 
 
 def test_an_unknown_schema_version_is_refused(tmp_path):
     data_dir = tmp_path / "data"
     used_store(data_dir)
     edit_meta(data_dir, META_SCHEMA_VERSION=keys.encode_u64(keys.SCHEMA_VERSION + 1))
+    before = fingerprint(data_dir)
     with pytest.raises(StoreDamaged, match="schema version 2, and this timerwheel reads version 1"):
         open_engine(data_dir)
+    assert fingerprint(data_dir) == before
 
 
 # == not a store =============================================================================
 def test_a_dir_of_other_files_is_refused_and_left_untouched(tmp_path):
     (tmp_path / "notes.txt").write_bytes(b"my notes")
     (tmp_path / "photo.jpg").write_bytes(b"\xff\xd8")
-    before = listing(tmp_path)
+    before = fingerprint(tmp_path)
     with pytest.raises(NotAStore, match=r"holds 2 entries \('notes.txt', 'photo.jpg'\)"):
         open_engine(tmp_path)
-    assert listing(tmp_path) == before
+    assert fingerprint(tmp_path) == before
 
 
 def test_a_file_is_refused(tmp_path):
     (tmp_path / "data").write_bytes(b"x")
+    before = fingerprint(tmp_path)
     with pytest.raises(NotAStore, match="is a file, not a directory"):
         open_engine(tmp_path / "data")
+    assert fingerprint(tmp_path) == before
 
 
 def test_a_plain_rocksdb_is_refused_and_left_untouched(tmp_path):
@@ -171,11 +217,11 @@ def test_a_plain_rocksdb_is_refused_and_left_untouched(tmp_path):
     other = Rdict(str(data_dir))
     other[b"k"] = b"v"
     other.close()
-    before = listing(data_dir)
+    before = fingerprint(data_dir)
     with pytest.raises(NotAStore, match="a RocksDB database but not a timerwheel store") as refused:
         open_engine(data_dir)
     assert "missing messages, wheel_hour" in str(refused.value)
-    assert listing(data_dir) == before
+    assert fingerprint(data_dir) == before
 
 
 # == export --data-dir opens the same way ====================================================
@@ -187,6 +233,8 @@ def test_export_refuses_a_non_store_and_a_damaged_store(tmp_path):
     data_dir = tmp_path / "data"
     used_store(data_dir)
     edit_meta(data_dir, META_NOW_MS=None)
+    before = fingerprint(data_dir)
     with pytest.raises(ExportError, match=r"clock\.now_ms missing"):
         export_data_dir(str(data_dir), str(tmp_path / "out2"))
     assert not (tmp_path / "out2").exists()
+    assert fingerprint(data_dir) == before
