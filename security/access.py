@@ -27,6 +27,11 @@ from dataclasses import dataclass
 import grpc
 
 from timerwheel.security.tokens import Principal, Role
+from timerwheel.wheels.domain import show
+
+# A refused topic is shown at most this long: whole when it could be a valid topic (the
+# default max_topic_len is 127), and never the megabytes a client may send as one.
+SHOWN_TOPIC_LEN = 160
 
 SERVICE_PREFIX = "/timerwheel.v1."
 TIMER_SERVICE = "/timerwheel.v1.TimerService/"
@@ -136,8 +141,9 @@ def check_request(
         if not principal.may_use(topic):
             raise Denied(
                 grpc.StatusCode.PERMISSION_DENIED,
-                f"{short_name(method)}: {field}={topic!r} is outside the topics of "
-                f"{principal.describe()}, which may use topics starting {list(principal.topics)}",
+                f"{short_name(method)}: {field}={show(topic, SHOWN_TOPIC_LEN)} is outside "
+                f"the topics of {principal.describe()}, which may use topics starting "
+                f"{list(principal.topics)}",
             )
     for _, message_id in rule.ids(request) if rule.ids else ():
         topic = topic_of_id(message_id)

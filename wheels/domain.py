@@ -137,7 +137,7 @@ class InvalidArgument(TimerwheelError):
         self.field = field_name
         self.value = value
         self.reason = reason
-        super().__init__(f"{field_name}={_show(value)}: {reason}")
+        super().__init__(f"{field_name}={show(value)}: {reason}")
 
     def within(self, prefix: str) -> InvalidArgument:
         """The same error for a field inside a container, e.g. ``messages[3].``."""
@@ -176,8 +176,9 @@ class StoreUnavailable(ShuttingDown):
     failed): UNAVAILABLE, worth retrying."""
 
 
-def _show(value: object, limit: int = 80) -> str:
-    """A bounded rendering of a bad value for an error message."""
+def show(value: object, limit: int = 80) -> str:
+    """A bounded rendering of a bad value for an error message: a refusal never echoes a
+    whole huge value back (an 8 MiB one would not even fit in the reply's trailers)."""
     if isinstance(value, bytes | bytearray):
         return f"<{len(value)} bytes>"
     text = repr(value)

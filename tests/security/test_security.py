@@ -189,6 +189,10 @@ def test_a_token_limited_to_a_topic_prefix(secured):
             lambda: producer.send("orders.x", b"x", delay_ms=1, dead_letter_topic="payments")
         )
         assert error.code == DENIED and "dead_letter_topic='payments'" in error.details
+        huge = "p" * (8 * 1024 * 1024)  # shown as a bounded prefix, not echoed whole
+        error = status_of(lambda: producer.send(huge, b"x", delay_ms=60_000))
+        assert error.code == DENIED and "topic='ppp" in error.details
+        assert len(error.details) < 500, len(error.details)
 
         theirs = admin.send("payments", b"secret", delay_ms=60_000)
         unknown = status_of(lambda: producer.get("NO-SUCH-ID"))
