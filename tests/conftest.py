@@ -33,7 +33,7 @@ def pinned_time_of_day(monkeypatch) -> Iterator[int]:
     offset_ms = offset_to(moment, time.time_ns() // 1_000_000) if moment else 0
     set_clock_offset_ms(offset_ms)
     if offset_ms:  # `timerwheel serve` subprocesses read it from the environment
-        monkeypatch.setenv("TIMERWHEEL_CLOCK_OFFSET_MS", str(offset_ms))
+        monkeypatch.setenv("TIMERWHEEL_CLOCK_OFFSET_MS", f"{offset_ms}ms")
     try:
         yield offset_ms
     finally:
