@@ -25,6 +25,7 @@ CHECKED = [
     "timerwheel.common",
     "timerwheel.durations",
     "timerwheel.wheels",
+    "timerwheel.cluster",
     "timerwheel.engine.api",
     "timerwheel.delivery.api",
     "timerwheel.procs.remote_engine",
