@@ -17,7 +17,8 @@ from timerwheel.engine.api import TimerApi
 from timerwheel.security.settings import SecuritySettings
 from timerwheel.server.errors import rpc_errors
 from timerwheel.store import keys
-from timerwheel.store.export_root import dir_bytes, resolve_in_root
+from timerwheel.store.export import ExportError, OutputRefused
+from timerwheel.store.export_root import OUTSIDE_ROOT, dir_bytes, resolve_in_root, without_root
 from timerwheel.v1 import timerwheel_pb2 as pb
 from timerwheel.v1 import timerwheel_pb2_grpc as pb_grpc
 from timerwheel.wheels.domain import FailedPrecondition, InvalidArgument
@@ -112,11 +113,12 @@ class TimerAdmin(pb_grpc.TimerAdminServicer):
             reserve = self._security.export_reserve_bytes
             try:  # one at a time and the space check: the engine's (it may be remote)
                 summary = self._engine.export(out_dir, request.max_rows_per_file, reserve)
-            except OSError as exc:  # e.g. no permission below the root
-                raise FailedPrecondition(
-                    f"out_dir={request.out_dir!r}: cannot write the export: "
-                    f"{exc.strerror or type(exc).__name__}"
-                ) from exc
+            except (OutputRefused, OSError) as exc:  # a file, not empty, no permission
+                # The words of every out_dir refusal: what exists below the root stays
+                # unsaid (and with it the root's path).
+                raise InvalidArgument("out_dir", request.out_dir, OUTSIDE_ROOT) from exc
+            except ExportError as exc:  # e.g. the disk filled meanwhile
+                raise ExportError(without_root(str(exc), root)) from exc
             return pb.ExportResponse(
                 out_dir=summary.out_dir,
                 rows=summary.rows,

@@ -79,6 +79,11 @@ class ExportError(FailedPrecondition):
     """The export cannot be made; the message names the path and what to do."""
 
 
+class OutputRefused(ExportError):
+    """The output folder cannot take the export: a file, or a folder not empty. The live
+    server answers every such refusal in the same words (timerwheel.store.export_root)."""
+
+
 @dataclass(frozen=True)
 class ExportSummary:
     out_dir: str
@@ -232,9 +237,9 @@ def _write_in_process(
 
 def _check_output(out_dir: str) -> None:
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise ExportError(f"output {out_dir!r} exists and is not a directory")
+        raise OutputRefused(f"output {out_dir!r} exists and is not a directory")
     if os.path.isdir(out_dir) and os.listdir(out_dir):
-        raise ExportError(
+        raise OutputRefused(
             f"output dir {out_dir!r} exists and is not empty; choose a new --out directory"
         )
 

@@ -4,9 +4,10 @@
 write, creating parents, with errors that told which paths existed). Now:
 
 * the server writes only below its `export_root`; the request names a relative folder
-  (`nightly/monday`). An absolute path, a `..` part, or a link that leads out of the
-  root are all refused with one and the same message, so the answer tells nothing about
-  what exists where;
+  (`nightly/monday`). An absolute path, a `..` part, a link that leads out of the root,
+  a file, a folder that is not empty or one the server cannot write are all refused with
+  one and the same message (INVALID_ARGUMENT, `OUTSIDE_ROOT`), so the answer tells
+  nothing about what exists where, and no refusal shows the root's path;
 * one export at a time (`ExportSlot`): a second one while the first runs is refused;
 * an export must leave `export_reserve_bytes` free on the root's disk (`check_space`).
 
@@ -25,10 +26,21 @@ from contextlib import contextmanager
 
 from timerwheel.wheels.domain import InvalidArgument, Overloaded
 
+# Every refusal of an out_dir says this, whatever the reason (outside the root, a file,
+# a folder not empty, a folder the server cannot write), so the answer tells nothing
+# about what exists where, and never the root's own path.
 OUTSIDE_ROOT = (
-    "must be a relative folder inside the server's export root: no absolute path, "
-    "no '..', no link leading out of the root"
+    "must be a new or empty folder inside the server's export root, which the server can "
+    "write: a relative path, no '..', no link leading out of the root"
 )
+
+
+def without_root(message: str, root: str) -> str:
+    """`message` with the export root's path (as given, absolute or resolved) replaced by
+    `<export root>`: an error that names a path below the root must not tell where it is."""
+    for path in sorted({root, os.path.abspath(root), os.path.realpath(root)}, key=len)[::-1]:
+        message = message.replace(path, "<export root>")
+    return message
 
 
 def resolve_in_root(root: str, name: str) -> str:

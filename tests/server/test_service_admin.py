@@ -198,13 +198,33 @@ def test_export_writes_a_cut_below_the_export_root(make_server, tmp_path):
         assert any(name.endswith(".sst") for name in os.listdir(out))
 
         again = status_of(lambda: client.export("nightly/one"))
-        assert again.code == grpc.StatusCode.FAILED_PRECONDITION and "not empty" in again.details
+        assert again.code == grpc.StatusCode.INVALID_ARGUMENT and "new or empty" in again.details
         empty = status_of(lambda: client.export(""))
         assert empty.code == grpc.StatusCode.INVALID_ARGUMENT and "out_dir=''" in empty.details
         rows = status_of(lambda: client.export("other", max_rows_per_file=-1))
         assert rows.code == grpc.StatusCode.INVALID_ARGUMENT
         assert "max_rows_per_file=-1" in rows.details
         assert sorted(os.listdir(root)) == ["nightly"]  # the refusals wrote nothing
+
+
+def test_export_refusals_are_one_message_that_never_shows_the_root(make_server, tmp_path):
+    """Outside the root, a folder not empty, a file, a path below a file: the same code
+    and words, and none of them names where the export root is."""
+    _, client, root = _exporting_server(make_server, tmp_path)
+    (root / "full").mkdir()
+    (root / "full" / "old.sst").write_bytes(b"x")
+    (root / "afile").write_bytes(b"x")
+    with client:
+        refusals = {
+            name: status_of(lambda name=name: client.export(name))
+            for name in ("../x", "/etc", "full", "afile", "afile/x")
+        }
+    for name, error in refusals.items():
+        assert error.code == grpc.StatusCode.INVALID_ARGUMENT, (name, error)
+        assert str(root) not in error.details and str(tmp_path) not in error.details
+    words = {error.details.replace(repr(name), "<out_dir>") for name, error in refusals.items()}
+    assert len(words) == 1, words
+    assert sorted(os.listdir(root)) == ["afile", "full"]
 
 
 def test_export_is_off_without_an_export_root(client, tmp_path):

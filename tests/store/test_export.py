@@ -343,4 +343,4 @@ def test_export_cli_from_a_live_server(make_server, tmp_path, capsys):
     assert f"to {out_dir} in" in capsys.readouterr().out
     assert load_manifest(out_dir)["totals"]["families"]["messages"]["rows"] == 3
     assert main(["export", "--target", server.target, "--out", "export"]) == 1
-    assert "is not empty" in capsys.readouterr().err
+    assert "must be a new or empty folder" in capsys.readouterr().err
