@@ -42,6 +42,12 @@ LATENESS_BUCKETS = (
 )  # fmt: skip
 COMMIT_SECONDS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 COMMIT_SIZE_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 20_000)
+# Seconds a call is handled for: a Send waits for its group commit (milliseconds), a
+# Subscribe stream stays open for minutes or hours (its own method label keeps it apart).
+RPC_SECONDS_BUCKETS = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0,
+)  # fmt: skip
+RPC_LABELS = ("grpc_service", "grpc_method", "grpc_type")  # grpc-ecosystem's names
 
 
 class CommitCounts(NamedTuple):
@@ -74,6 +80,39 @@ class NullRecorder:
 
     def refused(self, method: str, code: str) -> None:
         pass
+
+
+class RpcInstruments:
+    """One gRPC method's pre-bound children: started, handling time, and handled by code
+    (bound on a code's first use), so a call costs no label lookup."""
+
+    __slots__ = (
+        "_handled", "_labels", "_seconds_buckets", "_seconds_sum", "_started", "bounds", "codes",
+    )  # fmt: skip
+
+    def __init__(self, recorder: Recorder, labels: tuple[str, str, str]) -> None:
+        self._labels = labels
+        self._handled = recorder.rpc_handled
+        self._started = recorder.rpc_started.labels(*labels)
+        seconds = recorder.rpc_seconds.labels(*labels)
+        self.bounds = seconds._upper_bounds
+        self._seconds_buckets = seconds._buckets
+        self._seconds_sum = seconds._sum
+        self.codes: dict[str, Counter] = {}
+
+    def started(self) -> None:
+        self._started.inc()
+
+    def handled(self, code: str, seconds: float) -> None:
+        """A call ended with `code` (a grpc.StatusCode's name) after `seconds`."""
+        child = self.codes.get(code)
+        if child is None:
+            child = self.codes[code] = self._handled.labels(*self._labels, code)
+        child.inc()
+        # Histogram.observe scans the bounds under a lock; one bisect and two increments
+        # give the same buckets and sum.
+        self._seconds_buckets[bisect_left(self.bounds, seconds)].inc(1)
+        self._seconds_sum.inc(seconds)
 
 
 class Recorder(NullRecorder):
@@ -135,6 +174,22 @@ class Recorder(NullRecorder):
             "Scanning and staging one cascade chunk, by the wheel it leaves",
             COMMIT_SECONDS_BUCKETS, ("wheel",),
         )  # fmt: skip
+        # Every gRPC call, by method and status (grpc-ecosystem/go-grpc-prometheus names,
+        # so existing dashboards and queries apply): timerwheel.server.rpc_metrics.
+        self.rpc_started = counter(
+            "grpc_server_started", "RPCs started on the server", RPC_LABELS
+        )  # fmt: skip
+        self.rpc_handled = counter(
+            "grpc_server_handled",
+            "RPCs completed on the server, whatever their status code",
+            (*RPC_LABELS, "grpc_code"),
+        )  # fmt: skip
+        self.rpc_seconds = histogram(
+            "grpc_server_handling_seconds",
+            "Time from a call's start to its end (a stream's whole life), by method",
+            RPC_SECONDS_BUCKETS, RPC_LABELS,
+        )  # fmt: skip
+        self._rpcs: dict[tuple[str, str, str], RpcInstruments] = {}
         self._refusals: dict[tuple[str, str], Counter] = {}
         self._cascades = {w: self.cascade_seconds.labels(w) for w in ("minute", "hour")}
 
@@ -177,6 +232,16 @@ class Recorder(NullRecorder):
             self.redeliveries.inc(len(batch) - len(first))
         if first:
             _observe_many(self.delivery_lateness, [ms / 1000 for ms in first])
+
+    def rpc(self, service: str, method: str, kind: str) -> RpcInstruments:
+        """The instruments of one gRPC method (`kind`: unary, client_stream, server_stream
+        or bidi_stream); bound once per method, called when its handler is looked up."""
+        labels = (service, method, kind)
+        with _lock:
+            found = self._rpcs.get(labels)
+            if found is None:
+                found = self._rpcs[labels] = RpcInstruments(self, labels)
+            return found
 
     def refused(self, method: str, code: str) -> None:
         child = self._refusals.get((method, code))

@@ -17,6 +17,13 @@ below, read when Prometheus asks and never kept up to date on the firing path:
                                              thread (timerwheel.observability.thread_cpu): its
                                              Python threads summed near 1, the GIL is full
 
+Beside them, at every scrape: `timerwheel_build_info{version} 1` (the installed
+version), and prometheus_client's standard `process_*` (CPU, memory, file descriptors,
+start time; Linux /proc), `python_info` and `python_gc_*` families of the process that
+serves /metrics. Those standard collectors read the process they run in and are not
+multiprocess-aware, so under `--workers N` they describe the supervisor (docs/metrics.md):
+the engine process's CPU is `timerwheel_thread_cpu_seconds_total`.
+
 The engine's values come from `Engine.metrics_gauges` (one call; under `--workers N` an
 IPC call from the supervisor to the engine process) and the subscriber count from the
 delivery hub (or the delivery process).
@@ -25,10 +32,17 @@ delivery hub (or the delivery process).
 from __future__ import annotations
 
 import errno
+import importlib.metadata
 from collections.abc import Callable
 
 import structlog
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import (
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    start_http_server,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 
@@ -105,6 +119,29 @@ def _labelled(name: str, text: str, label: str, values: dict) -> GaugeMetricFami
     return family
 
 
+def version() -> str:
+    """The installed distribution's version; a checkout that was never installed has none."""
+    try:
+        return importlib.metadata.version("timerwheel")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+class BuildInfo:
+    """`timerwheel_build_info{version} 1`: which release a scraped server runs."""
+
+    def __init__(self) -> None:
+        self._version = version()
+
+    def collect(self):
+        info = GaugeMetricFamily(
+            "timerwheel_build_info", "The running timerwheel's version (always 1)",
+            labels=["version"],
+        )  # fmt: skip
+        info.add_metric([self._version], 1.0)
+        yield info
+
+
 class _Instruments:
     """This process's counters and histograms (metrics off: none)."""
 
@@ -124,6 +161,11 @@ class MetricsEndpoint:
         else:
             MultiProcessCollector(registry, path=multiprocess_dir)
         registry.register(gauges)
+        registry.register(BuildInfo())
+        # prometheus_client's default collectors (they live in its global registry, which
+        # this endpoint does not serve): this process's process_*, python_info, python_gc_*.
+        for standard in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+            registry.register(standard)
         try:
             self._httpd, self._thread = start_http_server(port, host, registry)
         except OSError as exc:

@@ -52,6 +52,7 @@ from timerwheel.security.protection import (
 from timerwheel.security.settings import SecuritySettings
 from timerwheel.server import reflection
 from timerwheel.server.admin_service import TimerAdmin
+from timerwheel.server.rpc_metrics import RpcMetrics
 from timerwheel.server.service import TimerService
 from timerwheel.server.settle_pool import SettlePool
 from timerwheel.server.stream_pool import Probes, StreamPool
@@ -123,12 +124,7 @@ def build_grpc_server(
             ("grpc.max_send_message_length", -1),
             ("grpc.so_reuseport", 1 if reuse_port else 0),
         ],
-        # The pools first: they wrap what the guard returns, so the pool they set is seen.
-        interceptors=[
-            StreamPool(stream_pool, probes),
-            SettlePool(settle_pool),
-            RequestGuard(protection.tokens, engine.topic_of),
-        ],
+        interceptors=interceptors(engine, protection, stream_pool, settle_pool, probes),
     )
     pb_grpc.add_TimerServiceServicer_to_server(TimerService(engine, hub), server)
     admin = TimerAdmin(engine, hub, protection.security, stats_root_pid)
@@ -138,6 +134,24 @@ def build_grpc_server(
     reflection.enable((*SERVICE_NAMES, health.SERVICE_NAME), server)  # v1 and v1alpha
     pools = (unary_pool, stream_pool, settle_pool, probes.pool)
     return GrpcServer(server, health_servicer, pools)
+
+
+def interceptors(
+    engine: TimerApi, protection: Protection,
+    stream_pool: ThreadPoolExecutor, settle_pool: ThreadPoolExecutor, probes: Probes,
+) -> list[grpc.ServerInterceptor]:  # fmt: skip
+    """Outermost first. The pools before the guard: they wrap what the guard returns, so
+    the pool they set is seen. The RPC metrics (only while metrics are on) before all:
+    they count what the others answer too, and keep the pool those chose."""
+    chain: list[grpc.ServerInterceptor] = [
+        StreamPool(stream_pool, probes),
+        SettlePool(settle_pool),
+        RequestGuard(protection.tokens, engine.topic_of),
+    ]
+    recorder = metrics.recorder()
+    if isinstance(recorder, metrics.Recorder):
+        chain.insert(0, RpcMetrics(recorder))
+    return chain
 
 
 def set_serving(health_servicer: health.HealthServicer, serving: bool = True) -> None:

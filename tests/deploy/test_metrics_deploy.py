@@ -21,7 +21,8 @@ from timerwheel.observability.thread_cpu import GIL_KINDS
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana-dashboard.json"
 ALERTS = ROOT / "deploy" / "prometheus-alerts.yml"
-METRIC_NAME = re.compile(r"\btimerwheel_[a-z0-9_]+")
+# timerwheel's own families, and the per-call gRPC ones (grpc-ecosystem's names)
+METRIC_NAME = re.compile(r"\b(?:timerwheel|grpc_server)_[a-z0-9_]+")
 SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum"), "gauge": ("",)}
 
 
@@ -60,6 +61,8 @@ def test_dashboard_and_alerts_use_only_exposed_metrics(make_server):
     assert len(dashboard) >= 15 and len(alerts) >= 4  # the extraction found them at all
     assert dashboard - exposed == set()
     assert alerts - exposed == set()
+    for needed in ("grpc_server_handled_total", "grpc_server_handling_seconds_bucket"):
+        assert needed in dashboard  # request rate and latency panels
     for needed in ("timerwheel_fire_lateness_seconds_bucket", "timerwheel_writer_up",
                    "timerwheel_data_dir_free_bytes"):  # fmt: skip
         assert needed in alerts
