@@ -87,15 +87,28 @@ def _cancel(client, args: argparse.Namespace) -> int:
 
 
 def _stats(client, args: argparse.Namespace) -> int:
+    """The totals first (what an operator asks before anything else: how many timers
+    wait, how many fired ones wait for an ack, over how many topics), then the server's
+    counters. Pending is the sum of Topics' exact per-topic counts: Stats has only
+    RocksDB's key estimates per wheel."""
     stats = client.stats()
+    topics = client.topics()
+    totals = {
+        "pending": sum(t.pending for t in topics),
+        "fired_unacked": stats.unacked,
+        "topics": len(topics),
+    }
     if args.json:
         from google.protobuf.json_format import MessageToDict
 
-        print(json.dumps(MessageToDict(stats, preserving_proto_field_name=True)))
+        figures = MessageToDict(stats, preserving_proto_field_name=True)
+        print(json.dumps({"totals": totals, **figures}))
         return 0
     figures = {
+        "pending": f"{totals['pending']:,} timers",
+        "fired, not acked": f"{totals['fired_unacked']:,}",
+        "topics": f"{totals['topics']:,}",
         "now": format_ms(stats.now_ms),
-        "fired, not acked": f"{stats.unacked:,}",
         "writer queue": f"{stats.queued_ops:,} operations",
         "keys": ", ".join(f"{k}={v:,}" for k, v in sorted(stats.column_family_keys.items())),
         "server memory": f"{stats.rss_bytes / 2**20:,.0f} MiB RSS",
