@@ -100,3 +100,22 @@ def console_exposure_check(console_host: str, security: SecuritySettings) -> str
             "127.0.0.1 (reach it through an SSH tunnel), or give --insecure"
         )
     return f"console on {console_host!r} over plain HTTP (--insecure): tokens travel in clear text"
+
+
+def metrics_exposure_check(metrics_host: str, security: SecuritySettings) -> str | None:
+    """The console's rule for /metrics (docs/metrics.md): plain HTTP without tokens, so
+    off loopback only with `insecure` (then the warning to log at start). It shows no
+    message, yet every topic's name and backlog: not for anyone who can reach a port."""
+    if is_loopback_host(metrics_host):
+        return None
+    if not security.insecure:
+        raise SettingsError(
+            f"metrics_host={metrics_host!r}: not a loopback address, and /metrics serves "
+            "plain HTTP without tokens: anyone who reaches it reads every topic's name and "
+            "backlog. Bind 127.0.0.1 (scrape through a tunnel or a local agent), or give "
+            "--insecure"
+        )
+    return (
+        f"metrics on {metrics_host!r} over plain HTTP without tokens (--insecure): anyone who "
+        "reaches it reads topic names and backlogs"
+    )

@@ -72,6 +72,11 @@ def console_host(settings: Settings) -> str | None:
     return settings.console_host if settings.console_port >= 0 else None
 
 
+def metrics_host(settings: Settings) -> str | None:
+    """Where /metrics listens; None when it is off."""
+    return settings.metrics_host if settings.metrics_port >= 0 else None
+
+
 def bind_address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
 
@@ -177,8 +182,9 @@ class TimerServer:
     ) -> None:
         self.settings = settings
         self.protection = load_protection(
-            settings.host, security or SecuritySettings(), console_host(settings)
-        )
+            settings.host, security or SecuritySettings(), console_host(settings),
+            metrics_host(settings),
+        )  # fmt: skip
         clock = clock or SystemClock(settings.clock_offset_ms)
         self.engine = Engine(settings, clock)
         self.hub: DeliveryHub | None = None

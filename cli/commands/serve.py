@@ -167,11 +167,14 @@ def run(args: argparse.Namespace) -> int:
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
+        # heavy imports after the cheap checks
         from timerwheel.security.protection import load_protection
-        from timerwheel.server.app import console_host  # heavy imports after the cheap checks
+        from timerwheel.server.app import console_host, metrics_host
 
         try:  # before anything is opened or bound (and before any process starts)
-            protection = load_protection(settings.host, security, console_host(settings))
+            protection = load_protection(
+                settings.host, security, console_host(settings), metrics_host(settings)
+            )
         except SettingsError as exc:
             print(f"timerwheel serve: {exc}", file=sys.stderr)
             return 2

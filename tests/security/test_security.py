@@ -13,9 +13,11 @@ import pytest
 from helpers.calls import status_of
 from helpers.credentials import make_pki, write_tokens
 from helpers.waits import WAIT_S
+from structlog.testing import capture_logs
 
 from timerwheel.client import TimerClient
 from timerwheel.credentials import Tls
+from timerwheel.security.protection import load_protection, log_protection
 from timerwheel.security.settings import SecuritySettings, exposure_check
 from timerwheel.server.app import TimerServer
 from timerwheel.wheels.settings import Settings, SettingsError
@@ -251,6 +253,44 @@ def test_the_server_refuses_before_opening_anything_and_insecure_proceeds(tmp_pa
     with pytest.raises(Exception) as caught:
         TimerServer(settings, security=SecuritySettings(insecure=True))
     assert not isinstance(caught.value, SettingsError)
+
+
+def test_a_non_loopback_metrics_host_needs_insecure_and_is_warned_of(tmp_path):
+    """/metrics is plain HTTP without tokens: the console's rule. Nothing binds here."""
+    tls_and_tokens = SecuritySettings(
+        tls_cert_file="c.pem", tls_key_file="k.pem", auth_tokens_file="t.toml"
+    )
+    for security in (SecuritySettings(), tls_and_tokens):  # TLS on gRPC does not cover it
+        with pytest.raises(SettingsError, match=r"metrics_host='0\.0\.0\.0'.*--insecure"):
+            load_protection("127.0.0.1", security, None, "0.0.0.0")
+    assert (
+        load_protection("127.0.0.1", SecuritySettings(), None, "127.0.0.1").metrics_warning is None
+    )
+    protection = load_protection("127.0.0.1", SecuritySettings(insecure=True), None, "0.0.0.0")
+    with capture_logs() as logs:
+        log_protection(protection)
+    [warning] = [entry for entry in logs if entry["event"] == "insecure_metrics"]
+    assert "'0.0.0.0'" in warning["message"] and "--insecure" in warning["message"]
+    data_dir = tmp_path / "data"
+    settings = Settings(data_dir=str(data_dir), port=0, metrics_port=0, metrics_host="0.0.0.0")
+    with pytest.raises(SettingsError, match=r"metrics_host='0\.0\.0\.0'"):
+        TimerServer(settings)
+    assert not data_dir.exists()  # refused before the store was opened or a port bound
+
+
+def test_serve_refuses_a_public_metrics_host_without_insecure(tmp_path):
+    import subprocess
+
+    from helpers.serve_process import TIMERWHEEL
+
+    for workers in ("0", "1"):
+        args = [TIMERWHEEL, "serve", "--data-dir", str(tmp_path / "d"), "--port", "0",
+                "--metrics-port", "0", "--metrics-host", "0.0.0.0",
+                "--workers", workers]  # fmt: skip
+        done = subprocess.run(args, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2, done.stderr
+        assert "metrics_host='0.0.0.0': not a loopback address" in done.stderr
+        assert not (tmp_path / "d").exists()
 
 
 def test_serve_refuses_a_public_host_without_protection(serve_process, tmp_path):
