@@ -46,9 +46,11 @@ class DeliveryApi(Protocol[Handle]):
     def ack(self, topic: str, message_ids: list[str]) -> int: ...
 
     def nack(
-        self, topic: str, message_ids: list[str], reason: str = "", redeliver_after_ms: int = 0
-    ) -> tuple[int, int]:
-        """(nacked, of those dead-lettered)."""
+        self, topic: str, message_ids: list[str], reason: str = "", redeliver_after_ms: int = 0,
+        release: bool = False,
+    ) -> tuple[int, int]:  # fmt: skip
+        """(nacked, of those dead-lettered); `release`: not failed attempts (see
+        `DeliveryHub.nack`), so (released, 0)."""
         ...
 
     def write_trace(self, message_ids: list[str]) -> None:

@@ -1,4 +1,5 @@
-"""Failed delivery attempts, in one place: ack timeouts, ended streams and nacks.
+"""Failed delivery attempts, in one place: ack timeouts, ended streams and nacks
+(and `release`, the one way back that is not a failed attempt).
 
 A dispatcher (`timerwheel.delivery.dispatcher.TopicDispatcher`) calls `fail` with its lock held for
 each in-flight entry whose attempt failed. The entry leaves its owner and, by its limit
@@ -63,6 +64,27 @@ def nack(
             nacked += 1
             dead += fail(topic, entry, message_id, redeliver_at_ms, reason or "nack")
     return nacked, dead
+
+
+def release(topic: TopicDispatcher, message_ids: list[str]) -> int:
+    """Messages their consumer gives back unstarted (a Nack with `release`): not failed
+    attempts, so not through `fail`. Each goes to the front as it was, its attempt number
+    unchanged (its next delivery is the same attempt again), with no backoff and no step
+    toward its limit: a consumer that stops cleanly must not use up a healthy message's
+    attempts. Its owner is stopping (`Subscriber.draining`): it is handed no more, so a
+    released message goes to the others instead of straight back to it. Returns the ids
+    that were in flight; any other id is ignored, as by a nack."""
+    released = 0
+    for message_id in dict.fromkeys(message_ids):
+        entry = topic.entries.get(message_id)
+        if entry is not None and entry.owner is not None:
+            owner = entry.owner
+            owner.in_flight -= 1
+            owner.draining = True
+            entry.owner = None
+            topic.redeliver.append(message_id)
+            released += 1
+    return released
 
 
 def backoffs_ended(topic: TopicDispatcher, now_ms: int) -> None:

@@ -15,7 +15,9 @@ delivered (`restore_attempts`).
   deadline. A batch handed out shares one deadline, kept in a FIFO (the ack timeout is a
   constant, so deadlines come in order): expiry is one deque pop per batch, not a heap.
 * Redelivery: when the deadline passes without an ack, when the subscriber's stream
-  ends, or when a client nacks it, an un-acked entry has failed an attempt. Every failed
+  ends, or when a client nacks it, an un-acked entry has failed an attempt. A release (a
+  Nack with `release`, from a consumer that is stopping) is not one: `attempts.release`
+  puts the entry back at the front as it was. Every failed
   attempt goes through one function, `timerwheel.delivery.attempts.fail`: the entry goes to the
   front (`redeliver`) with `attempt + 1`, or, for a nack with a backoff, into `delayed` until
   its time comes, or, out of attempts, to its dead-letter topic.
@@ -62,8 +64,9 @@ def unblocks(owner: Subscriber) -> bool:
     """Whether one message leaving `owner`'s flight gives it room it had none of: only
     then can its waiting stream take more than before. A wake that finds nothing to do
     still costs two thread switches and a turn of the GIL, and at a steady rate most acks
-    free room in a flight that had room already: a wake on each of them was pure cost."""
-    return owner.in_flight >= owner.max_in_flight
+    free room in a flight that had room already: a wake on each of them was pure cost.
+    A draining owner (stopping) is woken by each: its stream ends once it holds none."""
+    return owner.in_flight >= owner.max_in_flight or owner.draining
 
 
 def _read_all_there_was(fetched: list[FiredRecord], limit: int, max_bytes: int) -> bool:

@@ -143,8 +143,14 @@ class DeliveryHub(DeliveryApi[Subscriber]):
         """The next batch for `subscriber`, waiting up to `timeout_s` for one.
 
         Returns [] on timeout (the caller checks its stream and calls again), None once the
-        subscriber is closed; raises ShuttingDown when the hub is closed. Never returns more
-        than the subscriber's room (max_in_flight minus what it has in flight).
+        subscriber is closed, or is draining (its consumer released messages: it is
+        stopping) and holds nothing in flight; raises ShuttingDown when the hub is closed.
+        Never returns more than the subscriber's room (max_in_flight minus what it has in
+        flight), and nothing to a draining one.
+
+        A draining stream ends by itself, in order after every batch it was sent, so a
+        consumer that reads it to its end has seen each message it was given, released
+        those it did not start, and nothing it never saw is failed as the stream ends.
         """
         dispatcher = subscriber._dispatcher
         assert dispatcher is not None, "subscribe() first"
@@ -175,7 +181,12 @@ class DeliveryHub(DeliveryApi[Subscriber]):
                     return None
                 now_ms = self._now_ms()
                 dispatcher.expire(now_ms)
-                room = subscriber.max_in_flight - subscriber.in_flight
+                if subscriber.draining:  # stopping: hand it nothing; end once it holds none
+                    if subscriber.in_flight <= 0:
+                        return None
+                    room = 0
+                else:
+                    room = subscriber.max_in_flight - subscriber.in_flight
                 if room > 0:
                     dispatcher.refill(room)
                     batch = dispatcher.take(subscriber, room, now_ms)
@@ -261,20 +272,31 @@ class DeliveryHub(DeliveryApi[Subscriber]):
         self.trace.write_now(message_ids)
 
     def nack(
-        self, topic: str, message_ids: list[str], reason: str = "", redeliver_after_ms: int = 0
-    ) -> tuple[int, int]:
+        self, topic: str, message_ids: list[str], reason: str = "", redeliver_after_ms: int = 0,
+        release: bool = False,
+    ) -> tuple[int, int]:  # fmt: skip
         """Give in-flight messages back as failed attempts: (how many were in flight, how
         many of those reached their max_attempts and were dead-lettered).
 
         Redelivered at once, or `redeliver_after_ms` later (held in memory: after a
         restart every un-acked message is delivered again at once anyway).
+
+        `release`: their consumer never started them (it is stopping): not failed
+        attempts (`attempts.release`): redelivered at once, to the other subscribers, as
+        the same attempt; never dead-lettered, so (released, 0).
         """
         validate_topic(topic, self.settings)
-        validate_nack(message_ids, reason, redeliver_after_ms, self.settings)
+        validate_nack(message_ids, reason, redeliver_after_ms, self.settings, release)
         with self._lock:
             dispatcher = self._topics.get(topic)
         if dispatcher is None:
             return 0, 0
+        if release:
+            with dispatcher.cond:
+                released = attempts.release(dispatcher, message_ids)
+                if released:
+                    dispatcher.cond.notify_all()  # others take them; the owner may end
+            return released, 0
         with dispatcher.cond:
             redeliver_at_ms = self._now_ms() + redeliver_after_ms if redeliver_after_ms else 0
             nacked, dead = attempts.nack(dispatcher, message_ids, redeliver_at_ms, reason)

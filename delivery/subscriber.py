@@ -49,6 +49,9 @@ class Subscriber:
     name: str = ""  # who it is in message traces (SubscribeRequest.consumer, or the peer)
     in_flight: int = 0
     closed: bool = False
+    # Its consumer released messages (a Nack with `release`): it is stopping, so it is
+    # handed no more and its stream ends once it holds none (`DeliveryHub.next_batch`).
+    draining: bool = False
     # Set by DeliveryHub.subscribe, cleared by DeliveryHub.release; None before and after.
     _dispatcher: TopicDispatcher | None = field(default=None, repr=False)
 

@@ -88,9 +88,10 @@ class RemoteHub(DeliveryApi[RemoteSubscriber]):
         return self._unary.call("ack", topic, message_ids)
 
     def nack(
-        self, topic: str, message_ids: list[str], reason: str = "", redeliver_after_ms: int = 0
-    ) -> tuple[int, int]:
-        return self._unary.call("nack", topic, message_ids, reason, redeliver_after_ms)
+        self, topic: str, message_ids: list[str], reason: str = "", redeliver_after_ms: int = 0,
+        release: bool = False,
+    ) -> tuple[int, int]:  # fmt: skip
+        return self._unary.call("nack", topic, message_ids, reason, redeliver_after_ms, release)
 
     def write_trace(self, message_ids: list[str]) -> None:
         self._unary.call("write_trace", message_ids)

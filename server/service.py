@@ -299,7 +299,7 @@ class TimerService(pb_grpc.TimerServiceServicer):
             validate_ack_count(len(request.message_ids), self._engine.settings, "Nack")
             nacked, dead = self._hub.nack(
                 request.topic, list(request.message_ids), request.reason,
-                request.redeliver_after_ms,
+                request.redeliver_after_ms, request.release,
             )  # fmt: skip
             return pb.NackResponse(nacked=nacked, dead_lettered=dead)
 

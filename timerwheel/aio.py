@@ -197,11 +197,15 @@ class AsyncClient:
         message_ids: Iterable[str],
         reason: str = "",
         redeliver_after_ms: int | str = 0,
+        *,
+        release: bool = False,
     ) -> pb.NackResponse:
-        """As `Client.nack`: failed attempts, delivered again (or dead-lettered)."""
+        """As `Client.nack`: failed attempts, delivered again (or dead-lettered);
+        `release=True`: given back unstarted, no attempt counted (see `Client.nack`)."""
         request = pb.NackRequest(
             topic=topic, message_ids=list(message_ids), reason=reason,
             redeliver_after_ms=duration_ms(redeliver_after_ms, "redeliver_after_ms"),
+            release=release,
         )  # fmt: skip
         return await self._unary(self.service.Nack, request)
 

@@ -223,12 +223,19 @@ class Client:
         message_ids: Iterable[str],
         reason: str = "",
         redeliver_after_ms: int | str = 0,
+        *,
+        release: bool = False,
     ) -> pb.NackResponse:
         """Give in-flight messages back: each is a failed attempt, delivered again at once
-        or after `redeliver_after_ms` (or dead-lettered at its max_attempts)."""
+        or after `redeliver_after_ms` (or dead-lettered at its max_attempts).
+
+        `release=True`: this consumer never started them and is stopping: no attempt is
+        counted, they go to the topic's other subscribers at once, and the stream that had
+        them is handed no more and ends once it holds none (what `consume` does on stop)."""
         request = pb.NackRequest(
             topic=topic, message_ids=list(message_ids), reason=reason,
             redeliver_after_ms=duration_ms(redeliver_after_ms, "redeliver_after_ms"),
+            release=release,
         )  # fmt: skip
         return self._unary(self.service.Nack, request)
 

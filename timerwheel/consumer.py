@@ -18,12 +18,19 @@ linger (timerwheel/acks.py says why). With
 `concurrency=1` messages are handled in delivery order.
 
 Stopping: `consume` returns when `stop` is set (also while the topic is idle: the sync
-loop looks at `stop` every 50 ms) or when the server ends the stream. It then hands out
-no more messages, lets handlers in progress finish, sends their acks, and only then ends
-the Subscribe stream; messages received but not yet handled go back to the server and are
-delivered again at once (their attempt count goes up). It returns how many messages the
-server confirmed acked. A broken stream or a failed Ack raises `RemoteError` after the
-same clean-up.
+loop looks at `stop` every 50 ms), when the server ends the stream, or when the loop
+ends by an exception. It then hands out no more messages and releases those received
+but not yet handed to a handler: a Nack with `release` per batch, which counts no
+attempt and gives them at once to the topic's other consumers (`_release`), so a clean
+stop, say a rolling deploy with a large prefetch, cannot use up a healthy message's
+`max_attempts`. Handlers in progress finish and their acks and nacks are sent as usual.
+A stream that released something is handed no more by the server and ends by itself
+once it holds nothing: reading it to its end, the consumer releases what was still on
+its way, so nothing it never saw is failed as the stream ends. Only a stream that
+released nothing is cancelled at once, as before (a batch the server sends in that
+instant is counted as an attempt, as for a consumer that goes away). It returns how
+many messages the server confirmed acked. A broken stream or a failed Ack raises
+`RemoteError` after the same clean-up.
 
 A nack is the Nack RPC: a failed attempt, delivered again at once (`attempt` + 1), or
 moved to the dead-letter topic once the message has used its `max_attempts`.
@@ -61,6 +68,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("timerwheel.consumer")
 
 STOP_POLL_S = 0.05  # the sync loop's look at `stop` (a threading.Event cannot be selected)
+# How long a stopping consumer waits for the server to end a stream that released
+# messages. It ends once the acks are in and what was on its way is released, so this
+# only bounds a server that does not answer; the stream is cancelled after it.
+STOP_DRAIN_S = 10.0
 
 
 class Message:
@@ -125,6 +136,38 @@ def _reason(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"[:500]
 
 
+class _Drain:
+    """What a stopping consumer's releases did: `draining` once the server took one (the
+    stream then ends by itself once it holds nothing, so the consumer waits for that)."""
+
+    def __init__(self) -> None:
+        self.draining = False
+
+    def answered(self, response: pb.NackResponse) -> None:
+        if response.nacked:
+            self.draining = True
+
+
+def _release(client: Client, topic: str, message_ids: list[str], drain: _Drain) -> None:
+    """Give back messages no handler started: not failed attempts. A failure is logged,
+    not raised: the messages then go back as the stream ends, as they did before."""
+    for ids in in_calls(message_ids):
+        try:
+            drain.answered(client.nack(topic, ids, release=True))
+        except RemoteError as exc:
+            log.warning("consume_release_failed count=%d error=%s", len(ids), exc)
+
+
+async def _release_async(
+    client: AsyncClient, topic: str, message_ids: list[str], drain: _Drain
+) -> None:
+    for ids in in_calls(message_ids):
+        try:
+            drain.answered(await client.nack(topic, ids, release=True))
+        except RemoteError as exc:
+            log.warning("consume_release_failed count=%d error=%s", len(ids), exc)
+
+
 # == threads (timerwheel.Client) ===========================================================
 def consume(
     client: Client,
@@ -144,14 +187,24 @@ def consume(
     subscription = client.subscribe(topic, max_in_flight)
     work: queue.SimpleQueue[Message | None] = queue.SimpleQueue()
     ending = threading.Event()
+    # The reader queues a batch, or releases it once stopping, under this lock; `ending`
+    # is set under it too, so each batch is either in the queue when the stop drains it
+    # or released by the reader: none is left in the queue after the workers have gone.
+    handing_out = threading.Lock()
     stream_ended = threading.Event()
     stream_error: list[RemoteError] = []
+    drain = _Drain()
+    unstarted: list[Message] = []  # taken by a worker after the stop: released after
 
     def read() -> None:
         try:
             for batch in subscription:
-                for delivery in batch:
-                    work.put(Message(delivery, settler))
+                with handing_out:
+                    if not stopping():
+                        for delivery in batch:
+                            work.put(Message(delivery, settler))
+                        continue
+                _release(client, topic, [d.message_id for d in batch], drain)
         except RemoteError as exc:
             stream_error.append(exc)
         finally:
@@ -162,7 +215,9 @@ def consume(
 
     def work_loop() -> None:
         while (message := work.get()) is not None:
-            if not stopping():  # stopping: unhandled ones go back with the stream
+            if stopping():
+                unstarted.append(message)
+            else:
                 _handle(handler, message)
 
     threads = [threading.Thread(target=read, name="timerwheel-consume-read", daemon=True)]
@@ -177,12 +232,18 @@ def consume(
             if stop is not None and stop.is_set():
                 break
     finally:
-        ending.set()
+        with handing_out:
+            ending.set()
+            queued = _drain_queue(work)
+        _release(client, topic, [m.delivery.message_id for m in queued], drain)
         for _ in range(concurrency):
             work.put(None)
         for thread in threads[1:]:
             thread.join()  # handlers in progress finish and settle
+        _release(client, topic, [m.delivery.message_id for m in unstarted], drain)
         sender.close()  # their acks are sent before the stream ends
+        if drain.draining and sender.error is None:
+            stream_ended.wait(STOP_DRAIN_S)  # the server ends it once it holds nothing
         subscription.cancel()
         threads[0].join()
     if stream_error:
@@ -190,6 +251,15 @@ def consume(
     if sender.error is not None:
         raise sender.error
     return sender.acked
+
+
+def _drain_queue(work: queue.SimpleQueue[Message | None]) -> list[Message]:
+    """The messages waiting in `work` now, taken out."""
+    messages = []
+    with contextlib.suppress(queue.Empty):
+        while (message := work.get_nowait()) is not None:
+            messages.append(message)
+    return messages
 
 
 # == asyncio (timerwheel.AsyncClient) ======================================================
@@ -215,15 +285,24 @@ async def consume_async(
     work: asyncio.Queue[Message | None] = asyncio.Queue()
     ending = asyncio.Event()  # hand out no more messages
     handled = asyncio.Event()  # every handler has finished: the last settlements are in
+    drain = _Drain()
+    unstarted: list[Message] = []  # taken by a task after the stop: released after
+
+    def stopping() -> bool:
+        return ending.is_set() or (stop is not None and stop.is_set())
 
     async def read() -> None:
         async for batch in subscription:
+            if stopping():  # one thread: nothing is queued after the stop has drained it
+                await _release_async(client, topic, [d.message_id for d in batch], drain)
+                continue
             for delivery in batch:
                 work.put_nowait(Message(delivery, settler))
 
     async def work_loop() -> None:
         while (message := await work.get()) is not None:
-            if ending.is_set() or (stop is not None and stop.is_set()):
+            if stopping():
+                unstarted.append(message)
                 continue
             try:
                 result = handler(message)
@@ -293,12 +372,20 @@ async def consume_async(
         await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     finally:
         ending.set()
+        queued = []
+        while not work.empty():
+            if (message := work.get_nowait()) is not None:
+                queued.append(message)
+        await _release_async(client, topic, [m.delivery.message_id for m in queued], drain)
         for _ in workers:
             work.put_nowait(None)
         await asyncio.gather(*workers)
+        await _release_async(client, topic, [m.delivery.message_id for m in unstarted], drain)
         handled.set()
         arrived.set()
         ack_result = (await asyncio.gather(sender, return_exceptions=True))[0]
+        if drain.draining and not isinstance(ack_result, BaseException):
+            await asyncio.wait({reader}, timeout=STOP_DRAIN_S)  # the server ends it
         subscription.cancel()
         stream_error = (await asyncio.gather(reader, return_exceptions=True))[0]
         for waiter in waits - {reader}:

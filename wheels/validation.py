@@ -279,12 +279,20 @@ MAX_REASON_LEN = 1_024  # a nack's reason, kept on a dead letter
 
 
 def validate_nack(
-    message_ids: list[str], reason: str, redeliver_after_ms: int, settings: Settings
-) -> None:
+    message_ids: list[str], reason: str, redeliver_after_ms: int, settings: Settings,
+    release: bool = False,
+) -> None:  # fmt: skip
     """A Nack's fields: at most `max_ack_ids` ids, a bounded reason, a backoff within the
-    maximum delay."""
+    maximum delay. A release is not a failure: it has no reason to keep and goes back at
+    once, so either field set with it is a client's mistake, refused rather than ignored."""
     validate_ack_count(len(message_ids), settings, "Nack")
     validate_message_refs(message_ids)
+    if release and reason:
+        raise InvalidArgument("reason", reason, "must be empty with release (not a failure)")
+    if release and redeliver_after_ms:
+        raise InvalidArgument(
+            "redeliver_after_ms", redeliver_after_ms, "must be 0 with release (redelivered at once)"
+        )
     if len(reason) > MAX_REASON_LEN:
         raise InvalidArgument(
             "reason", reason, f"is {len(reason)} characters; at most {MAX_REASON_LEN}"

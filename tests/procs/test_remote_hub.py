@@ -135,3 +135,22 @@ def test_a_read_ahead_that_fails_does_not_keep_the_stream_from_ending(served):
     batches.close()  # the failure is not raised out of the stream's end
     remote.release(subscriber)
     assert remote.subscriber_count() == 0
+
+
+def test_a_release_crosses_to_the_delivery_process_and_ends_the_stream(served):
+    engine, _, _, remote = served
+    sent = fire(engine, 2)
+    stopping = remote.subscribe("jobs", 10)
+    batches = remote.batches(stopping)
+    assert ids(next(batches)) == sent
+    # Given back unstarted: no attempt counted, and the stream, holding none, ends.
+    assert remote.nack("jobs", sent, release=True) == (2, 0)
+    assert next(batches, None) is None
+    remote.release(stopping)
+
+    second = remote.subscribe("jobs", 10)
+    again = remote.batches(second)
+    rows = next(again)
+    assert ids(rows) == sent and {attempt for _, _, _, attempt in rows} == {1}
+    again.close()
+    remote.release(second)

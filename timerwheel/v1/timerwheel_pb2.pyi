@@ -236,16 +236,18 @@ class AckResponse(_message.Message):
     def __init__(self, acked: _Optional[int] = ...) -> None: ...
 
 class NackRequest(_message.Message):
-    __slots__ = ("topic", "message_ids", "reason", "redeliver_after_ms")
+    __slots__ = ("topic", "message_ids", "reason", "redeliver_after_ms", "release")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_IDS_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     REDELIVER_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_FIELD_NUMBER: _ClassVar[int]
     topic: str
     message_ids: _containers.RepeatedScalarFieldContainer[str]
     reason: str
     redeliver_after_ms: int
-    def __init__(self, topic: _Optional[str] = ..., message_ids: _Optional[_Iterable[str]] = ..., reason: _Optional[str] = ..., redeliver_after_ms: _Optional[int] = ...) -> None: ...
+    release: bool
+    def __init__(self, topic: _Optional[str] = ..., message_ids: _Optional[_Iterable[str]] = ..., reason: _Optional[str] = ..., redeliver_after_ms: _Optional[int] = ..., release: _Optional[bool] = ...) -> None: ...
 
 class NackResponse(_message.Message):
     __slots__ = ("nacked", "dead_lettered")
