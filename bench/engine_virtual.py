@@ -121,7 +121,7 @@ def _note_deliveries(args, engine: Engine, fired: list) -> dict[str, bytes]:
     the delivery process hands it over (`timerwheel.delivery.trace`), one group a
     DeliveryBatch (`delivery_batch_max` messages): by default held for the Ack, so the
     returned trailers go with the ack calls (`_ack`; timerwheel.delivery.first_deliveries); with
-    `--set first_delivery_hold_ms=0` handed over at once, staged with the next commit."""
+    `--set first_delivery_hold_ms=0s` handed over at once, staged with the next commit."""
     if not args.delivery_traces:
         return {}
     ids, size = [f.message_id for f in fired], engine.settings.delivery_batch_max

@@ -4,11 +4,15 @@ Precedence, lowest first: the defaults in `timerwheel.wheels.settings.Settings`,
 (`--config FILE` or `TIMERWHEEL_CONFIG`), environment variables `TIMERWHEEL_<FIELD>`
 (e.g. `TIMERWHEEL_ACK_TIMEOUT_MS=5s`), then flags. Keys are the `Settings` field names.
 
-Values are converted by the field's type. Every `*_ms` field also takes a duration
-(`250ms`, `90s`, `5m`, `2h`, `3d`); `delay_levels_ms` takes a TOML list or a string like
-"1s 5s 10s". An unknown key in the file, or a value that does not convert, is an error
-naming the source, the key and the value; the combined result is validated once by
-`Settings` itself. Environment variables that are not settings are left alone.
+Values are converted by the field's type. Every `*_ms` field takes a duration with its unit
+(`250ms`, `90s`, `5m`, `2h`, `3d`); a bare number as text (`TIMERWHEEL_ACK_TIMEOUT_MS=10`,
+`--ack-timeout 10`, `--set ack_timeout_ms=10`, `ack_timeout_ms = "10"`) is refused, since it
+could mean seconds as well as milliseconds. A TOML *integer* for a `*_ms` key is taken as
+milliseconds: TOML keeps numbers and strings apart, and the key's own name says the unit
+(`ack_timeout_ms = 10000`). `delay_levels_ms` takes a TOML list (integers are ms, strings need a
+unit) or a string like "1s 5s 10s". An unknown key in the file, or a value that does not
+convert, is an error naming the source, the key and the value; the combined result is
+validated once by `Settings` itself. Environment variables that are not settings are left alone.
 """
 
 from __future__ import annotations
@@ -27,14 +31,21 @@ CONFIG_ENV = "TIMERWHEEL_CONFIG"
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 _FIELD_TYPES = {f.name: f.type for f in dataclasses.fields(Settings)}
+_SIGNED_MS = {"clock_offset_ms"}  # a shift of the clock goes either way: `-5s` is meant
 
 
 def load_settings(
     config_file: str | None = None,
     env: Mapping[str, str] | None = None,
     overrides: Mapping[str, object] | None = None,
+    flags: Mapping[str, str] | None = None,
 ) -> Settings:
-    """Merge file < environment < `overrides` (flags) into one validated Settings."""
+    """Merge file < environment < `overrides` (flags) into one validated Settings.
+
+    `flags` names the flag each override came from (`ack_timeout_ms` -> `--ack-timeout`), so
+    an error names what the person typed; without it, `--ack-timeout-ms` style is assumed.
+    """
+    flags = flags or {}
     env = os.environ if env is None else env
     values: dict[str, object] = {}
     config_file = config_file or env.get(CONFIG_ENV)
@@ -46,7 +57,8 @@ def load_settings(
             values[name] = convert(name, raw, ENV_PREFIX + name.upper())
     for name, value in (overrides or {}).items():
         if value is not None:
-            values[name] = convert(name, value, "flag --" + name.replace("_", "-"))
+            flag = flags.get(name) or "--" + name.replace("_", "-")
+            values[name] = convert(name, value, flag)
     return Settings(**values)
 
 
@@ -60,10 +72,23 @@ def parse_assignment(text: str) -> tuple[str, object]:
 
 
 def convert(name: str, value: object, source: str) -> object:
-    """`value` (from TOML, an env var or a flag) as the type of Settings field `name`."""
+    """`value` (from TOML, an env var or a flag) as the type of Settings field `name`.
+
+    `source` starts every error message: `config file 'x.toml'`, `TIMERWHEEL_PORT`,
+    `--set port` or, for a flag, the flag itself (`--ack-timeout`). A duration error from a
+    flag or `--set` reads as typed: `--ack-timeout='10': give a unit, e.g. 10s or 10ms`.
+    """
     field_type = _FIELD_TYPES.get(name)
     if field_type is None:
         raise SettingsError(f"{source}: unknown setting {name!r}; known: {', '.join(_FIELD_TYPES)}")
+    if name.endswith("_ms") and isinstance(value, str) and field_type == "int":
+        is_flag = source.startswith("--")  # `--ack-timeout` or `--set ack_timeout_ms`
+        try:
+            if name in _SIGNED_MS and value.strip().startswith("-"):
+                return -parse_duration_ms(value.strip()[1:], source if is_flag else name)
+            return parse_duration_ms(value, source if is_flag else name)
+        except ValueError as exc:
+            raise SettingsError(str(exc) if is_flag else f"{source}: {exc}") from exc
     try:
         if field_type == "bool":
             return _to_bool(value)

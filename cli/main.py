@@ -12,9 +12,12 @@ import difflib
 import importlib
 import importlib.metadata
 import pkgutil
+import re
 import sys
 
 import timerwheel.cli.commands
+
+_NEGATIVE_VALUE = re.compile(r"-\.?\d")  # -5s, -5, -.5s: a value, not a flag
 
 
 class Parser(argparse.ArgumentParser):
@@ -31,10 +34,40 @@ class Parser(argparse.ArgumentParser):
 
     def parse_known_args(self, args=None, namespace=None):
         self._seen = list(sys.argv[1:] if args is None else args)
+        args = self._join_negative_values(self._seen)
         namespace, extras = super().parse_known_args(args, namespace)
         if extras and self._subparsers is None:  # a command's leftovers: say it here
             self.error(f"unrecognized arguments: {' '.join(extras)}")
         return namespace, extras
+
+    def _join_negative_values(self, tokens: list[str]) -> list[str]:
+        """`--delay -5s` -> `--delay=-5s`, so the flag's own check says what is wrong.
+
+        argparse takes a token that starts with `-` for a flag, not a value (it makes an
+        exception only for plain negative numbers), and would say "--delay: expected one
+        argument". Joined, the value reaches the flag's parser, which names it
+        ("--delay=-5s: a negative delay ...").
+        """
+        joined: list[str] = []
+        index = 0
+        while index < len(tokens):
+            token = tokens[index]
+            action = self._option_string_actions.get(token)
+            following = tokens[index + 1] if index + 1 < len(tokens) else ""
+            if (
+                action is not None
+                and action.nargs is None  # exactly one value (store_true has nargs=0)
+                and _NEGATIVE_VALUE.match(following)
+            ):
+                joined.append(f"{token}={following}")
+                index += 2
+                continue
+            if token == "--":  # everything after it is positional already
+                joined.extend(tokens[index:])
+                break
+            joined.append(token)
+            index += 1
+        return joined
 
     def error(self, message: str):
         unknown = [

@@ -1,4 +1,5 @@
-"""Times on the command line: read from flags (`parse_time_ms`), printed (`format_ms`)."""
+"""Times on the command line: read from flags (`parse_time_ms`, `parse_delay_ms`), printed
+(`format_ms`). Durations need their unit here as everywhere a person types one."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ def parse_time_ms(text: str, name: str) -> int:
     if cleaned == "now":
         return int(now_ms)
     if cleaned.startswith("+"):
+        if cleaned[1:].isdigit():  # `+5` is 5 what? The same rule as --delay: say the unit
+            raise ValueError(f"{name}={text!r}: give a unit, e.g. {cleaned}s or {cleaned}m")
         return int(now_ms) + parse_duration_ms(cleaned[1:], name)
     if cleaned.isdigit():
         return int(cleaned)
@@ -26,6 +29,20 @@ def parse_time_ms(text: str, name: str) -> int:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return int(moment.timestamp() * 1000)
+
+
+def parse_delay_ms(text: str, name: str) -> int:
+    """A delay flag (`--delay 90s`): a duration with its unit, from now; never negative.
+
+    A negative delay gets its own message: it is what `--delay -5s` (a time in the past)
+    means, and the fix is another flag, not another number.
+    """
+    if text.strip().startswith("-"):
+        raise ValueError(
+            f"{name}={text.strip()!r}: a negative delay; give 0s or more "
+            "(--delay 0s delivers now; --at takes an absolute time)"
+        )
+    return parse_duration_ms(text, name)
 
 
 def format_ms(epoch_ms: int) -> str:

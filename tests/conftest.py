@@ -25,6 +25,14 @@ from timerwheel.server.app import TimerServer
 from timerwheel.wheels.settings import Settings
 
 
+# == no test talks to a server it did not start ============================================
+@pytest.fixture(autouse=True)
+def no_operator_target(monkeypatch) -> None:
+    """A shell's TIMERWHEEL_TARGET would point commands that use the default at a server the
+    operator runs (the README's on 7070): tests give --target, or test the default unset."""
+    monkeypatch.delenv("TIMERWHEEL_TARGET", raising=False)
+
+
 # == the time of day a test runs at (helpers/time_of_day.py) ===============================
 @pytest.fixture(autouse=True)
 def pinned_time_of_day(monkeypatch) -> Iterator[int]:

@@ -20,7 +20,7 @@ import json
 import sys
 
 from timerwheel.cli.client_command import UsageError, add_client_parser
-from timerwheel.cli.times import format_ms, parse_time_ms
+from timerwheel.cli.times import format_ms, parse_delay_ms, parse_time_ms
 from timerwheel.durations import parse_duration_ms
 
 
@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     body.add_argument("--body", default="", help="message body (text)")
     body.add_argument("--body-file", help="read the body from this file ('-': stdin)")
     when = send.add_mutually_exclusive_group()
-    when.add_argument("--delay", help="deliver after 250ms, 90s, 5m, 2h, 3d or plain ms")
+    when.add_argument("--delay", help="deliver after 250ms, 90s, 5m, 2h or 3d (unit needed)")
     when.add_argument("--at", help="deliver at epoch ms, or an ISO 8601 time (UTC if no zone)")
     when.add_argument("--level", type=int, help="RocketMQ 4 delay level (1..18 by default)")
     send.add_argument("--id", default="", help="message id: the send is idempotent on it")
@@ -65,13 +65,14 @@ def _send(client, args: argparse.Namespace) -> int:
     when: dict[str, object] = {}
     try:
         if args.delay is not None:
-            when["delay_ms"] = parse_duration_ms(args.delay, "--delay")
+            when["delay_ms"] = parse_delay_ms(args.delay, "--delay")
         elif args.at is not None:
             when["deliver_at_ms"] = parse_time_ms(args.at, "--at")
         elif args.level is not None:
             when["delay_level"] = args.level
         elif not (args.every or args.cron):
             raise ValueError("give one of --delay, --at, --level (or --every / --cron)")
+        _check_series_id(args)
         properties = dict(_key_value(item) for item in args.property)
         when.update(_send_options(args))
     except ValueError as exc:
@@ -102,6 +103,17 @@ _EXISTED = {  # what an idempotent retry means for each state the stored timer c
 
 
 # == helpers ================================================================================
+def _check_series_id(args: argparse.Namespace) -> None:
+    """A series (--every / --cron) needs --id: the server makes a new id for each send
+    without one, so a retried send would start a second series, firing twice as often."""
+    if (args.every or args.cron) and not args.id:
+        flag = "--every" if args.every else "--cron"
+        raise ValueError(
+            f"{flag} needs --id: name the series (e.g. --id nightly-report) so that a "
+            "retried send does not start a second one"
+        )
+
+
 def _send_options(args: argparse.Namespace) -> dict[str, object]:
     """The SendRequest fields of --if-exists, --max-attempts, --dead-letter-topic and the
     repeat flags (--every / --cron with --tz, --until, --max-count, --missed)."""

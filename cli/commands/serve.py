@@ -37,7 +37,8 @@ from timerwheel.wheels.settings import SettingsError
 
 log = structlog.get_logger("timerwheel.serve")
 
-# flag -> (Settings field, help). Values are converted by timerwheel.cli.config (durations too).
+# flag -> (Settings field, help). Values are converted by timerwheel.cli.config: a duration
+# flag needs its unit (`--ack-timeout 10s`; a bare `10` is refused, naming the flag).
 SETTING_FLAGS = {
     "--data-dir": ("data_dir", "RocksDB directory (default ./data)"),
     "--host": ("host", "address to listen on (default 127.0.0.1)"),
@@ -77,7 +78,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--config", metavar="FILE.toml", help="TOML file of settings")
     for flag, (name, text) in SETTING_FLAGS.items():
-        parser.add_argument(flag, dest=name, metavar=name.upper(), help=text)
+        metavar = "DURATION" if name.endswith("_ms") else name.upper()  # 10s, not a bare 10
+        parser.add_argument(flag, dest=name, metavar=metavar, help=text)
     sync = parser.add_mutually_exclusive_group()
     sync.add_argument(
         "--no-sync", dest="sync_writes", action="store_const", const="false",
@@ -111,7 +113,8 @@ def settings_from_args(args: argparse.Namespace):
             overrides[name] = getattr(args, name)
     if args.sync_writes is not None:
         overrides["sync_writes"] = args.sync_writes
-    return load_settings(args.config, overrides=overrides)
+    flags = {name: flag for flag, (name, _) in SETTING_FLAGS.items()}
+    return load_settings(args.config, overrides=overrides, flags=flags)
 
 
 def _register_security(parser: argparse.ArgumentParser) -> None:

@@ -13,8 +13,7 @@ import argparse
 import json
 
 from timerwheel.cli.client_command import UsageError, add_client_parser, time_range_ms
-from timerwheel.cli.config import parse_duration_ms
-from timerwheel.cli.times import format_ms, parse_time_ms
+from timerwheel.cli.times import format_ms, parse_delay_ms, parse_time_ms
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -23,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     move.add_argument("message_id", metavar="MESSAGE_ID")
     when = move.add_mutually_exclusive_group(required=True)
-    when.add_argument("--delay", help="deliver after 250ms, 90s, 5m, 2h, 3d from now")
+    when.add_argument("--delay", help="deliver after 250ms, 90s, 5m, 2h, 3d from now (unit needed)")
     when.add_argument("--at", help="deliver at epoch ms, now, +DURATION or ISO 8601")
     when.add_argument("--level", type=int, help="RocketMQ 4 delay level (1..18 by default)")
 
@@ -37,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _reschedule(client, args: argparse.Namespace) -> int:
     try:
         if args.delay is not None:
-            when = {"delay_ms": parse_duration_ms(args.delay, "--delay")}
+            when = {"delay_ms": parse_delay_ms(args.delay, "--delay")}
         elif args.at is not None:
             when = {"deliver_at_ms": parse_time_ms(args.at, "--at")}
         else:

@@ -102,7 +102,7 @@ def test_list_one_page_and_all_pages(cli, client):
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
-        (("send", "--topic", "t", "--delay=-5s"), "--delay='-5s': must not be negative"),
+        (("send", "--topic", "t", "--delay=-5s"), "--delay='-5s': a negative delay"),
         (("send", "--topic", "t", "--delay", "soon"), "--delay='soon': not a duration"),
         (("send", "--topic", "t", "--at", "tomorrow"), "--at='tomorrow': not a time"),
         (("send", "--topic", "t", "--delay", "1s", "--property", "novalue"), "KEY=VALUE"),

@@ -26,7 +26,7 @@ def test_metrics_of_every_process_are_summed_by_the_supervisor(
     tmp_path, serve_process, monkeypatch
 ):
     offset = clock_offset_to_second(50)  # the processes take a few seconds to start
-    monkeypatch.setenv("TIMERWHEEL_CLOCK_OFFSET_MS", str(offset))
+    monkeypatch.setenv("TIMERWHEEL_CLOCK_OFFSET_MS", f"{offset}ms")
     server = serve_process(
         tmp_path / "data", "--workers", "2", "--metrics-port", "0",
         "--set", "minute_cascade_lead_ms=1s", "--set", "first_delivery_hold_ms=1m",

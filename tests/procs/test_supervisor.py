@@ -94,7 +94,7 @@ def test_by_default_the_server_is_one_process(tmp_path, serve_process):
 
 
 def test_the_gil_switch_interval_setting_reaches_the_serving_process(tmp_path, serve_process):
-    server = serve_process(tmp_path / "data", "--set", "gil_switch_interval_ms=3")
+    server = serve_process(tmp_path / "data", "--set", "gil_switch_interval_ms=3ms")
     with server.client() as client:
         assert client.send("one", b"x", delay_ms=60_000).message_id
     server.signal(signal.SIGTERM)
