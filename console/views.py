@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from timerwheel.observability.trace_view import describe_event, kind_name
+from timerwheel.observability.trace_view import (
+    describe_event,
+    is_series,
+    kind_name,
+    next_occurrence_text,
+    schedule_dict,
+    schedule_text,
+)
 from timerwheel.v1 import timerwheel_pb2 as pb
 
 BODY_PREVIEW_BYTES = 4096
@@ -67,7 +74,19 @@ def timer_json(message: pb.TimerMessage, now_ms: int) -> dict:
         "body_bytes": len(message.body),
         "body_preview": body.decode("utf-8", errors="replace"),
         "trace": [trace_event_json(e, message.deliver_at_ms, now_ms) for e in message.trace],
+        **series_json(message, now_ms),
     }
+
+
+def series_json(message: pb.TimerMessage, now_ms: int) -> dict:
+    """A series' schedule and next occurrence: the fields of `timerwheel get --json`, plus
+    each said in words for the page (`schedule`, `next`); all None when not a series."""
+    out: dict = {**schedule_dict(message), "schedule": None, "next": None}
+    if is_series(message):
+        out["schedule"] = schedule_text(message.repeat, iso_ms)
+        out["next"] = next_occurrence_text(message, iso_ms)
+        out["next_occurrence"]["at"] = moment(message.deliver_at_ms, now_ms)
+    return out
 
 
 def trace_event_json(event: pb.TraceEvent, deliver_at_ms: int, now_ms: int) -> dict:

@@ -1,9 +1,12 @@
-"""A timer's trace (`timerwheel get ID --trace`) as lines for people and dicts for scripts."""
+"""A timer's trace (`timerwheel get ID --trace`) as lines for people and dicts for scripts;
+and a series' schedule and next occurrence, said the same way by `get`, `get --json` and
+the console's timer view."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from timerwheel.durations import format_duration_ms
 from timerwheel.v1 import timerwheel_pb2 as pb
 
 _PREFIX = "TRACE_"
@@ -57,3 +60,53 @@ def trace_dicts(message: pb.TimerMessage) -> list[dict]:
         }
         for e in message.trace
     ]  # fmt: skip
+
+
+def is_series(message: pb.TimerMessage) -> bool:
+    """A stored series (`send --every` / `--cron`): the API sets `repeat` while it runs."""
+    return bool(message.repeat.every_ms or message.repeat.cron)
+
+
+def schedule_text(repeat: pb.Repeat, format_ms: Callable[[int], str]) -> str:
+    """`every 5m` or `cron '0 5 * * *' in Europe/Paris`, then its end and missed policy."""
+    if repeat.every_ms:
+        parts = [f"every {format_duration_ms(repeat.every_ms)}"]
+    else:
+        parts = [f"cron {repeat.cron!r} in {repeat.time_zone or 'UTC'}"]
+    if repeat.end_at_ms:
+        parts.append(f"until {format_ms(repeat.end_at_ms)}")
+    if repeat.max_count:
+        parts.append(f"at most {repeat.max_count} occurrence(s)")
+    parts.append(f"missed: fire {_missed(repeat)}")
+    return ", ".join(parts)
+
+
+def next_occurrence_text(message: pb.TimerMessage, format_ms: Callable[[int], str]) -> str:
+    """`#3 (nightly#3) at 2026-01-01T05:00:00.000Z`: its number, the id it fires as, when."""
+    number = message.next_occurrence
+    occurrence_id = f"{message.message_id}#{number}"
+    return f"#{number} ({occurrence_id}) at {format_ms(message.deliver_at_ms)}"
+
+
+def schedule_dict(message: pb.TimerMessage) -> dict:
+    """`repeat` and `next_occurrence` for scripts (both None when not a series)."""
+    if not is_series(message):
+        return {"repeat": None, "next_occurrence": None}
+    repeat = message.repeat
+    return {
+        "repeat": {
+            "every_ms": repeat.every_ms, "cron": repeat.cron,
+            "time_zone": repeat.time_zone or ("UTC" if repeat.cron else ""),
+            "end_at_ms": repeat.end_at_ms, "max_count": repeat.max_count,
+            "missed": _missed(repeat),
+        },
+        "next_occurrence": {
+            "number": message.next_occurrence,
+            "message_id": f"{message.message_id}#{message.next_occurrence}",
+            "deliver_at_ms": message.deliver_at_ms,
+        },
+    }  # fmt: skip
+
+
+def _missed(repeat: pb.Repeat) -> str:
+    return "each" if repeat.missed == pb.MISSED_FIRE_EACH else "once"

@@ -170,7 +170,10 @@ def _list(client, args: argparse.Namespace) -> int:
 
 # == helpers ================================================================================
 def message_dict(message, include_body: bool) -> dict:
-    """A TimerMessage for scripts: plain ints (not proto JSON's int64 strings)."""
+    """A TimerMessage for scripts: plain ints (not proto JSON's int64 strings); a series
+    adds its `repeat` and `next_occurrence` (both None otherwise)."""
+    from timerwheel.observability.trace_view import schedule_dict  # protos: when a command runs
+
     out = {
         "message_id": message.message_id,
         "topic": message.topic,
@@ -182,6 +185,7 @@ def message_dict(message, include_body: bool) -> dict:
         "acked_at_ms": message.acked_at_ms,
         "cancelled_at_ms": message.cancelled_at_ms,
         "properties": dict(message.properties),
+        **schedule_dict(getattr(message, "proto", message)),
     }
     if include_body:
         out["body_base64"] = base64.b64encode(message.body).decode()
@@ -193,6 +197,12 @@ def message_dict(message, include_body: bool) -> dict:
 
 
 def human_lines(message) -> list[tuple[str, str]]:
+    from timerwheel.observability.trace_view import (  # protos: only when a command runs
+        is_series,
+        next_occurrence_text,
+        schedule_text,
+    )
+
     state = State(message.state).name
     if message.wheel:
         state += f" (in the {message.wheel} wheel)"
@@ -206,6 +216,10 @@ def human_lines(message) -> list[tuple[str, str]]:
         ("acked_at", format_ms(message.acked_at_ms)),
         ("cancelled_at", format_ms(message.cancelled_at_ms)),
     ]
+    proto = getattr(message, "proto", message)
+    if is_series(proto):  # a series: what it repeats on and which occurrence comes next
+        lines.append(("schedule", schedule_text(proto.repeat, format_ms)))
+        lines.append(("next", next_occurrence_text(proto, format_ms)))
     props = ", ".join(f"{k}={v}" for k, v in sorted(message.properties.items()))
     lines.append(("properties", props or "-"))
     return lines

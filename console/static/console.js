@@ -151,6 +151,8 @@ function renderTimer(timer) {
   if (timer.fired_at) add("fired at", when(timer.fired_at));
   if (timer.acked_at) add("acked at", when(timer.acked_at));
   if (timer.cancelled_at) add("cancelled at", when(timer.cancelled_at));
+  if (timer.schedule) add("schedule", timer.schedule);
+  if (timer.next) add("next occurrence", timer.next);
   add("attempts", String(timer.attempts));
   const properties = Object.entries(timer.properties).map(([k, v]) => `${k}=${v}`);
   add("properties", properties.length ? properties.join("\n") : "–");
