@@ -66,6 +66,12 @@ def run_report(request: ReportRequest, *, spark=None, say: Say | None = None) ->
     """Make the report; uses `spark` if given (tests share one), else starts its own."""
     started = time.monotonic()
     say = say or (lambda _message: None)
+    if spark is None and not request.remote:  # a local driver starts a JVM: is there a Java?
+        from timerwheel.capacity.java import java_problem
+
+        problem = java_problem()
+        if problem:
+            raise ReportError(problem)
     _check_out_dir(request.out_dir)
     say(f"checking export {request.input_dir}")
     try:
