@@ -8,7 +8,7 @@ import psutil
 import pytest
 from helpers.bench_runs import bench_figures, run_bench
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.system, pytest.mark.timeout(120)]  # system: server processes on one port
 
 
 def floor_processes() -> set[int]:
