@@ -63,10 +63,22 @@ def test_a_bare_target_host_dials_port_7070(server, cli, monkeypatch):
     assert code == 0 and "fired, not acked" in out
 
 
-def test_an_unreachable_bare_host_names_port_7070_in_the_hint(capsys):
+def test_an_unreachable_bare_host_names_port_7070_in_the_hint(capsys, monkeypatch):
+    """The default port is moved to one nothing listens on: a server an operator left
+    running on 7070 (the README's) would answer, and there would be no hint to check."""
+    assert timerwheel.types.DEFAULT_PORT == 7070
+    closed = _closed_port()
+    monkeypatch.setattr(timerwheel.types, "DEFAULT_PORT", closed)
     code = main(["get", "x", "--target", "127.0.0.1", "--timeout", "0.5"])
     err = capsys.readouterr().err
-    assert code == 1 and "127.0.0.1:7070" in err  # not :443
+    assert code == 1 and f"127.0.0.1:{closed}" in err  # the default port, not :443
+
+
+def _closed_port() -> int:
+    """A port that was free a moment ago, and is closed now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def test_stats_human_and_json(cli, client):

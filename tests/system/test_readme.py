@@ -1,11 +1,12 @@
 """The README's examples must not rot: every client command of its ```sh blocks runs, in
 order, against a real server and must exit 0; every other `timerwheel` line must parse;
-the Python example runs too."""
+the Python example runs too, and prints what the README says it does."""
 
 from __future__ import annotations
 
 import re
 import shlex
+import time
 from pathlib import Path
 
 import pytest
@@ -66,9 +67,21 @@ def test_every_other_readme_command_line_parses():
             pytest.fail(f"timerwheel {shlex.join(argv)}: does not parse ({exc})")
 
 
-def test_the_python_example_runs(server, capsys):
+def test_the_python_example_runs_and_prints_its_own_message(server, capsys):
+    """It sends a message due in 2 s, prints its state, then consumes until that message
+    comes: the output is the state, then the message, well before the example gives up."""
     [example] = _blocks("python")
     assert "127.0.0.1:7070" in example
+    started = time.monotonic()
     exec(compile(example.replace("127.0.0.1:7070", server.target), "README", "exec"), {})
-    out = capsys.readouterr().out
-    assert "SCHEDULED" in out
+    elapsed = time.monotonic() - started
+    lines = [line for line in capsys.readouterr().out.splitlines() if not _is_log(line)]
+    assert lines[0] == "SCHEDULED"
+    assert re.fullmatch(r"\S+ 1 b'pay #42'", lines[1]), lines
+    assert len(lines) == 2, lines
+    assert 1.5 < elapsed < 20, f"the example took {elapsed:.1f} s"  # due in 2 s, not the 30 s
+
+
+def _is_log(line: str) -> bool:
+    """The in-process server's log lines, printed to the same stdout."""
+    return line.startswith("{") or bool(re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \[", line))
