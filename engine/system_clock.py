@@ -5,7 +5,7 @@ import time
 
 class SystemClock:
     """`time.time()` in ms, shifted by `offset_ms` (Settings.clock_offset_ms: 0 except in
-    tests that pin the server's time of day, see tests/test_time_of_day.py); and
+    tests that pin the server's time of day, see tests/system/test_time_of_day.py); and
     `time.monotonic()` in ms, to tell a step of the wall clock from time passing."""
 
     def __init__(self, offset_ms: int = 0) -> None:

@@ -44,7 +44,7 @@ class Settings:
     workers: int = 0
 
     # For tests only: the server's wall clock runs this far ahead of (or behind) the real
-    # one, so a test can pin the time of day it runs at (tests/test_time_of_day.py).
+    # one, so a test can pin the time of day it runs at (tests/system/test_time_of_day.py).
     clock_offset_ms: int = 0
     # A wall-clock jump bigger than this (against the monotonic clock, between two
     # readings) is a clock step: logged, counted in Stats (timerwheel.wheels.clock_step; what the
