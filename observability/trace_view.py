@@ -82,7 +82,7 @@ def schedule_text(repeat: pb.Repeat, format_ms: Callable[[int], str]) -> str:
 
 
 def next_occurrence_text(message: pb.TimerMessage, format_ms: Callable[[int], str]) -> str:
-    """`#3 (nightly#3) at 2026-01-01T05:00:00.000Z`: its number, the id it fires as, when."""
+    """`#3 (nightly#3) at <UTC ISO 8601 time>`: its number, the id it fires as, when."""
     number = message.next_occurrence
     occurrence_id = f"{message.message_id}#{number}"
     return f"#{number} ({occurrence_id}) at {format_ms(message.deliver_at_ms)}"

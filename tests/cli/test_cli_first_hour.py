@@ -187,12 +187,12 @@ def test_java_is_found_as_spark_finds_it(tmp_path):
     fake_home = tmp_path / "jdk"
     (fake_home / "bin").mkdir(parents=True)
     java = fake_home / "bin" / "java"
-    java.write_text("#!/bin/sh\necho 'openjdk version \"11.0.2\" 2019-01-15' >&2\n")
+    java.write_text("#!/bin/sh\necho 'openjdk version \"11.0.2\"' >&2\n")
     java.chmod(0o755)
     assert java_major_version(str(java)) == 11
     problem = java_problem({"JAVA_HOME": str(fake_home), "PATH": ""})
     assert problem == f"{INSTALL_HINT}; {java} is Java 11"
-    java.write_text("#!/bin/sh\necho 'openjdk version \"17.0.15\" 2025-04-15' >&2\n")
+    java.write_text("#!/bin/sh\necho 'openjdk version \"17.0.15\"' >&2\n")
     assert java_problem({"JAVA_HOME": str(fake_home), "PATH": ""}) is None
     java.write_text("#!/bin/sh\necho 'java version \"1.8.0_402\"' >&2\n")
     assert java_major_version(str(java)) == 8

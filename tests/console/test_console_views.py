@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from timerwheel.console.views import timer_json
 from timerwheel.v1 import timerwheel_pb2 as pb
 
@@ -18,7 +20,9 @@ def test_a_series_shows_its_schedule_and_next_occurrence():
     assert view["schedule"] == "cron '0 5 * * *' in Europe/Paris, at most 3 occurrence(s), " + (
         "missed: fire once"
     )
-    assert view["next"] == "#4 (nightly#4) at 2027-01-15T08:01:00.000Z"
+    due = datetime(2027, 1, 15, 8, 1, tzinfo=UTC)  # NOW_MS + 60 s, as UTC
+    assert due.timestamp() * 1000 == NOW_MS + 60_000
+    assert view["next"] == f"#4 (nightly#4) at {due:%Y-%m-%dT%H:%M:%S}.000Z"
     assert view["repeat"]["cron"] == "0 5 * * *" and view["repeat"]["max_count"] == 3
     assert view["next_occurrence"]["message_id"] == "nightly#4"
     assert view["next_occurrence"]["at"]["relative"] == "in 1m"
