@@ -17,19 +17,6 @@ from timerwheel.common import State
 pytestmark = pytest.mark.wallclock
 
 
-@pytest.fixture
-def cli(server, capsys):
-    """Run `timerwheel ARGS --target <live server>`; returns (exit code, stdout, stderr)."""
-
-    def run(*args: str) -> tuple[int, str, str]:
-        capsys.readouterr()  # drop anything earlier (server logs)
-        code = main([*args, "--target", server.target])
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
-
-
 def test_send_each_time_form_then_get_human_and_json(cli, client):
     before = wall_ms()
     code, out, _ = cli("send", "--topic", "orders", "--body", "hello", "--delay", "5m",

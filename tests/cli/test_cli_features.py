@@ -7,22 +7,7 @@ import json
 import pytest
 from helpers.time_of_day import wall_ms
 
-from timerwheel.cli.main import main
-
 pytestmark = pytest.mark.wallclock
-
-
-@pytest.fixture
-def cli(server, capsys):
-    """Run `timerwheel ARGS --target <live server>`; returns (exit code, stdout, stderr)."""
-
-    def run(*args: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        code = main([*args, "--target", server.target])
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
 
 
 def test_reschedule_by_delay_time_and_level(cli, client):

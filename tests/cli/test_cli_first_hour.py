@@ -19,19 +19,6 @@ from timerwheel.cli.times import format_ms
 pytestmark = pytest.mark.wallclock
 
 
-@pytest.fixture
-def cli(server, capsys):
-    """Run `timerwheel ARGS --target <live server>`; returns (exit code, stdout, stderr)."""
-
-    def run(*args: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        code = main([*args, "--target", server.target])
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
-
-
 def _usage_error(argv: list[str], capsys) -> str:
     """stderr of a command line argparse itself refuses (exit 2)."""
     with pytest.raises(SystemExit) as exit_info:

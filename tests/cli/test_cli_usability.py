@@ -20,17 +20,6 @@ from timerwheel.client import TimerClient
 from timerwheel.common import State
 
 
-@pytest.fixture
-def cli(server, capsys):
-    def run(*args: str, target: str | None = None) -> tuple[int, str, str]:
-        capsys.readouterr()
-        code = main([*args, "--target", target or server.target])
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
-
-
 def test_timerwheel_alone_prints_help_and_version_prints_it(capsys):
     assert main([]) == 0
     out = capsys.readouterr().out
