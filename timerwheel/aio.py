@@ -37,6 +37,11 @@ from timerwheel.consumer import Message, consume_async
 from timerwheel.credentials import Tls
 from timerwheel.durations import duration_ms
 from timerwheel.producer import AsyncProducer
+from timerwheel.retries import (
+    reschedule_is_idempotent,
+    retry_unavailable_async,
+    sends_are_idempotent,
+)
 from timerwheel.types import (
     CHANNEL_OPTIONS,
     DEFAULT_TARGET,
@@ -115,14 +120,16 @@ class AsyncClient:
     async def send(
         self, topic: str, body: bytes | str = b"", **when_and_more: object
     ) -> SendResult:
-        """As `Client.send`."""
+        """As `Client.send` (retried on UNAVAILABLE when it has a message_id)."""
         request = send_request(topic, body, **when_and_more)
-        return send_result(await self._unary(self.service.Send, request))
+        retry = sends_are_idempotent([request])
+        return send_result(await self._unary(self.service.Send, request, retry=retry))
 
     async def send_batch(self, requests: Sequence[pb.SendRequest]) -> list[SendResult]:
         """Many sends in one RPC; the server stores them atomically (all or none)."""
         request = pb.SendBatchRequest(messages=requests)
-        response = await self._unary(self.service.SendBatch, request)
+        retry = sends_are_idempotent(request.messages)
+        response = await self._unary(self.service.SendBatch, request, retry=retry)
         return [send_result(r) for r in response.results]
 
     def producer(
@@ -185,7 +192,8 @@ class AsyncClient:
         if "delay_ms" in when:
             when["delay_ms"] = duration_ms(when["delay_ms"], "delay_ms")
         request = pb.RescheduleRequest(message_id=message_id, **when)
-        return (await self._unary(self.service.Reschedule, request)).deliver_at_ms
+        retry = reschedule_is_idempotent(request)
+        return (await self._unary(self.service.Reschedule, request, retry=retry)).deliver_at_ms
 
     async def count(self, topic: str, from_ms: int = 0, to_ms: int = 0) -> pb.CountResponse:
         request = pb.CountRequest(topic=topic, from_ms=from_ms, to_ms=to_ms)
@@ -275,9 +283,14 @@ class AsyncClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def _unary(self, method, request, timeout_s: object = _CLIENT_TIMEOUT):
+    async def _unary(
+        self, method, request, timeout_s: object = _CLIENT_TIMEOUT, retry: bool = False
+    ):
+        """As `Client._unary`."""
         timeout = self.timeout_s if timeout_s is _CLIENT_TIMEOUT else timeout_s
         try:
+            if retry:
+                return await retry_unavailable_async(method, request, timeout)  # type: ignore[arg-type]
             return await method(request, timeout=timeout)
         except grpc.RpcError as error:
             raise RemoteError.of(error) from None

@@ -45,6 +45,11 @@ from timerwheel.consumer import Message, consume
 from timerwheel.credentials import Tls
 from timerwheel.durations import duration_ms
 from timerwheel.producer import Producer
+from timerwheel.retries import (
+    reschedule_is_idempotent,
+    retry_unavailable,
+    sends_are_idempotent,
+)
 from timerwheel.types import (
     CHANNEL_OPTIONS,
     DEFAULT_TARGET,
@@ -130,13 +135,21 @@ class Client:
     def send(self, topic: str, body: bytes | str = b"", **when_and_more: object) -> SendResult:
         """`send(topic, body, delay_ms="90s" | deliver_at_ms=... | delay_level=...,
         properties=..., message_id=...)`. With a message_id that is already stored the
-        result says so: `existed` is True and `existing_state` is that timer's state."""
-        response = self._unary(self.service.Send, self.request(topic, body, **when_and_more))
-        return send_result(response)
+        result says so: `existed` is True and `existing_state` is that timer's state.
+        With a message_id (and not IF_EXISTS_REPLACE) it is retried on UNAVAILABLE, so a
+        server restart does not fail it (timerwheel/retries.py); without one it is not."""
+        request = self.request(topic, body, **when_and_more)
+        return send_result(
+            self._unary(self.service.Send, request, retry=sends_are_idempotent([request]))
+        )
 
     def send_batch(self, requests: Sequence[pb.SendRequest]) -> list[SendResult]:
-        """Many sends in one RPC; the server stores them atomically (all or none)."""
-        response = self._unary(self.service.SendBatch, pb.SendBatchRequest(messages=requests))
+        """Many sends in one RPC; the server stores them atomically (all or none). Retried
+        on UNAVAILABLE when every message has a message_id, as `send`."""
+        request = pb.SendBatchRequest(messages=requests)
+        response = self._unary(
+            self.service.SendBatch, request, retry=sends_are_idempotent(request.messages)
+        )
         return [send_result(r) for r in response.results]
 
     def producer(
@@ -205,11 +218,13 @@ class Client:
 
     def reschedule(self, message_id: str, **when: int | str) -> int:
         """Move a SCHEDULED timer: one of deliver_at_ms=, delay_ms= (ms or "2s"),
-        delay_level=. Returns its new deliver time."""
+        delay_level=. Returns its new deliver time. Retried on UNAVAILABLE only to an
+        absolute deliver_at_ms (a delay would be counted again from the retry)."""
         if "delay_ms" in when:
             when["delay_ms"] = duration_ms(when["delay_ms"], "delay_ms")
         request = pb.RescheduleRequest(message_id=message_id, **when)
-        return self._unary(self.service.Reschedule, request).deliver_at_ms
+        retry = reschedule_is_idempotent(request)
+        return self._unary(self.service.Reschedule, request, retry=retry).deliver_at_ms
 
     def count(self, topic: str, from_ms: int = 0, to_ms: int = 0) -> pb.CountResponse:
         """Pending timers of `topic`: the exact total, or those due in [from_ms, to_ms)
@@ -320,9 +335,14 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _unary(self, method, request, timeout_s: object = _CLIENT_TIMEOUT):
+    def _unary(self, method, request, timeout_s: object = _CLIENT_TIMEOUT, retry: bool = False):
+        """One call; `retry`: on UNAVAILABLE, with backoff, for a request that is
+        idempotent though its method is not (the idempotent methods are retried by gRPC
+        itself, timerwheel/retries.py)."""
         timeout = self.timeout_s if timeout_s is _CLIENT_TIMEOUT else timeout_s
         try:
+            if retry:
+                return retry_unavailable(method, request, timeout)  # type: ignore[arg-type]
             return method(request, timeout=timeout)
         except grpc.RpcError as error:
             raise RemoteError.of(error) from None

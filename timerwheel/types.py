@@ -15,6 +15,7 @@ import grpc
 
 from timerwheel.common import SendResult, State, TimerwheelError
 from timerwheel.durations import duration_ms
+from timerwheel.retries import RETRY_OPTIONS
 from timerwheel.v1 import timerwheel_pb2 as pb
 
 DEFAULT_PORT = 7070
@@ -22,6 +23,7 @@ DEFAULT_TARGET = f"127.0.0.1:{DEFAULT_PORT}"
 CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", -1),  # a DeliveryBatch or Get may exceed 4 MiB
     ("grpc.max_send_message_length", -1),
+    *RETRY_OPTIONS,  # idempotent calls ride through a server restart (timerwheel/retries.py)
 ]
 
 
