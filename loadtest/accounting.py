@@ -13,9 +13,10 @@ boundary as plain `bytes`. `account()` lines them up and classifies every messag
 | UNSENT (refused) | >= 1 | unexpected: stored although refused, a violation |
 | UNKNOWN (send outcome unknown) | any | neither lost nor unexpected |
 
-A message never received is late rather than lost when a server spawned for the run
-still holds it at the end, scheduled or fired and un-acked (`Accounting.count_server_held`):
-the drain wait ran out before it was delivered, but nothing was lost.
+A message never received is late rather than lost when the server still holds it at the
+end in one of the run's topics, scheduled or fired and un-acked
+(`Accounting.count_server_held`): the drain wait ran out before it was delivered (a
+killed server worker's streams, say, not yet delivered again), but nothing was lost.
 
 Delay errors are tallied as `Counter`s of integer milliseconds while the run is hot (a
 dict increment is well over an order of magnitude cheaper than an HDR record in pure
@@ -195,23 +196,31 @@ class Accounting:
     unexpected: int = 0  # received although never sent (refused, or not in the plan)
     unknown: int = 0  # sends whose outcome is unknown
     cancel_unknown: int = 0
+    # Acked ids the server's answers may not count: in Ack calls that failed (the worker
+    # answering went away: applied or not, unknown; one not applied is delivered and
+    # acked again, or still held), or answered as settled already (a duplicate receipt,
+    # or an Ack retried by gRPC after its first answer was lost with a killed worker).
+    ack_unknown: int = 0
     errors: list[str] = field(default_factory=list)  # producer / consumer failures
 
     @property
     def balanced(self) -> bool:
-        """sent = acked + cancelled (+ pending, when nothing is meant to fire; + late)."""
+        """sent = acked + cancelled (+ pending, when nothing is meant to fire; + late), up
+        to the sends, cancels and acks whose outcome is unknown."""
         settled = self.acked + self.cancelled + self.pending + self.late
-        return abs(self.sent - settled) <= self.cancel_unknown + self.unknown
+        return abs(self.sent - settled) <= self.cancel_unknown + self.unknown + self.ack_unknown
 
     def count_server_held(self, held_by_server: int) -> None:
         """Of the messages never received, count as late (not lost) as many as the
-        server still held at the end, scheduled or fired and un-acked (its Stats and
-        Count once the consumers stopped). Only for a server that holds this run's
-        messages alone (spawned on a fresh data dir): the consumers ack all they receive
-        and wait for the answers before they report, so at the end each message the
-        server holds is one nobody received yet, to be delivered late rather than lost.
-        A message the server no longer holds and nobody received stays lost."""
-        held = min(self.lost, held_by_server)
+        server still held at the end in the run's own topics, scheduled or fired and
+        un-acked (Count and Topics once the consumers stopped). The topics are the
+        run's alone (their names carry its id), and the consumers ack all they receive
+        and wait for the answers before they report, so each message the server holds
+        there is one nobody received yet, to be delivered late rather than lost; but
+        for those whose Ack failed (`ack_unknown`), which may be held though received,
+        so as many fewer are counted late. A message the server no longer holds and
+        nobody received stays lost."""
+        held = min(self.lost, max(held_by_server - self.ack_unknown, 0))
         self.late += held
         self.lost -= held
 
@@ -249,9 +258,12 @@ def account(
     early: int,
     expect_delivery: bool,
     errors: Iterable[str] = (),
+    ack_unknown: int = 0,
 ) -> Accounting:
     """Classify every planned message (see the module docstring's table)."""
-    result = Accounting(expect_delivery, acked=acked, early=early, errors=list(errors))
+    result = Accounting(
+        expect_delivery, acked=acked, early=early, errors=list(errors), ack_unknown=ack_unknown
+    )
     pairs: Counter = Counter()
     for producer, state_bytes in states.items():
         counts = seen.get(producer, b"")

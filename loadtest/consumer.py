@@ -21,11 +21,17 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
+import grpc
+import structlog
+
 from timerwheel.acks import DEFAULT_ACK_LINGER_MS, AckSender
 from timerwheel.client import TimerClient
 from timerwheel.credentials import PLAIN, Connection
 from timerwheel.loadtest.accounting import Tally, histogram_of, merge_counts, merge_worst
 from timerwheel.loadtest.pacing import use_measuring_switch_interval
+from timerwheel.types import RemoteError
+
+log = structlog.get_logger("timerwheel.loadtest")
 
 
 @dataclass(frozen=True)
@@ -40,8 +46,27 @@ class ConsumerPlan:
     ack_linger_ms: int = DEFAULT_ACK_LINGER_MS
 
 
+# After a stream error the stream is opened again, first after this long, then twice as
+# long each time up to the cap: a server whose worker was killed is back within a few
+# seconds (its supervisor restarts it), and a harness that stops waits at most the cap.
+RESUBSCRIBE_FIRST_S = 0.1
+RESUBSCRIBE_MAX_S = 2.0
+# Ack failures that leave the ack's outcome unknown (the worker answering it went away):
+# the message is delivered again if the ack was not applied, so they do not fail the run;
+# their ids are counted (`ack_unknown`) and loosen the balance by as many.
+TRANSIENT_CODES = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
+)
+
+
 class Stream:
-    """One topic's Subscribe stream, read on a thread of its own."""
+    """One topic's Subscribe stream, read on a thread of its own.
+
+    A stream that ends other than by `stop()` (an error, or the server closing it) is
+    opened again with a bounded backoff, keeping its tally and its ack sender: a killed
+    server worker takes its streams with it, and the messages they held un-acked are
+    delivered again to the new stream. Only a stream still down when the run stops is
+    an error."""
 
     def __init__(self, client: TimerClient, topic: str, plan: ConsumerPlan, on_batch) -> None:
         self.client = client
@@ -49,32 +74,72 @@ class Stream:
         self.plan = plan
         self.tally = Tally()
         self.error: str | None = None
+        self.resubscribed = 0  # times the stream was opened again after it ended
+        self.ack_unknown = 0  # acked ids the server's answers do not count (see _run)
+        self._last_failure: str | None = None  # set while it waits to subscribe again
         self._on_batch = on_batch
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()  # the current subscription against stop()
         self.acks = AckSender(client, topic, plan.ack_linger_ms, on_answer=self.tally.ack_answered)
         self.subscription = client.subscribe(topic, plan.max_in_flight)
         self.thread = threading.Thread(target=self._run, name=f"stream-{topic}", daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
+        backoff_s = RESUBSCRIBE_FIRST_S
         try:
-            for batch in self.subscription:
-                received_ms = time.time_ns() // 1_000_000
-                self.tally.add(batch, received_ms)
-                self.acks.ack([delivery.message_id for delivery in batch])
-                self._on_batch()
-        except Exception as exc:  # ended other than by cancel: reported, fails the run
+            while True:
+                failure, before = "the server ended the stream", self.tally.received
+                try:
+                    self._read(self.subscription)
+                except RemoteError as exc:
+                    failure = repr(exc)
+                if self._stopping.is_set():
+                    break
+                if self.tally.received > before:  # it was up: start the backoff afresh
+                    backoff_s = RESUBSCRIBE_FIRST_S
+                self._last_failure = failure
+                if self._stopping.wait(backoff_s):
+                    break
+                backoff_s = min(backoff_s * 2, RESUBSCRIBE_MAX_S)
+                with self._lock:
+                    if self._stopping.is_set():
+                        break
+                    self.subscription = self.client.subscribe(self.topic, self.plan.max_in_flight)
+                self._last_failure = None
+                self.resubscribed += 1
+                log.info("consumer_resubscribed", topic=self.topic, after=failure)
+        except Exception as exc:  # not the stream's error: the harness's own, fails the run
             self.error = f"consumer stream {self.topic}: {exc!r}"
         finally:
             self.acks.close()  # what waits is sent now
             self.tally.acked = self.acks.acked
-            if self.acks.error is not None:
-                self.error = self.error or f"ack on {self.topic}: {self.acks.error!r}"
+            # Failed calls, and ids answered "not acked now": after a killed worker, gRPC
+            # retries an Ack whose answer was lost, and the retry finds it acked.
+            self.ack_unknown = self.acks.failed_ids + self.acks.answered_ids - self.acks.acked
+            error = self.acks.error
+            if error is not None and error.code not in TRANSIENT_CODES:
+                self.error = self.error or f"ack on {self.topic}: {error!r}"
+
+    def _read(self, subscription) -> None:
+        """Tally and ack every batch until the stream ends (cancelled: it returns)."""
+        for batch in subscription:
+            received_ms = time.time_ns() // 1_000_000
+            self.tally.add(batch, received_ms)
+            self.acks.ack([delivery.message_id for delivery in batch])
+            self._on_batch()
 
     def stop(self) -> None:
-        self.subscription.cancel()
+        with self._lock:
+            self._stopping.set()
+            self.subscription.cancel()
         self.thread.join(timeout=self.plan.rpc_timeout_s + 5)
         if self.thread.is_alive():
             self.error = self.error or f"consumer stream {self.topic} did not stop"
+        elif self._last_failure is not None:  # down at the stop: it may have missed some
+            self.error = self.error or (
+                f"consumer stream {self.topic}: still down at the stop: {self._last_failure}"
+            )
 
 
 def merge_tallies(tallies: list[Tally]) -> dict:
@@ -134,6 +199,8 @@ def consumer_main(plan: ConsumerPlan, channels) -> None:
             stream.stop()
         result = merge_tallies([stream.tally for stream in streams])
         result["errors"] = [stream.error for stream in streams if stream.error]
+        result["ack_unknown"] = sum(stream.ack_unknown for stream in streams)
+        result["resubscribed"] = sum(stream.resubscribed for stream in streams)
         result["index"] = plan.index
         channels.results.put(("result", "consumer", result))
     except Exception as exc:

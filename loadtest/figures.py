@@ -159,6 +159,8 @@ def _delivery(outcome: dict) -> dict:
     return {
         "received": sum(r["received"] for r in consumers),
         "redelivered": sum(r["redelivered"] for r in consumers),
+        # Streams opened again after an error (a server worker killed, say).
+        "resubscribed": sum(r.get("resubscribed", 0) for r in consumers),
         "foreign": sum(r["foreign"] for r in consumers),
         "first_due_ms": first_due_ms,
         "last_due_ms": last_due_ms,

@@ -158,19 +158,22 @@ class Run:
             sampler.sample()
             vmhwm = spawned.peak_rss_bytes() if spawned else 0
             sampler.stop()
-            # A fresh server holds this run's messages only: what it still holds is late.
-            held = self._server_held(client, sampler) if spawned else None
+            # What the server still holds in the run's topics is late, not lost.
+            held = self._server_held(client)
         return self._outcome(sampler, vmhwm, held)
 
-    def _server_held(self, client: TimerClient, sampler: StatsSampler) -> int | None:
-        """Messages the server still holds once the consumers stopped: fired and
-        un-acked (Stats), or still scheduled (Count of each of the run's topics)."""
-        last = sampler.last()
+    def _server_held(self, client: TimerClient) -> int | None:
+        """Messages the server still holds in the run's own topics once the consumers
+        stopped: still scheduled (Count of each topic) or fired and un-acked (Topics).
+        The topics carry the run's id, so this holds for a server shared with others
+        (`--target`) as for a spawned one."""
+        mine = set(self.topics)
         try:
             scheduled = sum(client.count(topic).pending for topic in self.topics)
+            unacked = sum(t.fired_unacked for t in client.topics() if t.topic in mine)
         except RemoteError:  # no count, no claim: the missing stay lost
             return None
-        return None if last is None else last.unacked + scheduled
+        return scheduled + unacked
 
     def _start_workers(self) -> None:
         scenario = self.scenario
@@ -362,6 +365,7 @@ class Run:
             early=sum(r["early"] for r in self.consumer_results),
             expect_delivery=self.scenario.expect_delivery,
             errors=self.errors + ([self.shortfall] if self.shortfall else []),
+            ack_unknown=sum(r.get("ack_unknown", 0) for r in self.consumer_results),
         )
         if held is not None:
             accounting.count_server_held(held)

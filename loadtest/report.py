@@ -134,6 +134,8 @@ def details(fig: dict) -> str:
         ("lost / duplicated / early", f"{acc['lost']} / {acc['duplicates']} / {acc['early']}"),
         ("late: not received within the drain wait, still held by the server (scheduled, "
          "or fired and un-acked): late, not lost", f"{acc['late']:,}"),
+        ("consumer streams subscribed again after an error / acks of unknown outcome",
+         f"{delivery.get('resubscribed', 0)} / {acc.get('ack_unknown', 0):,}"),
         ("cancelled yet delivered / unexpected", f"{acc['cancelled_delivered']} / "
          f"{acc['unexpected']}"),
         ("send errors", ", ".join(f"{k}={v}" for k, v in send["errors"].items()) or "none"),

@@ -132,7 +132,8 @@ class AckSender:
         sender.acked                          # how many the server confirmed acked
 
     A batch's calls run on one of `max_calls` call threads, so several can be on the
-    wire. A failed call is kept in `error` (the first one) and the sender goes on.
+    wire. A failed call is kept in `error` (the first one), its ids counted in
+    `failed_ids`, and the sender goes on.
     `on_answer(round_trip_ms, ids)`, if given, is called once each batch is answered
     (or has failed), one call at a time: how long a server takes to answer Acks is what
     holds a consumer's window (docs/architecture.md, "The gRPC front").
@@ -152,6 +153,13 @@ class AckSender:
         self.settlements.wake = self._wake
         self._on_answer = on_answer
         self.acked = 0  # confirmed by the server
+        # Ids in calls that failed: settled or not, the caller cannot know (a server that
+        # went away may have applied them); one not applied is delivered again.
+        self.failed_ids = 0
+        # Ids in Ack calls that were answered: `acked` of them were FIRED and are now
+        # ACKED; the rest were settled already (a duplicate receipt, or an attempt of
+        # this very call that gRPC retried after its answer was lost).
+        self.answered_ids = 0
         self.error: RemoteError | None = None
         self._cond = threading.Condition()
         self._closed = False
@@ -218,17 +226,24 @@ class AckSender:
     def _call(self, number: int, acks: list[str], nacks: dict[str, list[str]]) -> None:
         acked = 0
         error = None
+        unanswered = len(acks) + sum(map(len, nacks.values()))
+        answered_acks = 0
         sent_at = time.monotonic()
         try:
             for ids in in_calls(acks, self.max_ids):
                 acked += self.client.ack(self.topic, ids)
+                answered_acks += len(ids)
+                unanswered -= len(ids)
             for reason, message_ids in nacks.items():
                 self.client.nack(self.topic, message_ids, reason)
+                unanswered -= len(message_ids)
         except RemoteError as exc:
             error = exc
         finally:  # whatever happened, the call is off the wire
             with self._cond:
                 self.acked += acked
+                self.failed_ids += unanswered if error is not None else 0
+                self.answered_ids += answered_acks
                 self.error = self.error or error
                 self._on_wire -= 1
                 if number == self._sent:
