@@ -8,7 +8,7 @@ call, and the API's refusals come back with its message, as HTTP statuses:
     GET  /api/timer?id=ID                       Get with body and trace
     POST /api/cancel      {"message_id": ID}    Cancel, then the timer as Get shows it
     GET  /api/pending?topic=T[&from_ms=&limit=&page_token=]   List (one page)
-    GET  /api/topics                            TimerAdmin.Topics: each topic's backlog
+    GET  /api/topics[?limit=&page_token=]       TimerAdmin.Topics: a page of topic backlogs
     GET  /api/due?topic=T                       Count per minute over the next hour
     GET  /api/lateness                          Stats.fire_lateness, per minute
 
@@ -48,6 +48,10 @@ STATIC = Path(__file__).parent / "static"
 CALL_TIMEOUT_S = 10.0
 DUE_MINUTES = 60
 PAGE_LIMIT_MAX = 500
+# Topics in one page of the topics view: a page a browser renders at once, by default
+# and at most (the server's own default is larger).
+TOPICS_PAGE = 200
+TOPICS_PAGE_MAX = 1_000
 HTTP_STATUS = {
     grpc.StatusCode.INVALID_ARGUMENT: 400,
     grpc.StatusCode.UNAUTHENTICATED: 401,
@@ -160,11 +164,15 @@ def build_app(backend: ApiBackend, host: str) -> Starlette:
         })  # fmt: skip
 
     def topics(request: Request) -> JSONResponse:
-        answer = backend.call(admin.Topics, pb.TopicsRequest(), token_of(request))
+        page = pb.TopicsRequest(
+            limit=_integer(request, "limit", TOPICS_PAGE, 1, TOPICS_PAGE_MAX),
+            page_token=request.query_params.get("page_token", ""),
+        )
+        answer = backend.call(admin.Topics, page, token_of(request))
         return _json({"topics": [
             {"topic": t.topic, "pending": t.pending, "fired_unacked": t.fired_unacked}
             for t in answer.topics
-        ]})  # fmt: skip
+        ], "next_page_token": answer.next_page_token, "total": answer.total})  # fmt: skip
 
     def due(request: Request) -> JSONResponse:
         topic = _required(request, "topic")

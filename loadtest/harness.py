@@ -167,10 +167,15 @@ class Run:
         stopped: still scheduled (Count of each topic) or fired and un-acked (Topics).
         The topics carry the run's id, so this holds for a server shared with others
         (`--target`) as for a spawned one."""
-        mine = set(self.topics)
+        mine, prefix = set(self.topics), f"lt-{self.run_id}-"
         try:
             scheduled = sum(client.count(topic).pending for topic in self.topics)
-            unacked = sum(t.fired_unacked for t in client.topics() if t.topic in mine)
+            unacked, token = 0, prefix  # Topics by name, from the run's prefix on
+            while token:
+                page = client.topics_page(page_token=token)
+                unacked += sum(t.fired_unacked for t in page.topics if t.topic in mine)
+                past = not page.topics or not page.topics[-1].topic.startswith(prefix)
+                token = "" if past else page.next_page_token
         except RemoteError:  # no count, no claim: the missing stay lost
             return None
         return scheduled + unacked

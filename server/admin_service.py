@@ -6,6 +6,7 @@ Export writes only below the server's export root (timerwheel.store.export_root)
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 from typing import Any
 
@@ -23,6 +24,11 @@ from timerwheel.v1 import timerwheel_pb2 as pb
 from timerwheel.v1 import timerwheel_pb2_grpc as pb_grpc
 from timerwheel.wheels.domain import FailedPrecondition, InvalidArgument
 from timerwheel.wheels.lateness import LatenessMinute
+
+# Topics in one Topics answer: by default, and at most (a TopicBacklog is a few tens of
+# bytes, so the largest page stays well under a megabyte).
+TOPICS_LIMIT_DEFAULT = 1_000
+TOPICS_LIMIT_MAX = 10_000
 
 
 def server_processes(root_pid: int | None) -> list[psutil.Process]:
@@ -53,6 +59,15 @@ def _lateness(minute: LatenessMinute) -> pb.LatenessMinute:
         minute_ms=minute.minute_ms, fires=minute.fires, p50_ms=minute.p50_ms,
         p99_ms=minute.p99_ms, max_ms=minute.max_ms,
     )  # fmt: skip
+
+
+def topics_limit(limit: int) -> int:
+    """The topics one Topics answer holds: `limit`, or the default for 0. A bound, so a
+    server with hundreds of thousands of topics answers in pages, not in one reply of
+    megabytes that the server builds and the client buffers whole."""
+    if limit < 0 or limit > TOPICS_LIMIT_MAX:
+        raise InvalidArgument("limit", limit, f"must be 0..{TOPICS_LIMIT_MAX:,} (0: default)")
+    return limit or TOPICS_LIMIT_DEFAULT
 
 
 class TimerAdmin(pb_grpc.TimerAdminServicer):
@@ -89,11 +104,18 @@ class TimerAdmin(pb_grpc.TimerAdminServicer):
 
     def Topics(self, request: pb.TopicsRequest, context: grpc.ServicerContext) -> pb.TopicsResponse:
         with rpc_errors(context, "Topics"):
+            limit = topics_limit(request.limit)
+            every = self._engine.topics()  # by name
+            start = bisect.bisect_right(every, request.page_token, key=lambda row: row[0])
+            page = every[start : start + limit]
+            more = start + limit < len(every)
             return pb.TopicsResponse(
                 topics=[
                     pb.TopicBacklog(topic=topic, pending=pending, fired_unacked=unacked)
-                    for topic, pending, unacked in self._engine.topics()
-                ]
+                    for topic, pending, unacked in page
+                ],
+                next_page_token=page[-1][0] if more else "",
+                total=len(every),
             )
 
     def Export(self, request: pb.ExportRequest, context: grpc.ServicerContext) -> pb.ExportResponse:

@@ -241,8 +241,20 @@ class AsyncClient:
     async def stats(self) -> pb.StatsResponse:
         return await self._unary(self.admin.Stats, pb.StatsRequest())
 
-    async def topics(self) -> list[pb.TopicBacklog]:
-        return list((await self._unary(self.admin.Topics, pb.TopicsRequest())).topics)
+    async def topics(self, after: str = "") -> list[pb.TopicBacklog]:
+        """As `Client.topics`: every page."""
+        topics: list[pb.TopicBacklog] = []
+        token = after
+        while True:
+            page = await self.topics_page(page_token=token)
+            topics.extend(page.topics)
+            token = page.next_page_token
+            if not token:
+                return topics
+
+    async def topics_page(self, limit: int = 0, page_token: str = "") -> pb.TopicsResponse:
+        request = pb.TopicsRequest(limit=limit, page_token=page_token)
+        return await self._unary(self.admin.Topics, request)
 
     async def health_status(self, service: str = "") -> str:
         request = health_pb2.HealthCheckRequest(service=service)

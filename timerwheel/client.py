@@ -287,9 +287,23 @@ class Client:
         """The server's figures; `.fire_lateness` is per minute of the last hour."""
         return self._unary(self.admin.Stats, pb.StatsRequest())
 
-    def topics(self) -> list[pb.TopicBacklog]:
-        """Every topic with a backlog: its pending and fired-not-acked counts."""
-        return list(self._unary(self.admin.Topics, pb.TopicsRequest()).topics)
+    def topics(self, after: str = "") -> list[pb.TopicBacklog]:
+        """Every topic with a backlog (named after `after`, by name): its pending and
+        fired-not-acked counts, read page by page (`topics_page`)."""
+        topics: list[pb.TopicBacklog] = []
+        token = after
+        while True:
+            page = self.topics_page(page_token=token)
+            topics.extend(page.topics)
+            token = page.next_page_token
+            if not token:
+                return topics
+
+    def topics_page(self, limit: int = 0, page_token: str = "") -> pb.TopicsResponse:
+        """One page of topics with a backlog, by name, after `page_token` (a previous
+        page's `next_page_token`, or any name); `limit` 0: the server's default."""
+        request = pb.TopicsRequest(limit=limit, page_token=page_token)
+        return self._unary(self.admin.Topics, request)
 
     def health_status(self, service: str = "") -> str:
         """SERVING / NOT_SERVING / ... of `service` ("" = the whole server)."""

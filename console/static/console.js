@@ -217,6 +217,9 @@ async function loadTopics() {
       })
     );
     $("topics-empty").hidden = answer.topics.length > 0;
+    // One page only: a server with many topics says how many there are in all.
+    $("topics-more").hidden = !answer.next_page_token;
+    $("topics-more").textContent = `The first ${answer.topics.length} of ${answer.total} topics, by name.`;
     showError("topics-error", null);
     if (!state.topic && answer.topics.length) {
       const busiest = answer.topics.reduce((a, b) => (b.pending > a.pending ? b : a));

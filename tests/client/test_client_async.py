@@ -39,6 +39,11 @@ def test_the_calls_awaited(server):
             batch = await client.send_batch([client.request("orders", b"b", delay_ms=1)] * 2)
             assert len(batch) == 2
             assert (await client.stats()).column_family_keys["messages"] >= 3
+            await client.send("alerts", "", delay_ms="1h")
+            assert [t.topic for t in await client.topics()] == ["alerts", "orders"]
+            page = await client.topics_page(limit=1)
+            assert [t.topic for t in page.topics] == ["alerts"] and page.total == 2
+            assert [t.topic for t in await client.topics(after="alerts")] == ["orders"]
             assert await client.health_status() == "SERVING"
             with pytest.raises(timerwheel.RemoteError) as info:
                 await client.get("nope")

@@ -164,6 +164,13 @@ def test_topics_due_per_minute_and_lateness(console):
         {"topic": "alerts", "pending": 0, "fired_unacked": 1},
         {"topic": "orders", "pending": 7, "fired_unacked": 0},
     ]
+    # A page at a time: the view shows the first and says how many there are.
+    _, first, _ = http(port, "/api/topics?limit=1")
+    assert [t["topic"] for t in first["topics"]] == ["alerts"]
+    assert (first["next_page_token"], first["total"]) == ("alerts", 2)
+    _, rest, _ = http(port, "/api/topics?limit=1&page_token=alerts")
+    assert [t["topic"] for t in rest["topics"]] == ["orders"] and rest["next_page_token"] == ""
+    assert http(port, "/api/topics?limit=1001")[0] == 400
     _, due, _ = http(port, "/api/due?topic=orders")
     minutes = due["minutes"]
     assert len(minutes) == 60 and minutes[0]["minute"]["ms"] <= due["now"]["ms"]
@@ -208,7 +215,9 @@ def test_with_auth_the_api_decides(make_server, tmp_path):
     assert (status, answer["code"]) == (403, "PERMISSION_DENIED")
     assert "role consumer" in answer["error"]
     admin = {"Authorization": f"Bearer {tokens['admin']}"}
-    assert http(port, "/api/topics", headers=admin)[:2] == (200, {"topics": []})
+    assert http(port, "/api/topics", headers=admin)[:2] == (
+        200, {"topics": [], "next_page_token": "", "total": 0}
+    )  # fmt: skip
     producer = {"Authorization": f"Bearer {tokens['orders-producer']}"}
     assert http(port, "/api/pending?topic=orders.eu", headers=producer)[0] == 200
     assert http(port, "/api/pending?topic=billing", headers=producer)[0] == 403

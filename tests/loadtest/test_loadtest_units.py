@@ -192,22 +192,34 @@ def test_what_the_server_holds_is_each_run_topics_scheduled_and_fired_unacked_co
     # Only the run's own topics count, so a shared server (--target) is accounted too.
     run = Run(scenario("smoke").with_overrides(topics=3), "127.0.0.1:1", False, PLAIN)
     counts = {topic: 10 * (i + 1) for i, topic in enumerate(run.topics)}
-    backlogs = [
+    backlogs = [  # by name, as Topics pages them
+        SimpleNamespace(topic="a-before", fired_unacked=500),
         SimpleNamespace(topic=run.topics[0], fired_unacked=7),
         SimpleNamespace(topic=run.topics[2], fired_unacked=2),
-        SimpleNamespace(topic="someone-else", fired_unacked=1_000),
+        SimpleNamespace(topic="z-someone-else", fired_unacked=1_000),
+        SimpleNamespace(topic="zz-never-read", fired_unacked=1_000),
     ]
+    asked: list[str] = []
+
+    def topics_page(page_token=""):  # two topics a page, after page_token
+        asked.append(page_token)
+        after = [t for t in backlogs if t.topic > page_token]
+        page, more = after[:2], len(after) > 2
+        return SimpleNamespace(topics=page, next_page_token=page[-1].topic if more else "")
+
     client = SimpleNamespace(
-        count=lambda topic: SimpleNamespace(pending=counts[topic]), topics=lambda: backlogs
+        count=lambda topic: SimpleNamespace(pending=counts[topic]), topics_page=topics_page
     )
     assert run._server_held(client) == 10 + 20 + 30 + 7 + 2
+    # From the run's prefix, and no page past its topics.
+    assert asked == [f"lt-{run.run_id}-", run.topics[2]]
 
-    def refused(*args):
+    def refused(*args, **kwargs):
         raise RemoteError(grpc.StatusCode.UNAVAILABLE, "gone")
 
     # No count, no claim: the harness then leaves the missing messages lost.
-    assert run._server_held(SimpleNamespace(count=refused, topics=lambda: [])) is None
-    assert run._server_held(SimpleNamespace(count=client.count, topics=refused)) is None
+    assert run._server_held(SimpleNamespace(count=refused, topics_page=topics_page)) is None
+    assert run._server_held(SimpleNamespace(count=client.count, topics_page=refused)) is None
 
 
 def test_acks_of_unknown_outcome_loosen_the_balance_and_the_late_claim():

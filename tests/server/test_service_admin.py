@@ -160,6 +160,49 @@ def test_topics_lists_each_backlog_and_follows_fires_and_acks(client, collectors
     assert [(t.topic, t.pending, t.fired_unacked) for t in client.topics()] == [("later", 3, 0)]
 
 
+def test_topics_come_in_bounded_pages_that_together_hold_every_topic(client):
+    names = [f"t{i:05d}" for i in range(1_205)]
+    for start in range(0, len(names), 500):
+        batch = names[start : start + 500]
+        client.send_batch([TimerClient.request(n, b"", delay_ms=600_000) for n in batch])
+
+    def pages(limit: int) -> list[list[str]]:
+        seen, token = [], ""
+        while True:
+            page = client.topics_page(limit, token)
+            assert page.total == len(names)
+            seen.append([t.topic for t in page.topics])
+            token = page.next_page_token
+            if not token:
+                return seen
+
+    default = pages(0)  # the server's default: 1,000
+    assert [len(p) for p in default] == [1_000, 205]
+    small = pages(100)
+    assert all(len(p) <= 100 for p in small) and len(small) == 13
+    flat = [[name for page in found for name in page] for found in (small, default)]
+    assert flat == [names, names]  # all of them, by name, once
+    assert [t.topic for t in client.topics()] == names  # the client reads every page
+    # Any name is a place to start: a prefix starts at its first topic.
+    assert [t.topic for t in client.topics_page(3, "t0120").topics] == [
+        "t01200",
+        "t01201",
+        "t01202",
+    ]
+    assert (
+        client.topics_page(0, "u").topics == [] and not client.topics_page(0, "u").next_page_token
+    )
+
+
+def test_topics_refuses_a_limit_over_its_max_naming_the_field(client):
+    client.send("one", b"", delay_ms=600_000)
+    assert len(client.topics_page(10_000).topics) == 1  # the max itself is fine
+    for limit in (10_001, -1):
+        error = status_of(lambda limit=limit: client.topics_page(limit))
+        assert error.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert error.details.startswith(f"limit={limit}: must be 0..10,000")
+
+
 def test_stats_fire_lateness_counts_the_fires_of_this_minute(client, collectors):
     assert list(client.stats().fire_lateness) == []
     overdue_ms = 2_000  # sent already due: fired at once, about this late

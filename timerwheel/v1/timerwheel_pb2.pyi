@@ -403,14 +403,22 @@ class LatenessMinute(_message.Message):
     def __init__(self, minute_ms: _Optional[int] = ..., fires: _Optional[int] = ..., p50_ms: _Optional[int] = ..., p99_ms: _Optional[int] = ..., max_ms: _Optional[int] = ...) -> None: ...
 
 class TopicsRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("limit", "page_token")
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    limit: int
+    page_token: str
+    def __init__(self, limit: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class TopicsResponse(_message.Message):
-    __slots__ = ("topics",)
+    __slots__ = ("topics", "next_page_token", "total")
     TOPICS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
     topics: _containers.RepeatedCompositeFieldContainer[TopicBacklog]
-    def __init__(self, topics: _Optional[_Iterable[_Union[TopicBacklog, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    total: int
+    def __init__(self, topics: _Optional[_Iterable[_Union[TopicBacklog, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., total: _Optional[int] = ...) -> None: ...
 
 class TopicBacklog(_message.Message):
     __slots__ = ("topic", "pending", "fired_unacked")
