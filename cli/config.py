@@ -94,6 +94,10 @@ def convert(name: str, value: object, source: str) -> object:
             return _to_bool(value)
         if field_type == "int":
             return _to_int(name, value)
+        if field_type == "float":
+            if isinstance(value, bool) or not isinstance(value, int | float | str):
+                raise ValueError("expected a number")
+            return float(value)
         if field_type == "str":
             if not isinstance(value, str):
                 raise ValueError("expected a string")

@@ -5,12 +5,13 @@ A dispatcher (`timerwheel.delivery.dispatcher.TopicDispatcher`) calls `fail` wit
 each in-flight entry whose attempt failed. The entry leaves its owner and, by its limit
 (`Entry.limit`, read when it was fetched: the message's max_attempts, else
 `Settings.max_attempts`; 0: no limit; no call to the engine here), is either
-delivered again with `attempt + 1` (at once, or after a nack's backoff, kept in the
-dispatcher's `delayed` heap) or, when this was its last allowed attempt, queued in
-`dying`. `move_dead_letters` then hands those to the engine without the lock (the
-engine may be another process, and the move waits for its group commit). Attempt
-counts live in memory, and in each message's trace (timerwheel.delivery.trace), from which
-a restarted hub carries them on.
+delivered again with `attempt + 1` (after its retry backoff, `Entry.retry` or the
+server's `Settings.retry_policy`, or a nack's own `redeliver_after_ms`, kept in the
+dispatcher's `delayed` heap; at once after an ended stream) or, when this was its last
+allowed attempt, queued in `dying`. `move_dead_letters` then hands those to the engine
+without the lock (the engine may be another process, and the move waits for its group
+commit). Attempt counts live in memory, and in each message's trace
+(timerwheel.delivery.trace), from which a restarted hub carries them on.
 """
 
 from __future__ import annotations
@@ -34,8 +35,14 @@ def fail(
     message_id: str,
     redeliver_at_ms: int = 0,
     reason: str = "",
+    now_ms: int | None = None,
 ) -> bool:
-    """One failed attempt of an in-flight entry; True when it is out of attempts."""
+    """One failed attempt of an in-flight entry; True when it is out of attempts.
+
+    Its next delivery is at `redeliver_at_ms` if given (a nack that names its backoff),
+    else, with `now_ms` (an ack timeout, a nack), after its retry backoff
+    (`DeliveryHub.retry_delay_ms`: pure arithmetic, no engine call), else at once (an
+    ended stream: the consumer failed, not the message)."""
     assert entry.owner is not None
     entry.owner.in_flight -= 1
     entry.owner = None
@@ -45,6 +52,9 @@ def fail(
         topic.untrack(message_id)
         topic.dying.append((message_id, entry, reason))
         return True
+    if not redeliver_at_ms and now_ms is not None:
+        delay_ms = topic.hub.retry_delay_ms(entry)
+        redeliver_at_ms = now_ms + delay_ms if delay_ms > 0 else 0
     entry.attempt += 1
     if redeliver_at_ms:
         heapq.heappush(topic.delayed, (redeliver_at_ms, message_id))
@@ -54,15 +64,16 @@ def fail(
 
 
 def nack(
-    topic: TopicDispatcher, message_ids: list[str], redeliver_at_ms: int, reason: str
-) -> tuple[int, int]:
+    topic: TopicDispatcher, message_ids: list[str], redeliver_at_ms: int, reason: str,
+    now_ms: int,
+) -> tuple[int, int]:  # fmt: skip
     """Client-reported failures: (ids that were in flight, of those out of attempts)."""
     nacked = dead = 0
     for message_id in dict.fromkeys(message_ids):
         entry = topic.entries.get(message_id)
         if entry is not None and entry.owner is not None:
             nacked += 1
-            dead += fail(topic, entry, message_id, redeliver_at_ms, reason or "nack")
+            dead += fail(topic, entry, message_id, redeliver_at_ms, reason or "nack", now_ms)
     return nacked, dead
 
 
@@ -88,7 +99,7 @@ def release(topic: TopicDispatcher, message_ids: list[str]) -> int:
 
 
 def backoffs_ended(topic: TopicDispatcher, now_ms: int) -> None:
-    """Nacked entries whose backoff ended go to the front."""
+    """Entries whose retry backoff ended go to the front."""
     while topic.delayed and topic.delayed[0][0] <= now_ms:
         _, message_id = heapq.heappop(topic.delayed)
         entry = topic.entries.get(message_id)

@@ -19,8 +19,9 @@ delivered (`restore_attempts`).
   Nack with `release`, from a consumer that is stopping) is not one: `attempts.release`
   puts the entry back at the front as it was. Every failed
   attempt goes through one function, `timerwheel.delivery.attempts.fail`: the entry goes to the
-  front (`redeliver`) with `attempt + 1`, or, for a nack with a backoff, into `delayed` until
-  its time comes, or, out of attempts, to its dead-letter topic.
+  front (`redeliver`) with `attempt + 1` (an ended stream), or into `delayed` until its retry
+  backoff ends (an ack timeout, a nack: `timerwheel.wheels.retry`), or, out of attempts, to
+  its dead-letter topic.
 * An Ack gives its subscriber the room back as it arrives (`settle`); the messages stay
   tracked until the engine has made the ack durable, and go back in flight if it fails.
 * Several subscribers of one topic share one dispatcher: each message is in flight at one
@@ -39,6 +40,7 @@ from timerwheel.delivery import attempts
 from timerwheel.delivery.subscriber import Delivered, Subscriber
 from timerwheel.observability import metrics
 from timerwheel.store.records import FiredRecord, record_body_bytes
+from timerwheel.wheels.retry import RetryPolicy
 
 if TYPE_CHECKING:
     from timerwheel.delivery.hub import DeliveryHub
@@ -55,6 +57,7 @@ class Entry:
     fired: FiredRecord
     body_bytes: int  # what it counts against the hub's byte budget (its body's size)
     limit: int  # the delivery attempts it may have (0: no limit), known when it is fetched
+    retry: RetryPolicy | None = None  # its own retry policy (None: the server's), ditto
     attempt: int = 1  # the attempt number of its next (or current) delivery
     owner: Subscriber | None = None
     deadline_ms: int = 0
@@ -97,25 +100,26 @@ class TopicDispatcher:
         self.fresh: deque[str] = deque()
         self.redeliver: deque[str] = deque()
         self.deadlines: deque[tuple[int, Subscriber, tuple[str, ...]]] = deque()
-        self.delayed: list[tuple[int, str]] = []  # heap of (redeliver at ms, id): nack backoff
+        self.delayed: list[tuple[int, str]] = []  # heap of (redeliver at ms, id): retry backoffs
         self.dying: list[tuple[str, Entry, str]] = []  # out of attempts: (id, entry, reason)
         self.subscribers = 0
         self.held_bytes = 0  # bodies of `entries`, counted in the hub's budget too
 
     # -- called with cond held ------------------------------------------------------------
     def expire(self, now_ms: int) -> None:
-        """Entries whose ack deadline passed have failed an attempt; nack backoffs that
-        ended go back to the front."""
+        """Entries whose ack deadline passed have failed an attempt (and wait out their
+        retry backoff); backoffs that ended go back to the front."""
         while self.deadlines and self.deadlines[0][0] <= now_ms:
             deadline_ms, owner, ids = self.deadlines.popleft()
             for message_id in ids:
                 entry = self.entries.get(message_id)
                 if entry is not None and entry.owner is owner and entry.deadline_ms == deadline_ms:
-                    attempts.fail(self, entry, message_id, reason="ack timeout")
+                    attempts.fail(self, entry, message_id, reason="ack timeout", now_ms=now_ms)
         attempts.backoffs_ended(self, now_ms)
 
     def release(self, subscriber: Subscriber) -> int:
-        """A stream ended: everything it had in flight is redelivered at once."""
+        """A stream ended: everything it had in flight is redelivered at once (a failed
+        attempt, but no backoff: the consumer went away, the messages did nothing wrong)."""
         count = 0
         for message_id, entry in list(self.entries.items()):  # fail() may remove entries
             if entry.owner is subscriber:
@@ -147,16 +151,14 @@ class TopicDispatcher:
             self.dirty = bool(fetched)
             fresh_before = len(self.fresh)
             entries = self.entries
-            limits = self.hub.attempt_limits(fetched)
+            own = self.hub.delivery_options(fetched)
             default_limit = settings.max_attempts
             new = [
                 (
                     fired.message_id,
-                    Entry(
-                        fired,
-                        record_body_bytes(fired.record),
-                        limits.get(fired.message_id, default_limit) if limits else default_limit,
-                    ),
+                    Entry(fired, record_body_bytes(fired.record), default_limit)
+                    if not own or fired.message_id not in own
+                    else Entry(fired, record_body_bytes(fired.record), *own[fired.message_id]),
                 )
                 for fired in fetched
                 if fired.message_id not in entries

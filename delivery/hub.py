@@ -29,6 +29,7 @@ engine sees every fire and every ack, wherever the hub runs.
 from __future__ import annotations
 
 import queue
+import random
 import threading
 import time
 from collections.abc import Callable, Generator
@@ -44,7 +45,8 @@ from timerwheel.delivery.trace import DeliveryTrace
 from timerwheel.engine.api import FiredSource
 from timerwheel.security.limits import PerKeyLimit
 from timerwheel.store import records
-from timerwheel.wheels.domain import InvalidArgument, Overloaded, ShuttingDown
+from timerwheel.wheels.domain import DeliveryOptions, InvalidArgument, Overloaded, ShuttingDown
+from timerwheel.wheels.retry import backoff_ms
 from timerwheel.wheels.settings import Settings
 from timerwheel.wheels.validation import validate_nack, validate_topic
 
@@ -70,13 +72,17 @@ class DeliveryHub(DeliveryApi[Subscriber]):
         now_ms: Callable[[], int] = monotonic_ms,
         *,
         background: bool = True,
+        random01: Callable[[], float] = random.random,
     ) -> None:
         """`background=False` (tests, with an engine made the same way) marks fired topics
         dirty on the caller's thread, so a test in virtual time sees every fire at once;
-        a server keeps them off the writer's thread (see the module docstring)."""
+        a server keeps them off the writer's thread (see the module docstring).
+        `random01` draws the retry backoffs' jitter (a test pins it)."""
         self.engine = engine
         self.settings = settings
+        self.retry_policy = settings.retry_policy()  # of messages whose send names none
         self._now_ms = now_ms
+        self._random01 = random01
         self._lock = threading.Lock()
         self._topics: dict[str, TopicDispatcher] = {}
         self._subscribers = 0
@@ -278,8 +284,9 @@ class DeliveryHub(DeliveryApi[Subscriber]):
         """Give in-flight messages back as failed attempts: (how many were in flight, how
         many of those reached their max_attempts and were dead-lettered).
 
-        Redelivered at once, or `redeliver_after_ms` later (held in memory: after a
-        restart every un-acked message is delivered again at once anyway).
+        Redelivered `redeliver_after_ms` later if given, else after the message's retry
+        backoff (`timerwheel.wheels.retry`; held in memory: after a restart every un-acked
+        message is delivered again at once anyway).
 
         `release`: their consumer never started them (it is stopping): not failed
         attempts (`attempts.release`): redelivered at once, to the other subscribers, as
@@ -298,8 +305,9 @@ class DeliveryHub(DeliveryApi[Subscriber]):
                     dispatcher.cond.notify_all()  # others take them; the owner may end
             return released, 0
         with dispatcher.cond:
-            redeliver_at_ms = self._now_ms() + redeliver_after_ms if redeliver_after_ms else 0
-            nacked, dead = attempts.nack(dispatcher, message_ids, redeliver_at_ms, reason)
+            now_ms = self._now_ms()
+            redeliver_at_ms = now_ms + redeliver_after_ms if redeliver_after_ms else 0
+            nacked, dead = attempts.nack(dispatcher, message_ids, redeliver_at_ms, reason, now_ms)
             if nacked:
                 dispatcher.cond.notify_all()
         self.trace.flush()
@@ -307,12 +315,17 @@ class DeliveryHub(DeliveryApi[Subscriber]):
             attempts.move_dead_letters(self.engine, dispatcher)
         return nacked, dead
 
-    def attempt_limits(self, fetched: list[records.FiredRecord]) -> dict[str, int]:
-        """The attempt limits of fetched messages that have send options of their own (the
-        few whose record says so), in one call; every other message has the server's
-        `max_attempts`. Asked with the fetch, so no failed attempt needs to ask later."""
+    def delivery_options(self, fetched: list[records.FiredRecord]) -> dict[str, DeliveryOptions]:
+        """(attempt limit, retry policy) of fetched messages that have send options of
+        their own (the few whose record says so), in one call; every other message has the
+        server's `max_attempts` and retry policy. Asked with the fetch, so no failed
+        attempt needs to ask later."""
         own = records.ids_with_extras(fetched)
-        return self.engine.max_attempts_of(own) if own else {}
+        return self.engine.delivery_options_of(own) if own else {}
+
+    def retry_delay_ms(self, entry: Entry) -> int:
+        """How long `entry` waits after its failed attempt `entry.attempt`."""
+        return backoff_ms(entry.retry or self.retry_policy, entry.attempt, self._random01())
 
     def restore_attempts(
         self, dispatcher: TopicDispatcher, new: list[tuple[str, Entry]]

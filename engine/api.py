@@ -23,7 +23,7 @@ from timerwheel.common import State
 from timerwheel.engine.trace_ops import DeliveryEvents
 from timerwheel.engine.writer import FiredListener
 from timerwheel.store.records import FiredRecord
-from timerwheel.wheels.domain import SendSpec, Timer, When
+from timerwheel.wheels.domain import DeliveryOptions, SendSpec, Timer, When
 from timerwheel.wheels.lateness import LatenessMinute
 from timerwheel.wheels.settings import Settings
 
@@ -101,10 +101,10 @@ class FiredSource(Protocol):
         """Fired, un-acked messages of `topic` after fire sequence `after_seq`, in order."""
         ...
 
-    def max_attempts_of(self, message_ids: list[str]) -> dict[str, int]:
-        """The delivery attempts each message may have (0: no limit), for ids whose record
-        says it has send options; asked once when they are fetched, so a failed attempt
-        later needs no call."""
+    def delivery_options_of(self, message_ids: list[str]) -> dict[str, DeliveryOptions]:
+        """The delivery attempts each message may have (0: no limit) and its own retry
+        policy (None: the server's), for ids whose record says it has send options; asked
+        once when they are fetched, so a failed attempt later needs no call."""
         ...
 
     def ack(

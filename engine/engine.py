@@ -41,6 +41,7 @@ from timerwheel.store.rocks import RocksTuning
 from timerwheel.store.timer_store import TimerStore
 from timerwheel.wheels.clock import Clock
 from timerwheel.wheels.domain import (
+    DeliveryOptions,
     FiredTimer,
     InvalidArgument,
     Overloaded,
@@ -201,9 +202,9 @@ class Engine(EngineApi):
         """Delivery attempts `message_id` may have before it is dead-lettered (0: no limit)."""
         return self._lookups.max_attempts(message_id)
 
-    def max_attempts_of(self, message_ids: list[str]) -> dict[str, int]:
-        """`max_attempts` of fetched messages whose records have send options."""
-        return self._lookups.max_attempts_of(message_ids)
+    def delivery_options_of(self, message_ids: list[str]) -> dict[str, DeliveryOptions]:
+        """(max_attempts, retry policy) of fetched messages whose records have send options."""
+        return self._lookups.delivery_options_of(message_ids)
 
     def count(self, topic: str, from_ms: int = 0, to_ms: int = 0) -> tuple[int, int, int]:
         """Pending (SCHEDULED) timers of `topic`: (count, from_ms, to_ms) of what was

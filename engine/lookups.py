@@ -17,7 +17,7 @@ from timerwheel.common import State
 from timerwheel.store import extras as extras_cf
 from timerwheel.store import keys, records
 from timerwheel.store.timer_store import TimerStore
-from timerwheel.wheels.domain import InvalidArgument, NotFound, Timer
+from timerwheel.wheels.domain import DeliveryOptions, InvalidArgument, NotFound, Timer
 from timerwheel.wheels.scheduler import Scheduler, TimerKey
 from timerwheel.wheels.settings import Settings
 from timerwheel.wheels.trace import assemble, attempts_made
@@ -41,10 +41,23 @@ class TimerLookups:
             return self._send_options_limit(message_id)
         return self._settings.max_attempts
 
-    def max_attempts_of(self, message_ids: list[str]) -> dict[str, int]:
-        """`max_attempts` of messages whose records the caller already read and found to
-        have send options (`records.has_extras`): one `extras` read each, no record read."""
-        return {message_id: self._send_options_limit(message_id) for message_id in message_ids}
+    def delivery_options_of(self, message_ids: list[str]) -> dict[str, DeliveryOptions]:
+        """(`max_attempts`, retry policy or None for the server's) of messages whose records
+        the caller already read and found to have send options (`records.has_extras`): one
+        `extras` read each, no record read."""
+        options = {}
+        for message_id in message_ids:
+            extras = extras_cf.get_extras(self._store, None, message_id.encode())
+            own = extras_cf.decode_extras(extras) if extras is not None else None
+            if own is None:
+                options[message_id] = (self._settings.max_attempts, None)
+            else:
+                limit = own.max_attempts
+                options[message_id] = (
+                    self._settings.max_attempts if limit is None else limit,
+                    own.retry,
+                )
+        return options
 
     def _send_options_limit(self, message_id: str) -> int:
         extras = extras_cf.get_extras(self._store, None, message_id.encode())

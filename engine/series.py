@@ -94,8 +94,8 @@ def _stage_occurrence(
     )  # fmt: skip
     record = records.encode_timer(occurrence)
     occurrence_key = occurrence.message_id.encode()
-    if options.max_attempts is not None or options.dead_letter_topic:
-        delivery = SendOptions(options.max_attempts, options.dead_letter_topic)
+    if options.max_attempts is not None or options.dead_letter_topic or options.retry:
+        delivery = SendOptions(options.max_attempts, options.dead_letter_topic, retry=options.retry)
         record = records.with_extras_flag(record)
         extras_cf.stage_extras(batch, occurrence_key, extras_cf.encode_extras(delivery))
     ctx.store.stage_fire_new(batch, occurrence_key, record, series.topic, seq)

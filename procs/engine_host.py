@@ -43,7 +43,8 @@ log = structlog.get_logger("timerwheel.engine_host")
 # reached, and a method added to the engine crosses only when it is added here.
 REMOTE_CALLS = frozenset(
     {"now_ms", "cancel", "reschedule", "get", "list_pending", "count", "topic_of", "stats",
-     "topics", "fire_lateness", "export", "ready_topics", "fetch_fired_raw", "max_attempts_of",
+     "topics", "fire_lateness", "export", "ready_topics", "fetch_fired_raw",
+     "delivery_options_of",
      "ack", "unacked", "dead_letter", "record_trace", "delivery_attempts", "metrics_gauges"}
 )  # fmt: skip
 

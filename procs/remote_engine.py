@@ -30,7 +30,7 @@ from timerwheel.procs.ipc import CallClient, PeerUnavailable
 from timerwheel.procs.send_funnel import SendFunnel
 from timerwheel.store import records
 from timerwheel.wheels.clock import Clock
-from timerwheel.wheels.domain import SendSpec, Timer, When
+from timerwheel.wheels.domain import DeliveryOptions, SendSpec, Timer, When
 from timerwheel.wheels.lateness import LatenessMinute
 from timerwheel.wheels.settings import Settings
 
@@ -119,8 +119,8 @@ class RemoteEngine(EngineApi):
         rows = self._calls.call("fetch_fired_raw", topic, after_seq, limit, max_bytes)
         return records.fired_records(rows)
 
-    def max_attempts_of(self, message_ids: list[str]) -> dict[str, int]:
-        return self._calls.call("max_attempts_of", message_ids)
+    def delivery_options_of(self, message_ids: list[str]) -> dict[str, DeliveryOptions]:
+        return self._calls.call("delivery_options_of", message_ids)
 
     def ack(
         self, topic: str, message_ids: Iterable[str], first_deliveries: list[bytes] | None = None

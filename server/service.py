@@ -38,6 +38,7 @@ from timerwheel.wheels.domain import (
     When,
     WhenKind,
 )
+from timerwheel.wheels.retry import RetryKind, RetryPolicy
 from timerwheel.wheels.trace import TraceEvent
 from timerwheel.wheels.validation import validate_ack_count, validate_consumer_name
 
@@ -86,7 +87,8 @@ def spec_from_proto(request: pb.SendRequest) -> SendSpec:
     """
     kind = request.WhichOneof("when")
     if (kind is None or request.HasField("repeat") or request.if_exists
-            or request.HasField("max_attempts") or request.dead_letter_topic):  # fmt: skip
+            or request.HasField("max_attempts") or request.dead_letter_topic
+            or request.HasField("retry")):  # fmt: skip
         return _spec_with_options(request)
     return SendSpec(
         request.topic,
@@ -111,9 +113,27 @@ def _options(request: pb.SendRequest) -> SendOptions | None:
     """The send options of a request, None when it has none (the usual case)."""
     max_attempts = request.max_attempts if request.HasField("max_attempts") else None
     repeat = _repeat(request.repeat) if request.HasField("repeat") else None
-    if max_attempts is None and not request.dead_letter_topic and repeat is None:
+    retry = _retry(request.retry) if request.HasField("retry") else None
+    if max_attempts is None and not request.dead_letter_topic and repeat is None and not retry:
         return None
-    return SendOptions(max_attempts, request.dead_letter_topic, repeat)
+    return SendOptions(max_attempts, request.dead_letter_topic, repeat, retry)
+
+
+DEFAULT_RETRY = RetryPolicy()
+
+
+def _retry(message: pb.RetryPolicy) -> RetryPolicy:
+    """A send's retry policy; its values are checked with the rest of the send."""
+    if message.kind not in (0, RetryKind.FIXED, RetryKind.EXPONENTIAL):
+        raise InvalidArgument("retry.kind", message.kind, "must be 0..2")
+    kind = RetryKind(message.kind or RetryKind.EXPONENTIAL)
+    if kind is RetryKind.FIXED:  # no cap or growth to check: the one wait is the cap
+        initial_ms = message.initial_ms
+        return RetryPolicy(kind, initial_ms, initial_ms, 1.0, message.jitter_percent)
+    # Unset (0) growth and cap take the defaults, so a send may name only initial_ms.
+    multiplier = message.multiplier or DEFAULT_RETRY.multiplier
+    max_ms = message.max_ms or max(DEFAULT_RETRY.max_ms, message.initial_ms)
+    return RetryPolicy(kind, message.initial_ms, max_ms, multiplier, message.jitter_percent)
 
 
 def _repeat(message: pb.Repeat) -> Repeat:

@@ -15,6 +15,7 @@ from timerwheel.store import keys, records
 from timerwheel.store.batch import StagedBatch
 from timerwheel.store.timer_store import TimerStore
 from timerwheel.wheels.domain import MissedPolicy, Repeat, SendOptions
+from timerwheel.wheels.retry import RetryKind, RetryPolicy
 
 
 def get_extras(store: TimerStore, batch: StagedBatch | None, message_id: bytes) -> bytes | None:
@@ -60,6 +61,8 @@ def encode_extras(options: SendOptions, next_number: int = 1, next_at_ms: int = 
         data["max_attempts"] = options.max_attempts
     if options.dead_letter_topic:
         data["dead_letter_topic"] = options.dead_letter_topic
+    if options.retry is not None:
+        data["retry"] = encode_retry(options.retry)
     if options.repeat is not None:
         repeat = dataclasses.asdict(options.repeat)
         repeat["missed"] = int(options.repeat.missed)
@@ -77,5 +80,20 @@ def decode_series(raw: bytes) -> tuple[SendOptions, int, int]:
     repeat = data.get("repeat")
     if repeat is not None:
         repeat = Repeat(**{**repeat, "missed": MissedPolicy(repeat.get("missed", 0))})
-    options = SendOptions(data.get("max_attempts"), data.get("dead_letter_topic", ""), repeat)
+    retry = data.get("retry")
+    options = SendOptions(
+        data.get("max_attempts"), data.get("dead_letter_topic", ""), repeat,
+        None if retry is None else decode_retry(retry),
+    )  # fmt: skip
     return options, data.get("n", 0), data.get("at", 0)
+
+
+def encode_retry(policy: RetryPolicy) -> list:
+    """A retry policy as a short JSON list (kind, initial, max, multiplier, jitter)."""
+    return [int(policy.kind), policy.initial_ms, policy.max_ms, policy.multiplier,
+            policy.jitter_percent]  # fmt: skip
+
+
+def decode_retry(data: list) -> RetryPolicy:
+    kind, initial_ms, max_ms, multiplier, jitter_percent = data
+    return RetryPolicy(RetryKind(kind), initial_ms, max_ms, float(multiplier), jitter_percent)

@@ -9,7 +9,8 @@
 
 The handler is called once per message, on one of `concurrency` threads (tasks for the
 async client; an async handler is awaited). When it returns, the message is acked; when
-it raises, it is nacked (delivered again, `attempt` + 1) and the error is logged. A
+it raises, it is nacked (delivered again after its retry backoff, `attempt` + 1) and the
+error is logged. A
 handler may settle a message itself first with `message.ack()` or `message.nack()`; the
 first settlement wins. Acks and nacks are sent in batches by one sender, so a fast
 handler does not cost an RPC per message: gathering for `ack_linger_ms` (default 10) once
@@ -32,8 +33,12 @@ instant is counted as an attempt, as for a consumer that goes away). It returns 
 many messages the server confirmed acked. A broken stream or a failed Ack raises
 `RemoteError` after the same clean-up.
 
-A nack is the Nack RPC: a failed attempt, delivered again at once (`attempt` + 1), or
-moved to the dead-letter topic once the message has used its `max_attempts`.
+A nack is the Nack RPC: a failed attempt, delivered again (`attempt` + 1) after the
+message's retry backoff, which the server applies (the send's `retry`, else the server's
+retry_* settings: by default exponential from 1 s, doubling, at most 5 min), or moved to
+the dead-letter topic once the message has used its `max_attempts`. A handler's error is
+logged with its traceback on a message's first attempt only; its retries log one line
+at DEBUG, so a message that always fails neither storms nor floods the log.
 """
 
 from __future__ import annotations
@@ -126,10 +131,24 @@ def _handle(handler: Callable, message: Message) -> None:
     try:
         handler(message)
     except Exception as exc:
-        log.warning("consume_handler_failed message_id=%s", message.message_id, exc_info=True)
+        _log_failure(message, exc)
         message.nack(_reason(exc))
     else:
         message.ack()
+
+
+def _log_failure(message: Message, exc: Exception) -> None:
+    """A handler raised: a warning with the traceback for a message's first failure, a
+    one-line debug record for its retries. A poison message fails on every attempt, and a
+    traceback each time buries the logs; its first says what is wrong, and the dead letter
+    keeps the last reason."""
+    if message.delivery.attempt <= 1:
+        log.warning("consume_handler_failed message_id=%s", message.message_id, exc_info=True)
+    else:
+        log.debug(
+            "consume_handler_failed message_id=%s attempt=%d error=%s",
+            message.message_id, message.delivery.attempt, _reason(exc),
+        )  # fmt: skip
 
 
 def _reason(exc: Exception) -> str:
@@ -309,9 +328,7 @@ async def consume_async(
                 if inspect.isawaitable(result):
                     await result
             except Exception as exc:
-                log.warning(
-                    "consume_handler_failed message_id=%s", message.message_id, exc_info=True
-                )
+                _log_failure(message, exc)
                 message.nack(_reason(exc))
             else:
                 message.ack()

@@ -14,6 +14,7 @@ from types import MappingProxyType
 from typing import NamedTuple
 
 from timerwheel.common import State, TimerwheelError
+from timerwheel.wheels.retry import RetryPolicy
 from timerwheel.wheels.trace import TraceEvent
 
 
@@ -70,6 +71,12 @@ class SendOptions:
     max_attempts: int | None = None  # None: Settings.max_attempts; 0: unlimited
     dead_letter_topic: str = ""  # "": "<topic>.dlq"
     repeat: Repeat | None = None  # a recurring series
+    retry: RetryPolicy | None = None  # None: the server's (Settings.retry_policy)
+
+
+# What delivery needs of a message's send options: (max_attempts, 0: no limit; its retry
+# policy, None: the server's). Asked for once per fetched batch (FiredSource.delivery_options_of).
+DeliveryOptions = tuple[int, RetryPolicy | None]
 
 
 # The properties of a send that has none: one shared, read-only empty mapping.

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from timerwheel.durations import DAY_MS, HOUR_MS, MINUTE_MS, SECOND_MS
+from timerwheel.wheels.retry import RetryKind, RetryPolicy, check_policy
 
 MIN_CLOCK_STEP_MS = 10  # clock readings are whole ms: a smaller threshold would be noise
 MAX_GIL_SWITCH_INTERVAL_MS = 100  # beyond, a waiting thread could stall for a tenth of a second
@@ -113,6 +114,19 @@ class Settings:
     # Delivery attempts of a message without an ack before it moves to its dead-letter
     # topic, when its send does not say (SendRequest.max_attempts); 0: unlimited.
     max_attempts: int = 0
+    # The retry policy of messages whose send names none (SendRequest.retry;
+    # timerwheel.wheels.retry): after an ack timeout or a nack without its own
+    # redeliver_after_ms, the next delivery waits retry_initial_ms, times retry_multiplier
+    # for each failed attempt before it ("exponential"; "fixed": always retry_initial_ms),
+    # at most retry_max_ms, shortened by a random share of up to retry_jitter_percent.
+    # From 1s doubling to a 5m cap, a poison message costs a handful of deliveries in its
+    # first minutes and then one every few minutes, while a passing fault (a restarting
+    # database) is retried within seconds. retry_initial_ms = 0: redelivered at once.
+    retry_backoff: str = "exponential"
+    retry_initial_ms: int = SECOND_MS
+    retry_max_ms: int = 5 * MINUTE_MS
+    retry_multiplier: float = 2.0
+    retry_jitter_percent: int = 20
     # Every delivery attempt is an event of its message's trace: one RocksDB entry a
     # message, about a tenth of the engine's instructions in a burst and a fifth of the
     # data it writes. False: first attempts are not written; redeliveries and failed
@@ -225,6 +239,7 @@ class Settings:
             raise SettingsError(
                 f"max_attempts={self.max_attempts!r}: must be 0 (unlimited) or more"
             )
+        _check_retry(self)
         if self.max_in_flight_default > self.max_in_flight_limit:
             raise SettingsError(
                 f"max_in_flight_default={self.max_in_flight_default}: must not exceed "
@@ -268,6 +283,14 @@ class Settings:
         minute = self.minute_cascade_lead_ms * rest // 100
         hour = max(self.hour_cascade_lead_ms * rest // 100, self.minute_cascade_lead_ms)
         return minute, hour
+
+    def retry_policy(self) -> RetryPolicy:
+        """The retry policy of a message whose send names none."""
+        kind = RetryKind.FIXED if self.retry_backoff == "fixed" else RetryKind.EXPONENTIAL
+        return RetryPolicy(
+            kind, self.retry_initial_ms, self.retry_max_ms, float(self.retry_multiplier),
+            self.retry_jitter_percent,
+        )  # fmt: skip
 
     def replace(self, **changes: Any) -> Settings:
         """A copy with `changes`, validated again."""
@@ -320,6 +343,24 @@ def _check_rpc_room(settings: Settings) -> None:
             "+ settle_workers + max_health_checks + max_health_watches + "
             "max_reflection_streams), or streams alone could make it refuse every call"
         )
+
+
+def _check_retry(settings: Settings) -> None:
+    if settings.retry_backoff not in ("exponential", "fixed"):
+        raise SettingsError(
+            f"retry_backoff={settings.retry_backoff!r}: must be 'exponential' or 'fixed'"
+        )
+    for name in ("retry_initial_ms", "retry_max_ms", "retry_jitter_percent"):
+        value = getattr(settings, name)
+        if type(value) is not int:
+            raise SettingsError(f"{name}={value!r}: must be an integer")
+    multiplier = settings.retry_multiplier
+    if isinstance(multiplier, bool) or not isinstance(multiplier, int | float):
+        raise SettingsError(f"retry_multiplier={multiplier!r}: must be a number")
+    problem = check_policy(settings.retry_policy())
+    if problem is not None:
+        field, value, why = problem
+        raise SettingsError(f"retry_{field}={value!r}: {why}")
 
 
 def _check_console(settings: Settings) -> None:

@@ -12,6 +12,7 @@ from functools import lru_cache
 
 from timerwheel.wheels.domain import InvalidArgument, SendOptions, SendSpec, When, WhenKind
 from timerwheel.wheels.recurrence import validate_repeat
+from timerwheel.wheels.retry import check_policy
 from timerwheel.wheels.settings import Settings
 
 # RocketMQ's topic charset (plus '.'), bounded by Settings.max_topic_len.
@@ -217,7 +218,13 @@ MAX_ATTEMPTS_LIMIT = 1_000
 
 
 def validate_options(topic: str, options: SendOptions, settings: Settings, prefix: str) -> None:
-    """max_attempts within 0..MAX_ATTEMPTS_LIMIT; a dead-letter topic that is a topic."""
+    """max_attempts within 0..MAX_ATTEMPTS_LIMIT; a dead-letter topic that is a topic; a
+    retry policy that `check_policy` accepts."""
+    if options.retry is not None:
+        problem = check_policy(options.retry)
+        if problem is not None:
+            field, value, why = problem
+            raise InvalidArgument(prefix + "retry." + field, value, why)
     max_attempts = options.max_attempts
     if max_attempts is not None and not 0 <= max_attempts <= MAX_ATTEMPTS_LIMIT:
         raise InvalidArgument(
@@ -301,5 +308,5 @@ def validate_nack(
         raise InvalidArgument(
             "redeliver_after_ms",
             redeliver_after_ms,
-            f"must be 0..{settings.max_delay_ms} (0: redeliver at once)",
+            f"must be 0..{settings.max_delay_ms} (0: after the message's retry backoff)",
         )

@@ -26,8 +26,10 @@ def clock():
 
 @pytest.fixture
 def hub(tmp_path, clock):
+    # retry_initial_ms=0: a failed attempt is redelivered at once, so these tests see
+    # redeliveries without waiting out a backoff (tests/delivery/test_retry_backoff.py).
     settings = Settings(data_dir=str(tmp_path / "data"), sync_writes=False,
-                        ack_timeout_ms=ACK_TIMEOUT_MS)  # fmt: skip
+                        ack_timeout_ms=ACK_TIMEOUT_MS, retry_initial_ms=0)  # fmt: skip
     engine = Engine(settings, clock, background=False)
     made = DeliveryHub(engine, settings, clock.now_ms, background=False)
     yield made

@@ -22,9 +22,11 @@ HOUR_MS = 3_600_000
 class World:
     def __init__(self, data_dir: str, **settings: object) -> None:
         self.clock = VirtualClock(T0)
+        # retry_initial_ms=0: redeliveries at once, so a trace's attempts need no backoff.
         self.settings = Settings(
-            data_dir=data_dir, sync_writes=False, ack_timeout_ms=60_000, **settings
-        )
+            data_dir=data_dir, sync_writes=False, ack_timeout_ms=60_000, retry_initial_ms=0,
+            **settings,
+        )  # fmt: skip
         self.open()
 
     def open(self) -> None:

@@ -15,6 +15,12 @@ class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ACKED: _ClassVar[State]
     CANCELLED: _ClassVar[State]
 
+class RetryKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RETRY_KIND_UNSPECIFIED: _ClassVar[RetryKind]
+    RETRY_FIXED: _ClassVar[RetryKind]
+    RETRY_EXPONENTIAL: _ClassVar[RetryKind]
+
 class MissedPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     MISSED_FIRE_ONCE: _ClassVar[MissedPolicy]
@@ -44,6 +50,9 @@ SCHEDULED: State
 FIRED: State
 ACKED: State
 CANCELLED: State
+RETRY_KIND_UNSPECIFIED: RetryKind
+RETRY_FIXED: RetryKind
+RETRY_EXPONENTIAL: RetryKind
 MISSED_FIRE_ONCE: MissedPolicy
 MISSED_FIRE_EACH: MissedPolicy
 IF_EXISTS_REJECT: IfExists
@@ -62,7 +71,7 @@ TRACE_DEAD_LETTERED: TraceKind
 TRACE_REPLACED: TraceKind
 
 class SendRequest(_message.Message):
-    __slots__ = ("topic", "body", "properties", "deliver_at_ms", "delay_ms", "delay_level", "message_id", "if_exists", "max_attempts", "dead_letter_topic", "repeat")
+    __slots__ = ("topic", "body", "properties", "deliver_at_ms", "delay_ms", "delay_level", "message_id", "if_exists", "max_attempts", "dead_letter_topic", "repeat", "retry")
     class PropertiesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -81,6 +90,7 @@ class SendRequest(_message.Message):
     MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     DEAD_LETTER_TOPIC_FIELD_NUMBER: _ClassVar[int]
     REPEAT_FIELD_NUMBER: _ClassVar[int]
+    RETRY_FIELD_NUMBER: _ClassVar[int]
     topic: str
     body: bytes
     properties: _containers.ScalarMap[str, str]
@@ -92,7 +102,22 @@ class SendRequest(_message.Message):
     max_attempts: int
     dead_letter_topic: str
     repeat: Repeat
-    def __init__(self, topic: _Optional[str] = ..., body: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., deliver_at_ms: _Optional[int] = ..., delay_ms: _Optional[int] = ..., delay_level: _Optional[int] = ..., message_id: _Optional[str] = ..., if_exists: _Optional[_Union[IfExists, str]] = ..., max_attempts: _Optional[int] = ..., dead_letter_topic: _Optional[str] = ..., repeat: _Optional[_Union[Repeat, _Mapping]] = ...) -> None: ...
+    retry: RetryPolicy
+    def __init__(self, topic: _Optional[str] = ..., body: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., deliver_at_ms: _Optional[int] = ..., delay_ms: _Optional[int] = ..., delay_level: _Optional[int] = ..., message_id: _Optional[str] = ..., if_exists: _Optional[_Union[IfExists, str]] = ..., max_attempts: _Optional[int] = ..., dead_letter_topic: _Optional[str] = ..., repeat: _Optional[_Union[Repeat, _Mapping]] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ...) -> None: ...
+
+class RetryPolicy(_message.Message):
+    __slots__ = ("kind", "initial_ms", "max_ms", "multiplier", "jitter_percent")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    INITIAL_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_MS_FIELD_NUMBER: _ClassVar[int]
+    MULTIPLIER_FIELD_NUMBER: _ClassVar[int]
+    JITTER_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    kind: RetryKind
+    initial_ms: int
+    max_ms: int
+    multiplier: float
+    jitter_percent: int
+    def __init__(self, kind: _Optional[_Union[RetryKind, str]] = ..., initial_ms: _Optional[int] = ..., max_ms: _Optional[int] = ..., multiplier: _Optional[float] = ..., jitter_percent: _Optional[int] = ...) -> None: ...
 
 class Repeat(_message.Message):
     __slots__ = ("every_ms", "cron", "time_zone", "end_at_ms", "max_count", "missed")

@@ -136,8 +136,9 @@ class TimerServiceServicer:
 
     def Nack(self, request, context):
         """Give fired messages back: each counts as a failed delivery attempt and is delivered
-        again at once or after `redeliver_after_ms`; one that reaches its max_attempts goes to
-        its dead-letter topic instead. Ids not in flight on `topic` are skipped.
+        again after `redeliver_after_ms`, or without it after the message's retry backoff
+        (SendRequest.retry, else the server's); one that reaches its max_attempts goes to its
+        dead-letter topic instead. Ids not in flight on `topic` are skipped.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
