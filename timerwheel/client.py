@@ -241,8 +241,9 @@ class Client:
         *,
         release: bool = False,
     ) -> pb.NackResponse:
-        """Give in-flight messages back: each is a failed attempt, delivered again at once
-        or after `redeliver_after_ms` (or dead-lettered at its max_attempts).
+        """Give in-flight messages back: each is a failed attempt, delivered again after
+        `redeliver_after_ms`, or when not given after the message's retry policy's backoff
+        (the server's default, or its send's `retry`), or dead-lettered at its max_attempts.
 
         `release=True`: this consumer never started them and is stopping: no attempt is
         counted, they go to the topic's other subscribers at once, and the stream that had
