@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 from timerwheel.cli.connection import add_connection_flags, connection_from_args
 from timerwheel.cli.times import parse_time_ms
+from timerwheel.durations import parse_duration_ms
 
 DEFAULT_TARGET = "127.0.0.1:7070"
 
@@ -34,7 +35,10 @@ def add_client_parser(
         help="HOST:PORT of the server (default $TIMERWHEEL_TARGET or 127.0.0.1:7070; "
         "a bare HOST gets port 7070)",
     )  # fmt: skip
-    parser.add_argument("--timeout", type=float, default=10.0, help="seconds per call")
+    parser.add_argument(
+        "--timeout", default="10s", metavar="DURATION",
+        help="longest wait for each call, with its unit: 10s, 500ms, 2m (default 10s)",
+    )  # fmt: skip
     add_connection_flags(parser)
     parser.set_defaults(func=lambda args: _run(name, func, args))
     return parser
@@ -48,8 +52,9 @@ def _run(name: str, func: Callable, args: argparse.Namespace) -> int:
         try:
             connection = connection_from_args(args)
             client = TimerClient(
-                args.target, timeout_s=args.timeout, tls=connection.tls, token=connection.token
-            )
+                args.target, timeout_s=call_timeout_s(args.timeout), tls=connection.tls,
+                token=connection.token,
+            )  # fmt: skip
         except ValueError as exc:
             raise UsageError(str(exc)) from exc
         with client:
@@ -64,6 +69,16 @@ def _run(name: str, func: Callable, args: argparse.Namespace) -> int:
 
 class UsageError(ValueError):
     pass
+
+
+def call_timeout_s(text: str) -> float:
+    """--timeout as seconds: a duration with its unit (`10s`, `500ms`), more than zero.
+    A bare `--timeout 5` is refused like every duration flag (`--timeout='5': give a
+    unit, e.g. 5s or 5ms`)."""
+    ms = parse_duration_ms(text, "--timeout")
+    if ms <= 0:
+        raise ValueError(f"--timeout={text!r}: must be more than 0, e.g. 10s")
+    return ms / 1000
 
 
 def time_range_ms(args: argparse.Namespace) -> tuple[int, int]:

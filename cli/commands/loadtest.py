@@ -2,6 +2,7 @@
 
     timerwheel loadtest --scenario smoke
     timerwheel loadtest --scenario tdmq --delay-scale 0.1 --json tdmq.json
+    timerwheel loadtest --scenario smoke --duration 10s --delay-min 1s --delay-max 30s --grace 2s
     timerwheel loadtest --scenario burst --count 1000000 --rate 60000
     timerwheel loadtest --scenario cancel --cancel-share 0.5
     timerwheel loadtest --scenario backlog --count 10000000
@@ -13,6 +14,8 @@ Without --target a server is spawned (`timerwheel serve` on a temporary data dir
 --serve-flag=--no-sync. The Markdown table goes to stdout, the progress bar to stderr.
 Exit status: 0 when the accounting holds (nothing lost, nothing early, no cancelled
 timer delivered, sent = acked + cancelled), 1 when it does not, 2 on a usage error.
+Every duration flag needs its unit, as everywhere in timerwheel (`--duration 10s`,
+`--grace 500ms`): a bare `--duration 10` is refused, naming the flag and the fix.
 SIGTERM ends a run as Ctrl-C does (exit status 143): the producers, the consumers and
 the spawned server are stopped and its data dir is removed.
 """
@@ -24,12 +27,12 @@ import ipaddress
 import sys
 
 from timerwheel.cli.connection import add_connection_flags, connection_from_args
+from timerwheel.durations import parse_duration_ms
 from timerwheel.loadtest.scenarios import SCENARIOS, ScenarioError, scenario
 
-# flag -> (Scenario field, type, help)
+# flag -> (Scenario field, type, help); durations are in DURATIONS
 OVERRIDES = {
     "--rate": ("rate", int, "messages per second, all producers together"),
-    "--duration": ("duration_s", float, "seconds of sending"),
     "--count": ("count", int, "messages in all (sets the duration from the rate)"),
     "--batch": ("batch", int, "messages per request (1: unary Send, else SendBatch)"),
     "--producers": ("producers", int, "producer processes"),
@@ -48,28 +51,33 @@ OVERRIDES = {
     "--consumers": ("consumers", int, "consumer processes"),
     "--topics": ("topics", int, "topics the messages are spread over"),
     "--body-bytes": ("body_bytes", int, "bytes per message body (at least 10)"),
-    "--delay-min-ms": ("delay_min_ms", int, "shortest delay before the scale"),
-    "--delay-max-ms": ("delay_max_ms", int, "longest delay before the scale"),
     "--delay-scale": ("delay_scale", float, "multiplies the delay range (0.1: tdmq in 3 s..60 s)"),
-    "--burst-window-ms": ("burst_window_ms", int, "burst: the window every timer is due in"),
-    "--burst-lead-ms": ("burst_lead_ms", int, "burst: the window opens this long after sending"),
     "--cancel-share": ("cancel_share", float, "share of timers cancelled after their send"),
     "--max-outstanding": ("max_outstanding", int, "unanswered requests per producer"),
     "--max-in-flight": ("max_in_flight", int, "un-acked deliveries per Subscribe stream"),
-    "--ack-linger-ms": (
-        "ack_linger_ms",
-        int,
-        "consumers gather acks this long before an Ack call, one call at a time (default 10)",
-    ),
-    "--send-overrun-ms": (
-        "send_overrun_ms",
-        int,
-        "producers still behind this long after the planned send phase are stopped and the "
-        "run fails (default 90 s; backlog 10 min)",
-    ),
-    "--grace-ms": ("grace_ms", int, "wait after the last deliver time before accounting"),
-    "--drain-timeout-ms": ("drain_timeout_ms", int, "longest wait for stragglers"),
 }
+# Duration flags: flag -> (Scenario field, help). Each needs its unit (`--grace 500ms`,
+# `--duration 10s`), parsed by timerwheel.durations; a bare number is refused.
+DURATIONS = {
+    "--duration": ("duration_s", "length of the send phase, e.g. 10s or 2m"),
+    "--delay-min": ("delay_min_ms", "shortest delay before the scale, e.g. 200ms"),
+    "--delay-max": ("delay_max_ms", "longest delay before the scale, e.g. 30s"),
+    "--burst-window": ("burst_window_ms", "burst: the window every timer is due in, e.g. 1s"),
+    "--burst-lead": ("burst_lead_ms", "burst: the window opens this long after sending, e.g. 10s"),
+    "--ack-linger": (
+        "ack_linger_ms",
+        "consumers gather acks this long before an Ack call, one call at a time (default 10ms)",
+    ),
+    "--send-overrun": (
+        "send_overrun_ms",
+        "producers still behind this long after the planned send phase are stopped and the "
+        "run fails (default 90s; backlog 10m)",
+    ),
+    "--grace": ("grace_ms", "wait after the last deliver time before accounting, e.g. 2s"),
+    "--drain-timeout": ("drain_timeout_ms", "longest wait for stragglers, e.g. 60s"),
+}
+# The flags' earlier names, in bare milliseconds: refused with the new spelling.
+RENAMED = {f"{flag}-ms": flag for flag in DURATIONS if flag != "--duration"}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -95,6 +103,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     for flag, (name, kind, text) in OVERRIDES.items():
         parser.add_argument(flag, dest=name, type=kind, help=text)
+    for flag, (name, text) in DURATIONS.items():
+        parser.add_argument(flag, dest=name, metavar="DURATION", help=text)
+    for old in RENAMED:
+        parser.add_argument(old, dest=f"renamed_{old[2:]}", help=argparse.SUPPRESS)
     add_connection_flags(parser)  # for --target: the token needs role admin
     parser.set_defaults(func=run)
 
@@ -112,7 +124,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         chosen = scenario(args.scenario).with_overrides(
-            **{name: getattr(args, name) for name, _, _ in OVERRIDES.values()}
+            **{name: getattr(args, name) for name, _, _ in OVERRIDES.values()},
+            **duration_overrides(args),
         )
         connection = connection_from_args(args)
     except (ScenarioError, ValueError) as exc:
@@ -138,6 +151,26 @@ def run(args: argparse.Namespace) -> int:
         with open(args.json, "w") as out:
             out.write(report.to_json(fig) + "\n")
     return 0 if fig["ok"] else 1
+
+
+def duration_overrides(args: argparse.Namespace) -> dict[str, float | int | None]:
+    """The Scenario fields of the duration flags: ms, or seconds for `duration_s`. A bare
+    number (`--duration 10`), a negative one or a flag's old `-ms` name is a ValueError that
+    names the flag and the fix."""
+    for old, new in RENAMED.items():
+        value = getattr(args, f"renamed_{old[2:]}", None)
+        if value is not None:
+            example = f"{value}ms" if value.strip().isdigit() else "500ms"
+            raise ValueError(f"{old} is now {new} with a unit, e.g. {new} {example}")
+    fields: dict[str, float | int | None] = {}
+    for flag, (name, _) in DURATIONS.items():
+        value = getattr(args, name)
+        if value is None:
+            fields[name] = None
+            continue
+        ms = parse_duration_ms(value, flag)
+        fields[name] = ms / 1000 if name == "duration_s" else ms
+    return fields
 
 
 def is_loopback(target: str) -> bool:

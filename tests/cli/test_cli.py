@@ -125,7 +125,7 @@ def test_the_installed_script_end_to_end(server):
 
 
 def test_unreachable_server_exits_1_with_a_hint(capsys):
-    code = main(["get", "x", "--target", "127.0.0.1:1", "--timeout", "5"])
+    code = main(["get", "x", "--target", "127.0.0.1:1", "--timeout", "5s"])
     err = capsys.readouterr().err
     assert code == 1 and "UNAVAILABLE" in err and "is `timerwheel serve` running" in err
 

@@ -184,3 +184,36 @@ def test_java_is_found_as_spark_finds_it(tmp_path):
     java.write_text("#!/bin/sh\necho 'java version \"1.8.0_402\"' >&2\n")
     assert java_major_version(str(java)) == 8
     assert java_problem({"PATH": str(fake_home / "bin")}) == f"{INSTALL_HINT}; {java} is Java 8"
+
+
+# == --timeout carries its unit ===============================================================
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("5", "--timeout='5': give a unit, e.g. 5s or 5ms"),
+        ("0.5", "--timeout='0.5': give a unit, e.g. 0.5s or 0.5ms"),
+        ("0s", "--timeout='0s': must be more than 0"),
+        ("-1s", "--timeout='-1s': negative"),
+    ],
+)
+def test_a_timeout_without_a_unit_is_refused_naming_flag_value_and_fix(cli, value, message):
+    code, out, err = cli("get", "some-id", "--timeout", value)
+    assert code == 2 and out == "" and message in err, err
+
+
+def test_a_timeout_with_its_unit_bounds_the_call(capsys):
+    """500ms is half a second, not 500 s: a call to a port that never answers is refused
+    UNAVAILABLE within the call's deadline, well before a 10 s default would end it."""
+    import socket
+    import time
+
+    with socket.socket() as silent:  # bound and listening, never accepting a handshake
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(0)
+        target = f"127.0.0.1:{silent.getsockname()[1]}"
+        started = time.monotonic()
+        code = main(["get", "x", "--target", target, "--timeout", "500ms"])
+        took = time.monotonic() - started
+    err = capsys.readouterr().err
+    assert code == 1 and ("DEADLINE_EXCEEDED" in err or "UNAVAILABLE" in err), err
+    assert took < 5.0, took  # the default, 10 s, would still be waiting

@@ -58,7 +58,7 @@ def test_an_unreachable_bare_host_names_port_7070_in_the_hint(capsys, monkeypatc
     assert timerwheel.types.DEFAULT_PORT == 7070
     closed = _closed_port()
     monkeypatch.setattr(timerwheel.types, "DEFAULT_PORT", closed)
-    code = main(["get", "x", "--target", "127.0.0.1", "--timeout", "0.5"])
+    code = main(["get", "x", "--target", "127.0.0.1", "--timeout", "500ms"])
     err = capsys.readouterr().err
     assert code == 1 and f"127.0.0.1:{closed}" in err  # the default port, not :443
 

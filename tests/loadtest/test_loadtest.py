@@ -138,7 +138,7 @@ def test_tdmq_thread_shape_sends_single_messages_batched_by_the_producer(tmp_pat
     try:
         code, fig, _ = run_loadtest(
             tmp_path, "--scenario", "tdmq-threads", "--target", server.target,
-            "--rate", "1000", "--duration", "2", "--delay-scale", "0.005", "--grace-ms", "500",
+            "--rate", "1000", "--duration", "2s", "--delay-scale", "0.005", "--grace", "500ms",
         )  # fmt: skip
     finally:
         server.stop(grace_s=1.0)
@@ -154,8 +154,8 @@ def test_cancel_scenario_against_a_running_server(tmp_path):
     try:
         code, fig, _ = run_loadtest(
             tmp_path, "--scenario", "cancel", "--target", server.target, "--rate", "1000",
-            "--duration", "2", "--delay-min-ms", "1500", "--delay-max-ms", "3000",
-            "--grace-ms", "1000", "--producers", "1",
+            "--duration", "2s", "--delay-min", "1500ms", "--delay-max", "3s",
+            "--grace", "1s", "--producers", "1",
         )  # fmt: skip
     finally:
         server.stop(grace_s=1.0)
@@ -171,7 +171,7 @@ def test_a_server_that_fires_early_fails_the_run(tmp_path, capsys):
     server = start_server(tmp_path, skewed_clock(+5_000))  # believes it is 5 s later
     try:
         code, fig, _ = run_loadtest(
-            tmp_path, "--scenario", "smoke", "--target", server.target, "--duration", "1",
+            tmp_path, "--scenario", "smoke", "--target", server.target, "--duration", "1s",
         )  # fmt: skip
     finally:
         server.stop(grace_s=1.0)
@@ -189,8 +189,8 @@ def test_a_server_that_never_fires_fails_within_the_bounded_wait_all_late(tmp_pa
     server = start_server(tmp_path, skewed_clock(-3_600_000))  # believes it is 1 h earlier
     try:
         code, fig, _ = run_loadtest(
-            tmp_path, "--scenario", "smoke", "--target", server.target, "--duration", "1",
-            "--drain-timeout-ms", "1500",
+            tmp_path, "--scenario", "smoke", "--target", server.target, "--duration", "1s",
+            "--drain-timeout", "1500ms",
         )  # fmt: skip
     finally:
         server.stop(grace_s=1.0)
@@ -211,7 +211,7 @@ def test_what_a_spawned_server_still_holds_is_late_not_lost(tmp_path, monkeypatc
     temp.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(temp))
     code, fig, _ = run_loadtest(
-        tmp_path, "--scenario", "smoke", "--duration", "1", "--drain-timeout-ms", "1500",
+        tmp_path, "--scenario", "smoke", "--duration", "1s", "--drain-timeout", "1500ms",
         f"--serve-flag=--config={config}", "--keep-data",
     )  # fmt: skip
     acc = fig["accounting"]
@@ -233,7 +233,7 @@ def run_behind_schedule(tmp_path: Path, count: int, overrun_ms: int) -> tuple[in
         code, fig, _ = run_loadtest(
             tmp_path, "--scenario", "smoke", "--target", server.target, "--batch", "1",
             "--rate", "1000000", "--count", str(count), "--producers", "1",
-            "--max-outstanding", "1", "--send-overrun-ms", str(overrun_ms),
+            "--max-outstanding", "1", "--send-overrun", f"{overrun_ms}ms",
         )  # fmt: skip
     finally:
         server.stop(grace_s=1.0)
@@ -356,7 +356,7 @@ def _run_in_progress(temp: Path, *target: str):
     run = subprocess.Popen(
         [sys.executable, "-m", "timerwheel.cli.main", "loadtest", "--scenario", "smoke",
         "--duration",
-         "60", *target, *QUIET],
+         "60s", *target, *QUIET],
         cwd=Path(__file__).resolve().parents[2], env={**os.environ, "TMPDIR": str(temp)},
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         start_new_session=bool(target),

@@ -543,3 +543,52 @@ def test_report_says_plainly_when_the_offered_rate_was_not_reached():
         "behind schedule (4 stopped at the end of the send phase)"
     ) in text
     assert "- offered rate reached: yes (13,990 of 14,000 msg/s)" in report.markdown(fake_figures())
+
+
+# == duration flags carry their unit ===========================================================
+def _loadtest_args(*flags: str):
+    from timerwheel.cli.main import build_parser
+
+    return build_parser().parse_args(["loadtest", "--scenario", "smoke", *flags])
+
+
+def test_loadtest_duration_flags_take_units_into_the_scenario():
+    from timerwheel.cli.commands.loadtest import duration_overrides
+
+    args = _loadtest_args(
+        "--duration", "2m", "--delay-min", "250ms", "--delay-max", "1.5s", "--grace", "2s",
+        "--drain-timeout", "1m", "--send-overrun", "90s", "--ack-linger", "5ms",
+        "--burst-window", "1s", "--burst-lead", "10s",
+    )  # fmt: skip
+    chosen = scenario("smoke").with_overrides(**duration_overrides(args))
+    assert chosen.duration_s == 120.0 and chosen.messages == chosen.rate * 120
+    assert (chosen.delay_min_ms, chosen.delay_max_ms) == (250, 1_500)
+    assert (chosen.grace_ms, chosen.drain_timeout_ms) == (2_000, 60_000)
+    assert (chosen.send_overrun_ms, chosen.ack_linger_ms) == (90_000, 5)
+    assert (chosen.burst_window_ms, chosen.burst_lead_ms) == (1_000, 10_000)
+    # A flag not given keeps the preset's value.
+    assert scenario("smoke").with_overrides(**duration_overrides(_loadtest_args())) == scenario(
+        "smoke"
+    )
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (("--duration", "10"), "--duration='10': give a unit, e.g. 10s or 10ms"),
+        (("--grace", "500"), "--grace='500': give a unit, e.g. 500s or 500ms"),
+        (("--drain-timeout=60"), "--drain-timeout='60': give a unit"),
+        (("--delay-min", "-1s"), "--delay-min='-1s': negative"),
+        (("--send-overrun", "soon"), "--send-overrun='soon': not a duration"),
+        (("--grace-ms", "500"), "--grace-ms is now --grace with a unit, e.g. --grace 500ms"),
+        (("--delay-max-ms", "3000"), "--delay-max-ms is now --delay-max with a unit"),
+    ],
+)
+def test_loadtest_refuses_a_bare_or_old_duration_naming_flag_and_fix(flags, message, capsys):
+    """Refused before anything starts: exit 2 and one line that says what to type."""
+    from timerwheel.cli.main import main
+
+    flags = (flags,) if isinstance(flags, str) else flags
+    code = main(["loadtest", "--scenario", "smoke", "--no-progress", *flags])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("timerwheel loadtest: ") and message in err, err

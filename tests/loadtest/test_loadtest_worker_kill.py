@@ -78,8 +78,8 @@ def test_a_run_through_sigkilled_workers_loses_nothing(tmp_path: Path, serve_pro
     # The harness runs on the main thread: it turns SIGTERM into an unwind.
     code = main([
         "loadtest", "--scenario", "smoke", "--target", server.target, "--rate", "500",
-        "--duration", "8", "--delay-min-ms", "200", "--delay-max-ms", "1500",
-        "--drain-timeout-ms", "30000", "--no-progress", "--json", str(out),
+        "--duration", "8s", "--delay-min", "200ms", "--delay-max", "1500ms",
+        "--drain-timeout", "30s", "--no-progress", "--json", str(out),
     ])  # fmt: skip
     killer.join(timeout=130)
     assert not killer.is_alive() and "error" not in done, done
