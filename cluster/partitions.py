@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 import zlib
+from collections.abc import Iterable
 
 MAX_PARTITIONS = 4096  # far above any sensible count; bounds the suffix's digits
 DEFAULT_PARTITIONS = 64
@@ -82,3 +83,9 @@ def epoch_subject(partition: int) -> str:
 def lease_key(partition: int) -> str:
     """The partition's key in the lease bucket."""
     return f"p{partition}"
+
+
+def preferred_node(partition: int, nodes: Iterable[str]) -> str:
+    """The node a partition goes to first among `nodes` (rendezvous hashing: the highest
+    crc32 of "<node>:<partition>"), so a node joining or leaving moves only its own share."""
+    return max(sorted(nodes), key=lambda name: zlib.crc32(f"{name}:{partition}".encode()))

@@ -1,0 +1,170 @@
+"""A partition's log records, and the fold that rebuilds its live timers from them.
+
+Pure (no I/O): the node (`timerwheel.cluster.node`) appends what this module encodes and
+folds what it decodes (docs/cluster.md, "The log").
+
+A record is one JetStream message on `tw.p<N>.log`: every change one owner's group of
+callers was told took effect, in the order its engine applied them. An entry is logged
+only after the owner's engine applied it, and its caller is answered only after the
+record is in the log (a quorum fsynced it), so the log holds exactly what was promised:
+
+| entry        | fields                                              | the fold              |
+|--------------|-----------------------------------------------------|-----------------------|
+| `send`       | id, topic, body, properties, deliver time (ms),     | live[id] = the send   |
+|              | send options (`store.extras` bytes), if-exists      |                       |
+| `cancel`     | ids                                                 | drop each             |
+| `ack`        | ids (a recurring occurrence's `<series>#<n>` too)   | drop each             |
+| `reschedule` | id, new deliver time (ms)                           | live[id].time = it    |
+
+What is not logged, and why it costs no acknowledged message: fires (a new owner fires
+again what is due and not acked: at least once), delivery attempts and nacks (counted
+again from zero after a takeover), dead-letter moves (the message is fired again on its
+topic after a takeover, and dead-lettered again if it keeps failing).
+
+Encoding: JSON (`{"v": 1, "e": [[kind, ...], ...]}`), bodies and options in base64: a
+record is one group commit, so its framing is paid once per commit, not per timer.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from timerwheel.store.extras import decode_extras, encode_extras
+from timerwheel.wheels.domain import IfExists, SendSpec, When, WhenKind
+
+VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    message_id: str
+    topic: str
+    body: bytes
+    properties: Mapping[str, str]
+    deliver_at_ms: int
+    options: bytes = b""  # store.extras.encode_extras of the send's options, if any
+
+    def spec(self, not_before_ms: int = 0) -> SendSpec:
+        """The send that places this timer again (at `not_before_ms` at the earliest, so
+        a long-overdue timer stays inside the engine's past-time window: it fires at once
+        either way)."""
+        options = decode_extras(self.options) if self.options else None
+        at_ms = max(self.deliver_at_ms, not_before_ms)
+        return SendSpec(
+            self.topic, self.body, When(WhenKind.DELIVER_AT, at_ms), dict(self.properties),
+            self.message_id, IfExists.KEEP, options,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Cancelled:
+    message_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Acked:
+    message_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Rescheduled:
+    message_id: str
+    deliver_at_ms: int
+
+
+Entry = Sent | Cancelled | Acked | Rescheduled
+
+
+def sent_of(spec: SendSpec, message_id: str, deliver_at_ms: int) -> Sent:
+    """The log entry of a send the engine stored under `message_id`, due `deliver_at_ms`."""
+    options = encode_extras(spec.options, 1, deliver_at_ms) if spec.options else b""
+    return Sent(message_id, spec.topic, spec.body, dict(spec.properties), deliver_at_ms, options)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def encode(entries: Iterable[Entry]) -> bytes:
+    rows: list[list] = []
+    for entry in entries:
+        if isinstance(entry, Sent):
+            rows.append([
+                "send", entry.message_id, entry.topic, _b64(entry.body),
+                dict(entry.properties), entry.deliver_at_ms, _b64(entry.options),
+            ])  # fmt: skip
+        elif isinstance(entry, Cancelled):
+            rows.append(["cancel", list(entry.message_ids)])
+        elif isinstance(entry, Acked):
+            rows.append(["ack", list(entry.message_ids)])
+        else:
+            rows.append(["reschedule", entry.message_id, entry.deliver_at_ms])
+    return json.dumps({"v": VERSION, "e": rows}, separators=(",", ":")).encode()
+
+
+class BadRecord(ValueError):
+    """A log record this version cannot read: the node refuses to own the partition rather
+    than rebuild it without what the record held."""
+
+
+def decode(data: bytes) -> list[Entry]:
+    try:
+        record = json.loads(data)
+        if record.get("v") != VERSION:
+            raise BadRecord(f"log record version {record.get('v')!r}: this node reads {VERSION}")
+        entries: list[Entry] = []
+        for row in record["e"]:
+            kind = row[0]
+            if kind == "send":
+                _, message_id, topic, body, properties, at_ms, options = row
+                entries.append(Sent(
+                    str(message_id), str(topic), base64.b64decode(body),
+                    {str(k): str(v) for k, v in properties.items()}, int(at_ms),
+                    base64.b64decode(options),
+                ))  # fmt: skip
+            elif kind == "cancel":
+                entries.append(Cancelled(tuple(str(i) for i in row[1])))
+            elif kind == "ack":
+                entries.append(Acked(tuple(str(i) for i in row[1])))
+            elif kind == "reschedule":
+                entries.append(Rescheduled(str(row[1]), int(row[2])))
+            else:
+                raise BadRecord(f"log entry kind {kind!r}")
+        return entries
+    except (KeyError, TypeError, ValueError, IndexError) as error:
+        if isinstance(error, BadRecord):
+            raise
+        raise BadRecord(f"log record not readable: {error}") from error
+
+
+@dataclass
+class Fold:
+    """The live timers of one partition after the records folded so far: every send not
+    cancelled or acked since, at its latest deliver time, in the order first sent."""
+
+    live: dict[str, Sent] = field(default_factory=dict)
+    records: int = 0
+    entries: int = 0
+
+    def apply(self, entries: Iterable[Entry]) -> None:
+        self.records += 1
+        for entry in entries:
+            self.entries += 1
+            if isinstance(entry, Sent):
+                self.live[entry.message_id] = entry
+            elif isinstance(entry, (Cancelled, Acked)):
+                for message_id in entry.message_ids:
+                    self.live.pop(message_id, None)
+            else:
+                found = self.live.get(entry.message_id)
+                if found is not None:
+                    self.live[entry.message_id] = Sent(
+                        found.message_id, found.topic, found.body, found.properties,
+                        entry.deliver_at_ms, found.options,
+                    )  # fmt: skip
+
+    def specs(self, not_before_ms: int = 0) -> list[SendSpec]:
+        return [sent.spec(not_before_ms) for sent in self.live.values()]

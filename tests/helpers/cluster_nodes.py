@@ -1,0 +1,165 @@
+"""Real cluster-mode nodes for the fault suite: `timerwheel serve --cluster` processes over a
+real three-server NATS JetStream cluster (helpers.nats), and consumers that record every
+delivery they get.
+
+`ClusterRun` owns everything it starts and stops all of it on exit, the nodes with
+SIGKILL when the test is over (their leases then expire like any crashed node's).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from helpers.nats import NatsCluster
+from helpers.serve_process import ServeProcess
+from timerwheel.client import RemoteError, TimerClient
+from timerwheel.cluster.partitions import preferred_node
+
+
+# the log events that end a node's ownership of a partition (timerwheel.cluster.node)
+GONE = ("cluster_partition_lost", "cluster_partition_fenced", "cluster_partition_handed_off")
+
+
+@dataclass
+class Received:
+    message_id: str
+    deliver_at_ms: int
+    received_at_ms: int
+    node: str
+
+
+@dataclass
+class Consumer:
+    """Subscribes to `topic` on one node, acks every delivery, and resubscribes after a
+    stream error until stopped (a node that restarts is subscribed to again)."""
+
+    name: str
+    target: str
+    topic: str
+    received: list[Received]
+    lock: threading.Lock
+    stop: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+
+    def start(self) -> Consumer:
+        self.thread = threading.Thread(target=self._run, name=f"consume-{self.name}", daemon=True)
+        self.thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                with TimerClient(self.target, timeout_s=5) as client:
+                    subscription = client.subscribe(self.topic, max_in_flight=500)
+                    self._subscription = subscription
+                    for batch in subscription:
+                        now = int(time.time() * 1000)
+                        with self.lock:
+                            self.received.extend(
+                                Received(d.message_id, d.deliver_at_ms, now, self.name)
+                                for d in batch
+                            )
+                        if batch:
+                            client.ack(self.topic, [d.message_id for d in batch])
+                        if self.stop.is_set():
+                            break
+            except (RemoteError, OSError, ValueError):
+                pass
+            self.stop.wait(0.2)  # the node is down or restarting: try again
+
+    def close(self) -> None:
+        self.stop.set()
+        subscription = getattr(self, "_subscription", None)
+        if subscription is not None:
+            subscription.cancel()
+        if self.thread is not None:
+            self.thread.join(10)
+
+
+@dataclass
+class ClusterRun:
+    base_dir: Path
+    nodes: int = 3
+    partitions: int = 6
+    topic: str = "orders"
+    nats: NatsCluster | None = None
+    servers: dict[str, ServeProcess] = field(default_factory=dict)
+    consumers: list[Consumer] = field(default_factory=list)
+    received: list[Received] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __enter__(self) -> ClusterRun:
+        self.nats = NatsCluster(self.base_dir / "nats")
+        try:
+            self.nats.start()
+            for index in range(self.nodes):
+                self.start_node(f"n{index + 1}")
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start_node(self, name: str) -> ServeProcess:
+        assert self.nats is not None
+        server = ServeProcess(
+            self.base_dir / name, "--cluster", ",".join(self.nats.urls), "--node-name", name,
+            "--partitions", str(self.partitions),
+        )  # fmt: skip
+        self.servers[name] = server
+        return server
+
+    def consume_everywhere(self) -> None:
+        for name, server in self.servers.items():
+            self.consumers.append(
+                Consumer(name, server.target, self.topic, self.received, self.lock).start()
+            )
+
+    def owned(self) -> dict[str, list[int]]:
+        """Each live node's partitions, from its log: owned, and not lost since."""
+        owned: dict[str, list[int]] = {}
+        for name, server in self.servers.items():
+            if server.proc.poll() is not None:
+                continue
+            mine: set[int] = set()
+            with server._cond:
+                events = list(server.events)
+            for event in events:
+                if event.get("event") == "cluster_partition_owned":
+                    mine.add(int(event["partition"]))
+                elif event.get("event") in GONE:
+                    mine.discard(int(event["partition"]))
+            owned[name] = sorted(mine)
+        return owned
+
+    def preferred(self) -> dict[str, list[int]]:
+        """Where each partition belongs among the live nodes (as the nodes compute it)."""
+        live = [name for name, server in self.servers.items() if server.proc.poll() is None]
+        spread: dict[str, list[int]] = {name: [] for name in live}
+        for partition in range(self.partitions):
+            spread[preferred_node(partition, live)].append(partition)
+        return spread
+
+    def wait_all_owned(self, bound_s: float = 60.0) -> dict[str, list[int]]:
+        """Until every partition is owned by its preferred live node."""
+        deadline = time.monotonic() + bound_s
+        while True:
+            owned = self.owned()
+            if owned == self.preferred():
+                return owned
+            if time.monotonic() > deadline:
+                raise AssertionError(f"partitions not all owned in {bound_s} s: {owned}")
+            time.sleep(0.2)
+
+    def close(self) -> None:
+        for consumer in self.consumers:
+            consumer.close()
+        for server in self.servers.values():
+            server.kill()
+        if self.nats is not None:
+            self.nats.stop()
