@@ -23,6 +23,7 @@ from timerwheel.common import State
 from timerwheel.engine.trace_ops import DeliveryEvents
 from timerwheel.engine.writer import FiredListener
 from timerwheel.store.records import FiredRecord
+from timerwheel.wheels.bulk import BulkResult, RedriveResult, TimerFilter
 from timerwheel.wheels.domain import DeliveryOptions, SendSpec, Timer, When
 from timerwheel.wheels.lateness import LatenessMinute
 from timerwheel.wheels.settings import Settings
@@ -52,6 +53,20 @@ class TimerApi(Protocol):
         ...
 
     def get(self, message_id: str, include_trace: bool = False) -> Timer: ...
+
+    def bulk_cancel(
+        self, timer_filter: TimerFilter, limit: int = 0, page_token: str = "",
+        purge: bool = False,
+    ) -> BulkResult:  # fmt: skip
+        """Cancel (or `purge`) what the filter selects, a bounded page a call
+        (timerwheel.wheels.bulk)."""
+        ...
+
+    def redrive(
+        self, dlq_topic: str, timer_filter: TimerFilter, limit: int = 0, page_token: str = ""
+    ) -> RedriveResult:
+        """Move dead letters of `dlq_topic` back to the topics they came from."""
+        ...
 
     def list_pending(
         self, topic: str, from_ms: int, to_ms: int, limit: int, page_token: str = "",

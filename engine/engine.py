@@ -20,6 +20,7 @@ import structlog
 
 from timerwheel.common import SendResult, State, TimerwheelError
 from timerwheel.engine.api import EngineApi
+from timerwheel.engine.bulk_ops import BulkCancelOp, RedriveOp
 from timerwheel.engine.clock_watch import ClockWatch
 from timerwheel.engine.fired_cache import FiredCache
 from timerwheel.engine.ids import MessageIds
@@ -33,12 +34,21 @@ from timerwheel.engine.trace_ops import DeliveryEvents, TraceBarrier, TraceOp
 from timerwheel.engine.writer import FiredListener, Writer
 from timerwheel.observability.gauges import UnackedByTopic, engine_gauges
 from timerwheel.observability.thread_cpu import thread_cpu_seconds
+from timerwheel.store import bulk as bulk_cf
 from timerwheel.store import keys, records
 from timerwheel.store.counts import PendingCounts
 from timerwheel.store.export_root import ExportSlot, check_space
 from timerwheel.store.open_store import open_store
 from timerwheel.store.rocks import RocksTuning
 from timerwheel.store.timer_store import TimerStore
+from timerwheel.wheels.bulk import (
+    BULK_SCAN_BUDGET,
+    BulkResult,
+    RedriveResult,
+    TimerFilter,
+    validate_filter,
+    validate_limit,
+)
 from timerwheel.wheels.clock import Clock
 from timerwheel.wheels.domain import (
     DeliveryOptions,
@@ -197,6 +207,56 @@ class Engine(EngineApi):
                 self._acked += 1
             self._unacked_by_topic.acked(topic, 1)
         return moved
+
+    def bulk_cancel(
+        self, timer_filter: TimerFilter, limit: int = 0, page_token: str = "",
+        purge: bool = False,
+    ) -> BulkResult:  # fmt: skip
+        """Cancel the SCHEDULED timers `timer_filter` selects, at most `limit` (0: the
+        default), from `page_token` on; `purge`: the FIRED, un-acked ones too
+        (timerwheel.wheels.bulk). One group commit; `next_token` empty when none remain."""
+        validate_filter(timer_filter, self.settings, required=True)
+        limit = validate_limit(limit)
+        cursor = bulk_cf.decode_cursor(page_token)
+        selection = bulk_cf.select(
+            self._store, timer_filter, fired=purge, floors=self._lookups.wheel_floors(),
+            cursor=cursor, limit=limit, budget=BULK_SCAN_BUDGET,
+        )  # fmt: skip
+        next_token = bulk_cf.encode_cursor(selection.next)
+        if not selection.ids:
+            return BulkResult(next_token=next_token)
+        op = BulkCancelOp(filter=timer_filter, message_ids=selection.ids, purge=purge)
+        cancelled, fired = self._writer.wait(self._writer.submit(op))
+        for topic, ids in fired.items():  # out of the backlog, as an ack takes them
+            with self._acked_lock:
+                self._acked += len(ids)
+            self._unacked_by_topic.acked(topic, len(ids))
+        purged = sum(map(len, fired.values()))
+        return BulkResult(cancelled, purged, next_token, fired)
+
+    def redrive(
+        self, dlq_topic: str, timer_filter: TimerFilter, limit: int = 0, page_token: str = ""
+    ) -> RedriveResult:
+        """Move the dead letters of `dlq_topic` that `timer_filter` selects (its topic: the
+        one they came from; empty: all) back to their topics, at most `limit`, from
+        `page_token` on (RedriveOp). One group commit."""
+        validate_topic(dlq_topic, self.settings, "dead_letter_topic")
+        validate_filter(timer_filter, self.settings, required=False)
+        limit = validate_limit(limit)
+        cursor = bulk_cf.decode_cursor(page_token)
+        selection = bulk_cf.select_dead_letters(
+            self._store, dlq_topic, timer_filter, cursor, limit, BULK_SCAN_BUDGET
+        )
+        next_token = bulk_cf.encode_cursor(selection.next)
+        if not selection.ids:
+            return RedriveResult([], next_token)
+        op = RedriveOp(dlq_topic=dlq_topic, filter=timer_filter, message_ids=selection.ids)
+        moved = self._writer.wait(self._writer.submit(op))
+        if moved:  # off the dead-letter topic (their new fires count as fires)
+            with self._acked_lock:
+                self._acked += len(moved)
+            self._unacked_by_topic.acked(dlq_topic, len(moved))
+        return RedriveResult(moved, next_token)
 
     def max_attempts(self, message_id: str) -> int:
         """Delivery attempts `message_id` may have before it is dead-lettered (0: no limit)."""

@@ -119,6 +119,10 @@ class TimerLookups:
         token = keys.encode_page_token(page.next_after) if page.next_after else ""
         return timers, token
 
+    def wheel_floors(self) -> dict[str, bytes]:
+        """`_wheel_floors`, for the engine's other scans (bulk cancel and purge)."""
+        return self._wheel_floors()
+
     def _wheel_floors(self) -> dict[str, bytes]:
         """Below these keys a wheel holds only tombstones (fired or cascaded away), so list
         scans start there instead of wading through them."""

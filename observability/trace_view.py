@@ -36,6 +36,8 @@ def describe_event(
         return f"to {format_ms(event.deliver_at_ms)}, into the {event.wheel or 'no'} wheel"
     if kind == "DEAD_LETTERED":
         return f"to {event.detail}"
+    if kind == "REDRIVEN":
+        return f"back to {event.detail}"
     if kind == "REPLACED":
         return f"a new version, due {format_ms(event.deliver_at_ms)}"
     return ""

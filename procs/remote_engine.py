@@ -29,6 +29,7 @@ from timerwheel.engine.prepare import prepare_sends
 from timerwheel.procs.ipc import CallClient, PeerUnavailable
 from timerwheel.procs.send_funnel import SendFunnel
 from timerwheel.store import records
+from timerwheel.wheels.bulk import BulkResult, RedriveResult, TimerFilter
 from timerwheel.wheels.clock import Clock
 from timerwheel.wheels.domain import DeliveryOptions, SendSpec, Timer, When
 from timerwheel.wheels.lateness import LatenessMinute
@@ -73,6 +74,17 @@ class RemoteEngine(EngineApi):
 
     def get(self, message_id: str, include_trace: bool = False) -> Timer:
         return self._calls.call("get", message_id, include_trace)
+
+    def bulk_cancel(
+        self, timer_filter: TimerFilter, limit: int = 0, page_token: str = "",
+        purge: bool = False,
+    ) -> BulkResult:  # fmt: skip
+        return self._calls.call("bulk_cancel", timer_filter, limit, page_token, purge)
+
+    def redrive(
+        self, dlq_topic: str, timer_filter: TimerFilter, limit: int = 0, page_token: str = ""
+    ) -> RedriveResult:
+        return self._calls.call("redrive", dlq_topic, timer_filter, limit, page_token)
 
     def list_pending(
         self, topic: str, from_ms: int, to_ms: int, limit: int, page_token: str = "",

@@ -6,7 +6,8 @@
 | Cancel, Reschedule | its topics (by id) | -   | yes   |
 | Get       | its topics (by id) | its topics (by id) | yes |
 | Subscribe, Ack, Nack | -    | its topics      | yes   |
-| TimerAdmin (Export, Stats) and any method not listed | - | - | yes |
+| TimerAdmin BulkCancel | its topics (`filter.topic`, required with prefixes) | - | yes |
+| TimerAdmin Purge, Redrive, Export, Stats, Topics and any method not listed | - | - | yes |
 
 "Its topics" is a token's `topics` prefixes (no prefixes: every topic). A request that
 names a topic is checked before it runs; for a send that is its topic and, when given,
@@ -35,6 +36,7 @@ SHOWN_TOPIC_LEN = 160
 
 SERVICE_PREFIX = "/timerwheel.v1."
 TIMER_SERVICE = "/timerwheel.v1.TimerService/"
+TIMER_ADMIN = "/timerwheel.v1.TimerAdmin/"
 
 FieldValues = Callable[[object], list[tuple[str, str]]]  # request -> [(field, value)]
 TopicOfId = Callable[[str], str | None]  # stored timer's topic, None when there is none
@@ -72,6 +74,11 @@ class Rule:
 
 def _topic(request) -> list[tuple[str, str]]:
     return [("topic", request.topic)]
+
+
+def _filter_topic(request) -> list[tuple[str, str]]:
+    """A bulk call's topic; empty (every topic) is outside any token's prefixes."""
+    return [("filter.topic", request.filter.topic)]
 
 
 def _message_id(request) -> list[tuple[str, str]]:
@@ -113,6 +120,11 @@ RULES: dict[str, Rule] = {
     TIMER_SERVICE + "Subscribe": Rule(frozenset({_C, _A}), _topic),
     TIMER_SERVICE + "Ack": Rule(frozenset({_C, _A}), _topic),
     TIMER_SERVICE + "Nack": Rule(frozenset({_C, _A}), _topic),
+    # Bulk: cancelling many is a producer's Cancel; purging fired messages and moving
+    # dead letters reach into what consumers hold, so only an admin does those.
+    TIMER_ADMIN + "BulkCancel": Rule(frozenset({_P, _A}), _filter_topic),
+    TIMER_ADMIN + "Purge": Rule(frozenset({_A})),
+    TIMER_ADMIN + "Redrive": Rule(frozenset({_A})),
 }
 ADMIN_ONLY = Rule(frozenset({_A}))  # TimerAdmin, and any method added without a rule
 

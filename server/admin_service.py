@@ -22,6 +22,7 @@ from timerwheel.store.export import ExportError, OutputRefused
 from timerwheel.store.export_root import OUTSIDE_ROOT, dir_bytes, resolve_in_root, without_root
 from timerwheel.v1 import timerwheel_pb2 as pb
 from timerwheel.v1 import timerwheel_pb2_grpc as pb_grpc
+from timerwheel.wheels.bulk import TimerFilter
 from timerwheel.wheels.domain import FailedPrecondition, InvalidArgument
 from timerwheel.wheels.lateness import LatenessMinute
 
@@ -58,6 +59,13 @@ def _lateness(minute: LatenessMinute) -> pb.LatenessMinute:
     return pb.LatenessMinute(
         minute_ms=minute.minute_ms, fires=minute.fires, p50_ms=minute.p50_ms,
         p99_ms=minute.p99_ms, max_ms=minute.max_ms,
+    )  # fmt: skip
+
+
+def timer_filter(message: pb.TimerFilter) -> TimerFilter:
+    return TimerFilter(
+        topic=message.topic, series_id=message.series_id, id_prefix=message.id_prefix,
+        from_ms=message.from_ms, to_ms=message.to_ms,
     )  # fmt: skip
 
 
@@ -117,6 +125,47 @@ class TimerAdmin(pb_grpc.TimerAdminServicer):
                 next_page_token=page[-1][0] if more else "",
                 total=len(every),
             )
+
+    def BulkCancel(self, request: pb.BulkRequest, context: grpc.ServicerContext) -> pb.BulkResponse:
+        with rpc_errors(context, "BulkCancel"):
+            return self._bulk(request, purge=False)
+
+    def Purge(self, request: pb.BulkRequest, context: grpc.ServicerContext) -> pb.BulkResponse:
+        with rpc_errors(context, "Purge"):
+            return self._bulk(request, purge=True)
+
+    def _bulk(self, request: pb.BulkRequest, purge: bool) -> pb.BulkResponse:
+        result = self._engine.bulk_cancel(
+            timer_filter(request.filter), request.limit, request.page_token, purge
+        )
+        for topic, ids in result.fired.items():  # purged: delivery stops tracking them
+            self._forget(topic, ids)
+        return pb.BulkResponse(
+            cancelled=result.cancelled, purged=result.purged,
+            next_page_token=result.next_token, more=bool(result.next_token),
+        )  # fmt: skip
+
+    def Redrive(
+        self, request: pb.RedriveRequest, context: grpc.ServicerContext
+    ) -> pb.RedriveResponse:
+        with rpc_errors(context, "Redrive"):
+            result = self._engine.redrive(
+                request.dead_letter_topic, timer_filter(request.filter), request.limit,
+                request.page_token,
+            )  # fmt: skip
+            self._forget(request.dead_letter_topic, result.moved)
+            return pb.RedriveResponse(
+                moved=len(result.moved), next_page_token=result.next_token,
+                more=bool(result.next_token),
+            )  # fmt: skip
+
+    def _forget(self, topic: str, message_ids: list[str]) -> None:
+        """Messages that left `topic` by a purge or a redrive: a subscriber that holds
+        them in flight is answered as for an Ack (the engine acks none of them: they are
+        no longer FIRED there), so none is delivered on `topic` again."""
+        step = self._engine.settings.max_ack_ids
+        for start in range(0, len(message_ids), step):
+            self._hub.ack(topic, message_ids[start : start + step])
 
     def Export(self, request: pb.ExportRequest, context: grpc.ServicerContext) -> pb.ExportResponse:
         with rpc_errors(context, "Export"):

@@ -26,7 +26,7 @@ from rocksdict import ReadOptions
 
 from timerwheel.store import keys
 from timerwheel.store.batch import StagedBatch
-from timerwheel.wheels.trace import TraceEvent, TraceKind
+from timerwheel.wheels.trace import TOPIC_MOVES, TraceEvent, TraceKind
 
 _EVENT = struct.Struct(">BqqBBH")
 _KINDS = {int(kind): kind for kind in TraceKind}
@@ -86,7 +86,7 @@ class TraceLog:
             for _, value in self._items(message_id.encode()):
                 if value[0] in _ATTEMPT_KINDS:
                     attempt = max(attempt, _EVENT.unpack_from(value)[5])
-                elif value[0] == TraceKind.DEAD_LETTERED:
+                elif value[0] in TOPIC_MOVES:
                     attempt = 0
             if attempt:
                 found[message_id] = attempt

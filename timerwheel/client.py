@@ -306,6 +306,45 @@ class Client:
         request = pb.TopicsRequest(limit=limit, page_token=page_token)
         return self._unary(self.admin.Topics, request)
 
+    # -- bulk: cancel, purge, redrive (docs/features.md) ---------------------------------
+    @staticmethod
+    def timer_filter(
+        topic: str = "", series_id: str = "", id_prefix: str = "", from_ms: int = 0,
+        to_ms: int = 0,
+    ) -> pb.TimerFilter:  # fmt: skip
+        """What a bulk call selects: every field given must match."""
+        return pb.TimerFilter(
+            topic=topic, series_id=series_id, id_prefix=id_prefix, from_ms=from_ms, to_ms=to_ms
+        )
+
+    def bulk_cancel(
+        self, timer_filter: pb.TimerFilter, limit: int = 0, page_token: str = ""
+    ) -> pb.BulkResponse:
+        """Cancel the SCHEDULED timers the filter selects, at most `limit` (0: 1000) this
+        call; call again with `next_page_token` while `more`. Not retried."""
+        request = pb.BulkRequest(filter=timer_filter, limit=limit, page_token=page_token)
+        return self._unary(self.admin.BulkCancel, request)
+
+    def purge(
+        self, timer_filter: pb.TimerFilter, limit: int = 0, page_token: str = ""
+    ) -> pb.BulkResponse:
+        """`bulk_cancel`, and the FIRED, un-acked messages it selects too (dead letters
+        among them): never delivered again. Admin only. Not retried."""
+        request = pb.BulkRequest(filter=timer_filter, limit=limit, page_token=page_token)
+        return self._unary(self.admin.Purge, request)
+
+    def redrive(
+        self, dead_letter_topic: str, timer_filter: pb.TimerFilter | None = None,
+        limit: int = 0, page_token: str = "",
+    ) -> pb.RedriveResponse:  # fmt: skip
+        """Move dead letters of `dead_letter_topic` (all, or those the filter selects; its
+        topic: the one they came from) back to their topics. Admin only. Not retried."""
+        request = pb.RedriveRequest(
+            dead_letter_topic=dead_letter_topic, filter=timer_filter or pb.TimerFilter(),
+            limit=limit, page_token=page_token,
+        )  # fmt: skip
+        return self._unary(self.admin.Redrive, request)
+
     def health_status(self, service: str = "") -> str:
         """SERVING / NOT_SERVING / ... of `service` ("" = the whole server)."""
         response = self._unary(self.health.Check, health_pb2.HealthCheckRequest(service=service))

@@ -40,6 +40,12 @@ class TraceKind(IntEnum):
     RESCHEDULED = 8  # deliver_at_ms: the new time; wheel: the wheel placed in
     DEAD_LETTERED = 9  # detail: the dead-letter topic
     REPLACED = 10  # a send with if_exists REPLACE stored a new version under the id
+    REDRIVEN = 11  # a dead letter moved back; detail: the topic it went back to
+
+
+# Moves to another topic, after which the message fires anew there: its attempts start
+# again, and the record's fire time is that new fire's.
+TOPIC_MOVES = frozenset({TraceKind.DEAD_LETTERED, TraceKind.REDRIVEN})
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +65,7 @@ _MOVES = frozenset({TraceKind.CASCADED, TraceKind.RESCHEDULED, TraceKind.REPLACE
 _BEFORE_SENT = frozenset({TraceKind.REPLACED})
 _BEFORE_FIRE = frozenset(
     {TraceKind.CASCADED, TraceKind.RESCHEDULED, TraceKind.REPLACED, TraceKind.DEAD_LETTERED,
-     TraceKind.FIRED}
+     TraceKind.REDRIVEN, TraceKind.FIRED}
 )  # fmt: skip
 
 
@@ -86,7 +92,7 @@ def assemble(facts: RecordFacts, stored: list[TraceEvent]) -> tuple[TraceEvent, 
             subscriber=facts.first_delivered_to,
         )  # fmt: skip
         stored = [*stored, first]
-    events = sorted(stored, key=_time_order)
+    events = _in_time_order(stored)
     if facts.fired_at_ms and not _fire_stored(stored, facts.fired_at_ms):
         wheel = _wheel_at(facts, events, facts.fired_at_ms)
         fired = TraceEvent(TraceKind.FIRED, facts.fired_at_ms, wheel=wheel)
@@ -109,9 +115,27 @@ def attempts_made(events: tuple[TraceEvent, ...] | list[TraceEvent]) -> int:
     for event in events:
         if event.kind in (TraceKind.DELIVERED, TraceKind.NACKED):
             made = max(made, event.attempt)
-        elif event.kind is TraceKind.DEAD_LETTERED:
+        elif event.kind in TOPIC_MOVES:
             made = 0
     return made
+
+
+def _in_time_order(stored: list[TraceEvent]) -> list[TraceEvent]:
+    """`stored` sorted by `_time_order`, except that a fire written right after a move to
+    another topic in the same millisecond (a dead letter's or a redriven message's fire,
+    written down when it moved on: timerwheel.engine.bulk_ops) stays after that move."""
+    keys = []
+    for index, event in enumerate(stored):
+        at_ms, rank = _time_order(event)
+        before = stored[index - 1] if index else None
+        if (
+            event.kind is TraceKind.FIRED and before is not None
+            and before.kind in TOPIC_MOVES and before.at_ms == at_ms
+        ):  # fmt: skip
+            rank = 1
+        keys.append((at_ms, rank))
+    order = sorted(range(len(stored)), key=keys.__getitem__)
+    return [stored[i] for i in order]
 
 
 def _time_order(event: TraceEvent) -> tuple[int, int]:
@@ -121,11 +145,16 @@ def _time_order(event: TraceEvent) -> tuple[int, int]:
     return event.at_ms, 0 if event.kind in _MOVES else 1
 
 
+def fire_stored(stored: list[TraceEvent], fired_at_ms: int) -> bool:
+    """Whether a stored event already says the record's fire at `fired_at_ms`."""
+    return _fire_stored(stored, fired_at_ms)
+
+
 def _fire_stored(stored: list[TraceEvent], fired_at_ms: int) -> bool:
     """A stored event already says the record's fire (one written since the last
     dead-lettering: those before it are fires into the old topic)."""
     since = len(stored)
-    while since and stored[since - 1].kind is not TraceKind.DEAD_LETTERED:
+    while since and stored[since - 1].kind not in TOPIC_MOVES:
         since -= 1
     return any(e.kind is TraceKind.FIRED and e.at_ms == fired_at_ms for e in stored[since:])
 
@@ -151,6 +180,6 @@ def _wheel_at(facts: RecordFacts, events: list[TraceEvent], fired_at_ms: int) ->
             break
         if event.kind in (TraceKind.CASCADED, TraceKind.RESCHEDULED):
             wheel = event.wheel
-        elif event.kind is TraceKind.DEAD_LETTERED:
+        elif event.kind in TOPIC_MOVES:
             wheel = ""
     return wheel

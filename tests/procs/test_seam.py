@@ -30,6 +30,7 @@ from timerwheel.procs.engine_host import REMOTE_CALLS, EngineHost
 from timerwheel.procs.ipc import CallClient, CallServer, RemoteFailure
 from timerwheel.procs.remote_engine import RemoteEngine
 from timerwheel.procs.remote_hub import RemoteHub
+from timerwheel.wheels.bulk import TimerFilter
 from timerwheel.wheels.domain import SendSpec, When, WhenKind
 from timerwheel.wheels.settings import Settings
 
@@ -100,6 +101,7 @@ def arguments_for(method: Any) -> list[object]:
         "include_body": True, "out_dir": "/nonexistent", "max_rows_per_file": 0,
         "reserve_bytes": 0, "after_seq": 0, "max_bytes": 0, "first_deliveries": None,
         "attempts": 1, "reason": "", "groups": [], "specs": [], "listener": lambda topics: None,
+        "timer_filter": TimerFilter(topic="t"), "dlq_topic": "t.dlq",
     }  # fmt: skip
     parameters = list(inspect.signature(method).parameters.values())
     return [samples[p.name] for p in parameters if p.default is inspect.Parameter.empty]

@@ -45,6 +45,7 @@ class TraceKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TRACE_RESCHEDULED: _ClassVar[TraceKind]
     TRACE_DEAD_LETTERED: _ClassVar[TraceKind]
     TRACE_REPLACED: _ClassVar[TraceKind]
+    TRACE_REDRIVEN: _ClassVar[TraceKind]
 STATE_UNSPECIFIED: State
 SCHEDULED: State
 FIRED: State
@@ -69,6 +70,7 @@ TRACE_CANCELLED: TraceKind
 TRACE_RESCHEDULED: TraceKind
 TRACE_DEAD_LETTERED: TraceKind
 TRACE_REPLACED: TraceKind
+TRACE_REDRIVEN: TraceKind
 
 class SendRequest(_message.Message):
     __slots__ = ("topic", "body", "properties", "deliver_at_ms", "delay_ms", "delay_level", "message_id", "if_exists", "max_attempts", "dead_letter_topic", "repeat", "retry")
@@ -492,3 +494,61 @@ class CountResponse(_message.Message):
     from_ms: int
     to_ms: int
     def __init__(self, pending: _Optional[int] = ..., from_ms: _Optional[int] = ..., to_ms: _Optional[int] = ...) -> None: ...
+
+class TimerFilter(_message.Message):
+    __slots__ = ("topic", "series_id", "id_prefix", "from_ms", "to_ms")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SERIES_ID_FIELD_NUMBER: _ClassVar[int]
+    ID_PREFIX_FIELD_NUMBER: _ClassVar[int]
+    FROM_MS_FIELD_NUMBER: _ClassVar[int]
+    TO_MS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    series_id: str
+    id_prefix: str
+    from_ms: int
+    to_ms: int
+    def __init__(self, topic: _Optional[str] = ..., series_id: _Optional[str] = ..., id_prefix: _Optional[str] = ..., from_ms: _Optional[int] = ..., to_ms: _Optional[int] = ...) -> None: ...
+
+class BulkRequest(_message.Message):
+    __slots__ = ("filter", "limit", "page_token")
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    filter: TimerFilter
+    limit: int
+    page_token: str
+    def __init__(self, filter: _Optional[_Union[TimerFilter, _Mapping]] = ..., limit: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class BulkResponse(_message.Message):
+    __slots__ = ("cancelled", "purged", "next_page_token", "more")
+    CANCELLED_FIELD_NUMBER: _ClassVar[int]
+    PURGED_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
+    cancelled: int
+    purged: int
+    next_page_token: str
+    more: bool
+    def __init__(self, cancelled: _Optional[int] = ..., purged: _Optional[int] = ..., next_page_token: _Optional[str] = ..., more: _Optional[bool] = ...) -> None: ...
+
+class RedriveRequest(_message.Message):
+    __slots__ = ("dead_letter_topic", "filter", "limit", "page_token")
+    DEAD_LETTER_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    dead_letter_topic: str
+    filter: TimerFilter
+    limit: int
+    page_token: str
+    def __init__(self, dead_letter_topic: _Optional[str] = ..., filter: _Optional[_Union[TimerFilter, _Mapping]] = ..., limit: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class RedriveResponse(_message.Message):
+    __slots__ = ("moved", "next_page_token", "more")
+    MOVED_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
+    moved: int
+    next_page_token: str
+    more: bool
+    def __init__(self, moved: _Optional[int] = ..., next_page_token: _Optional[str] = ..., more: _Optional[bool] = ...) -> None: ...

@@ -521,6 +521,21 @@ class TimerAdminStub:
                 request_serializer=timerwheel_dot_v1_dot_timerwheel__pb2.TopicsRequest.SerializeToString,
                 response_deserializer=timerwheel_dot_v1_dot_timerwheel__pb2.TopicsResponse.FromString,
                 _registered_method=True)
+        self.BulkCancel = channel.unary_unary(
+                '/timerwheel.v1.TimerAdmin/BulkCancel',
+                request_serializer=timerwheel_dot_v1_dot_timerwheel__pb2.BulkRequest.SerializeToString,
+                response_deserializer=timerwheel_dot_v1_dot_timerwheel__pb2.BulkResponse.FromString,
+                _registered_method=True)
+        self.Purge = channel.unary_unary(
+                '/timerwheel.v1.TimerAdmin/Purge',
+                request_serializer=timerwheel_dot_v1_dot_timerwheel__pb2.BulkRequest.SerializeToString,
+                response_deserializer=timerwheel_dot_v1_dot_timerwheel__pb2.BulkResponse.FromString,
+                _registered_method=True)
+        self.Redrive = channel.unary_unary(
+                '/timerwheel.v1.TimerAdmin/Redrive',
+                request_serializer=timerwheel_dot_v1_dot_timerwheel__pb2.RedriveRequest.SerializeToString,
+                response_deserializer=timerwheel_dot_v1_dot_timerwheel__pb2.RedriveResponse.FromString,
+                _registered_method=True)
 
 
 class TimerAdminServicer:
@@ -548,6 +563,32 @@ class TimerAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def BulkCancel(self, request, context):
+        """Cancel the SCHEDULED timers a filter selects (a series is stopped), at most `limit`
+        a call; call again with next_page_token while `more` (docs/features.md, "Bulk cancel,
+        purge and redrive"). Atomic per call: one group commit.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Purge(self, request, context):
+        """BulkCancel, and also the FIRED messages not yet acked that the filter selects (among
+        them dead letters, which are such messages on their dead-letter topic): each becomes
+        CANCELLED and is never delivered again.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Redrive(self, request, context):
+        """Move dead letters back to the topic they came from (their timerwheel.dead_letter.topic):
+        all of a dead-letter topic, or those the filter selects, at most `limit` a call.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TimerAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -565,6 +606,21 @@ def add_TimerAdminServicer_to_server(servicer, server):
                     servicer.Topics,
                     request_deserializer=timerwheel_dot_v1_dot_timerwheel__pb2.TopicsRequest.FromString,
                     response_serializer=timerwheel_dot_v1_dot_timerwheel__pb2.TopicsResponse.SerializeToString,
+            ),
+            'BulkCancel': grpc.unary_unary_rpc_method_handler(
+                    servicer.BulkCancel,
+                    request_deserializer=timerwheel_dot_v1_dot_timerwheel__pb2.BulkRequest.FromString,
+                    response_serializer=timerwheel_dot_v1_dot_timerwheel__pb2.BulkResponse.SerializeToString,
+            ),
+            'Purge': grpc.unary_unary_rpc_method_handler(
+                    servicer.Purge,
+                    request_deserializer=timerwheel_dot_v1_dot_timerwheel__pb2.BulkRequest.FromString,
+                    response_serializer=timerwheel_dot_v1_dot_timerwheel__pb2.BulkResponse.SerializeToString,
+            ),
+            'Redrive': grpc.unary_unary_rpc_method_handler(
+                    servicer.Redrive,
+                    request_deserializer=timerwheel_dot_v1_dot_timerwheel__pb2.RedriveRequest.FromString,
+                    response_serializer=timerwheel_dot_v1_dot_timerwheel__pb2.RedriveResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -649,6 +705,87 @@ class TimerAdmin:
             '/timerwheel.v1.TimerAdmin/Topics',
             timerwheel_dot_v1_dot_timerwheel__pb2.TopicsRequest.SerializeToString,
             timerwheel_dot_v1_dot_timerwheel__pb2.TopicsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BulkCancel(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/timerwheel.v1.TimerAdmin/BulkCancel',
+            timerwheel_dot_v1_dot_timerwheel__pb2.BulkRequest.SerializeToString,
+            timerwheel_dot_v1_dot_timerwheel__pb2.BulkResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Purge(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/timerwheel.v1.TimerAdmin/Purge',
+            timerwheel_dot_v1_dot_timerwheel__pb2.BulkRequest.SerializeToString,
+            timerwheel_dot_v1_dot_timerwheel__pb2.BulkResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Redrive(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/timerwheel.v1.TimerAdmin/Redrive',
+            timerwheel_dot_v1_dot_timerwheel__pb2.RedriveRequest.SerializeToString,
+            timerwheel_dot_v1_dot_timerwheel__pb2.RedriveResponse.FromString,
             options,
             channel_credentials,
             insecure,
