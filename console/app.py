@@ -7,6 +7,8 @@ call, and the API's refusals come back with its message, as HTTP statuses:
 
     GET  /api/timer?id=ID                       Get with body and trace
     POST /api/cancel      {"message_id": ID}    Cancel, then the timer as Get shows it
+    POST /api/purge       {"topic": T}          TimerAdmin.Purge of the topic (one call)
+    POST /api/redrive     {"dead_letter_topic": T}  TimerAdmin.Redrive of all its dead letters
     GET  /api/pending?topic=T[&from_ms=&limit=&page_token=]   List (one page)
     GET  /api/topics[?limit=&page_token=]       TimerAdmin.Topics: a page of topic backlogs
     GET  /api/due?topic=T                       Count per minute over the next hour
@@ -16,9 +18,10 @@ An error answer is `{"error": message, "code": gRPC code name}`: NOT_FOUND 404,
 INVALID_ARGUMENT 400, UNAUTHENTICATED 401, PERMISSION_DENIED 403, FAILED_PRECONDITION
 409, RESOURCE_EXHAUSTED 429, UNAVAILABLE 503, anything else 502.
 
-Browser hardening: a cancel must be sent as JSON (a cross-site form cannot, and the
-console answers no CORS preflight), a loopback console accepts only loopback Host
-headers (no DNS rebinding), and every answer carries a strict Content-Security-Policy.
+Browser hardening: a cancel, purge or redrive must be sent as JSON (a cross-site form
+cannot, and the console answers no CORS preflight), a loopback console accepts only
+loopback Host headers (no DNS rebinding), and every answer carries a strict
+Content-Security-Policy.
 Endpoints are plain functions: Starlette runs them on its thread pool, where the
 blocking gRPC calls belong.
 """
@@ -52,6 +55,9 @@ PAGE_LIMIT_MAX = 500
 # and at most (the server's own default is larger).
 TOPICS_PAGE = 200
 TOPICS_PAGE_MAX = 1_000
+# Messages one purge or redrive from the page changes at most: the API's largest call;
+# beyond it the answer says more remain and the operator clicks again.
+BULK_LIMIT = 10_000
 HTTP_STATUS = {
     grpc.StatusCode.INVALID_ARGUMENT: 400,
     grpc.StatusCode.UNAUTHENTICATED: 401,
@@ -130,16 +136,33 @@ def build_app(backend: ApiBackend, host: str) -> Starlette:
         return _json({"now": moment(now_ms, now_ms), "timer": timer_json(message, now_ms)})
 
     async def cancel(request: Request) -> JSONResponse:
-        if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
-            raise BadRequest("send the cancel as JSON (Content-Type: application/json)")
-        try:
-            body = await request.json()
-        except ValueError as exc:
-            raise BadRequest(f"the request body is not JSON: {exc}") from None
-        message_id = body.get("message_id") if isinstance(body, dict) else None
-        if not isinstance(message_id, str) or not message_id:
-            raise BadRequest(f"message_id={message_id!r}: give the id of the timer to cancel")
+        message_id = await _json_field(
+            request, "cancel", "message_id", "the id of the timer to cancel"
+        )
         return await run_in_threadpool(_cancel, message_id, token_of(request))
+
+    async def purge(request: Request) -> JSONResponse:
+        topic = await _json_field(request, "purge", "topic", "the topic to purge")
+        return await run_in_threadpool(_purge, topic, token_of(request))
+
+    def _purge(topic: str, token: str) -> JSONResponse:
+        selected = pb.TimerFilter(topic=topic)
+        answer = backend.call(admin.Purge, pb.BulkRequest(filter=selected, limit=BULK_LIMIT), token)
+        return _json({
+            "topic": topic, "cancelled": answer.cancelled, "purged": answer.purged,
+            "more": answer.more,
+        })  # fmt: skip
+
+    async def redrive(request: Request) -> JSONResponse:
+        topic = await _json_field(
+            request, "redrive", "dead_letter_topic", "the dead-letter topic to redrive"
+        )
+        return await run_in_threadpool(_redrive, topic, token_of(request))
+
+    def _redrive(topic: str, token: str) -> JSONResponse:
+        moving = pb.RedriveRequest(dead_letter_topic=topic, limit=BULK_LIMIT)
+        answer = backend.call(admin.Redrive, moving, token)
+        return _json({"dead_letter_topic": topic, "moved": answer.moved, "more": answer.more})
 
     def _cancel(message_id: str, token: str) -> JSONResponse:
         backend.call(service.Cancel, pb.CancelRequest(message_id=message_id), token)
@@ -206,6 +229,8 @@ def build_app(backend: ApiBackend, host: str) -> Starlette:
         Route("/", page),
         Route("/api/timer", get_timer),
         Route("/api/cancel", cancel, methods=["POST"]),
+        Route("/api/purge", purge, methods=["POST"]),
+        Route("/api/redrive", redrive, methods=["POST"]),
         Route("/api/pending", pending),
         Route("/api/topics", topics),
         Route("/api/due", due),
@@ -224,6 +249,20 @@ def build_app(backend: ApiBackend, host: str) -> Starlette:
             HTTPException: _http_error,
         },
     )
+
+
+async def _json_field(request: Request, action: str, name: str, what: str) -> str:
+    """The string `name` of a JSON request body; BadRequest naming it otherwise."""
+    if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
+        raise BadRequest(f"send the {action} as JSON (Content-Type: application/json)")
+    try:
+        body = await request.json()
+    except ValueError as exc:
+        raise BadRequest(f"the request body is not JSON: {exc}") from None
+    value = body.get(name) if isinstance(body, dict) else None
+    if not isinstance(value, str) or not value:
+        raise BadRequest(f"{name}={value!r}: give {what}")
+    return value
 
 
 def _required(request: Request, name: str) -> str:

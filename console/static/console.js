@@ -203,6 +203,65 @@ $("cancel-yes").addEventListener("click", async () => {
   }
 });
 
+// == purge a topic, redrive a dead-letter topic: each through a confirmation ===============
+const BULK = {
+  purge: {
+    question: (t) => `Purge ${t}? Its pending timers are cancelled and its fired, not acked ` +
+      "messages (dead letters, on a dead-letter topic) are dropped: none is delivered.",
+    path: "/api/purge",
+    body: (t) => ({ topic: t }),
+    done: (a) => `${a.topic}: cancelled ${a.cancelled}, purged ${a.purged}`,
+  },
+  redrive: {
+    question: (t) => `Move every dead letter of ${t} back to the topic it came from?`,
+    path: "/api/redrive",
+    body: (t) => ({ dead_letter_topic: t }),
+    done: (a) => `${a.dead_letter_topic}: moved ${a.moved} back`,
+  },
+};
+
+function askBulk(action) {
+  const topic = $("bulk-topic").value.trim();
+  showError("bulk-error", null);
+  $("bulk-result").textContent = "";
+  if (!topic) {
+    $("bulk-error").textContent = "Give a topic first.";
+    return;
+  }
+  state.bulk = { action, topic };
+  $("bulk-question").textContent = BULK[action].question(topic);
+  $("bulk-confirm").hidden = false;
+}
+
+$("purge-button").addEventListener("click", () => askBulk("purge"));
+$("redrive-button").addEventListener("click", () => askBulk("redrive"));
+
+$("bulk-no").addEventListener("click", () => {
+  $("bulk-confirm").hidden = true;
+  state.bulk = null;
+});
+
+$("bulk-yes").addEventListener("click", async () => {
+  const { action, topic } = state.bulk || {};
+  $("bulk-confirm").hidden = true;
+  state.bulk = null;
+  if (!action) return;
+  const how = BULK[action];
+  try {
+    const answer = await panelApi("bulk", how.path, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify(how.body(topic)),
+    });
+    if (!answer) return;
+    $("bulk-result").textContent =
+      how.done(answer) + (answer.more ? "; more remain: click again" : "");
+    refresh();
+  } catch (error) {
+    showError("bulk-error", error);
+  }
+});
+
 // == topics and their pending timers ===========================================================
 async function loadTopics() {
   try {
@@ -234,6 +293,7 @@ function selectTopic(topic) {
   state.topic = topic;
   state.pageTokens = [""];
   $("pending-topic-input").value = topic;
+  $("bulk-topic").value = topic;
   loadPending();
   loadDue();
 }
