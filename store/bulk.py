@@ -55,22 +55,31 @@ def decode_cursor(token: str, field: str = "page_token") -> Cursor | None:
 
 
 class Selection:
-    """The ids one call acts on: at most `limit`, after at most `budget` keys examined."""
+    """The ids one call acts on: at most `limit`, after at most `budget` keys examined.
+
+    Once it holds `limit` it reads on to the next match (within the budget) without
+    taking it, so `next` is None exactly when nothing more matches; it is left set, and
+    `more` may be wrong, only when the budget ran out first."""
 
     def __init__(self, limit: int, budget: int) -> None:
         self.ids: list[str] = []
         self.limit = limit
         self.budget = budget
         self.next: Cursor | None = None  # where the next call continues; None: done
+        self._passed: Cursor | None = None  # the last row examined and dealt with
 
     def take(self, scan: bytes, rows: Iterator[tuple[bytes, str | None]]) -> bool:
         """Examine (key, id or None) rows of one scan; False when this call must stop."""
         for key, message_id in rows:
+            if message_id is not None and len(self.ids) >= self.limit:
+                self.next = self._passed  # a match beyond the limit: the next call's
+                return False
             self.budget -= 1
             if message_id is not None:
                 self.ids.append(message_id)
-            if len(self.ids) >= self.limit or self.budget <= 0:
-                self.next = (scan, key)
+            self._passed = (scan, key)
+            if self.budget <= 0:
+                self.next = self._passed
                 return False
         return True
 

@@ -49,6 +49,7 @@ from timerwheel.types import (
     TimerInfo,
     send_request,
     send_result,
+    timer_filter,
     with_default_port,
 )
 from timerwheel.v1 import timerwheel_pb2 as pb
@@ -255,6 +256,33 @@ class AsyncClient:
     async def topics_page(self, limit: int = 0, page_token: str = "") -> pb.TopicsResponse:
         request = pb.TopicsRequest(limit=limit, page_token=page_token)
         return await self._unary(self.admin.Topics, request)
+
+    timer_filter = staticmethod(timer_filter)  # what a bulk call selects (AND)
+
+    async def bulk_cancel(
+        self, timer_filter: pb.TimerFilter, limit: int = 0, page_token: str = ""
+    ) -> pb.BulkResponse:
+        """As `Client.bulk_cancel`."""
+        request = pb.BulkRequest(filter=timer_filter, limit=limit, page_token=page_token)
+        return await self._unary(self.admin.BulkCancel, request)
+
+    async def purge(
+        self, timer_filter: pb.TimerFilter, limit: int = 0, page_token: str = ""
+    ) -> pb.BulkResponse:
+        """As `Client.purge`."""
+        request = pb.BulkRequest(filter=timer_filter, limit=limit, page_token=page_token)
+        return await self._unary(self.admin.Purge, request)
+
+    async def redrive(
+        self, dead_letter_topic: str, timer_filter: pb.TimerFilter | None = None,
+        limit: int = 0, page_token: str = "",
+    ) -> pb.RedriveResponse:  # fmt: skip
+        """As `Client.redrive`."""
+        request = pb.RedriveRequest(
+            dead_letter_topic=dead_letter_topic, filter=timer_filter or pb.TimerFilter(),
+            limit=limit, page_token=page_token,
+        )  # fmt: skip
+        return await self._unary(self.admin.Redrive, request)
 
     async def health_status(self, service: str = "") -> str:
         request = health_pb2.HealthCheckRequest(service=service)

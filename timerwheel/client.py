@@ -57,6 +57,7 @@ from timerwheel.types import (
     TimerInfo,
     send_request,
     send_result,
+    timer_filter,
     with_default_port,
 )
 from timerwheel.v1 import timerwheel_pb2 as pb
@@ -307,15 +308,7 @@ class Client:
         return self._unary(self.admin.Topics, request)
 
     # -- bulk: cancel, purge, redrive (docs/features.md) ---------------------------------
-    @staticmethod
-    def timer_filter(
-        topic: str = "", series_id: str = "", id_prefix: str = "", from_ms: int = 0,
-        to_ms: int = 0,
-    ) -> pb.TimerFilter:  # fmt: skip
-        """What a bulk call selects: every field given must match."""
-        return pb.TimerFilter(
-            topic=topic, series_id=series_id, id_prefix=id_prefix, from_ms=from_ms, to_ms=to_ms
-        )
+    timer_filter = staticmethod(timer_filter)  # what a bulk call selects (AND)
 
     def bulk_cancel(
         self, timer_filter: pb.TimerFilter, limit: int = 0, page_token: str = ""

@@ -131,3 +131,12 @@ class TimerInfo:
             f"TimerInfo(message_id={self.proto.message_id!r}, topic={self.proto.topic!r}, "
             f"state={self.state.name}, deliver_at_ms={self.proto.deliver_at_ms})"
         )
+
+
+def timer_filter(
+    topic: str = "", series_id: str = "", id_prefix: str = "", from_ms: int = 0, to_ms: int = 0
+) -> pb.TimerFilter:
+    """What a bulk call (bulk_cancel, purge, redrive) selects: every field given must match."""
+    return pb.TimerFilter(
+        topic=topic, series_id=series_id, id_prefix=id_prefix, from_ms=from_ms, to_ms=to_ms
+    )

@@ -72,6 +72,14 @@ def test_pages_are_bounded_by_the_limit_and_continue_where_they_stopped(engine):
     assert states(engine, ids) == [State.CANCELLED] * 5
 
 
+def test_a_call_that_takes_the_last_match_says_none_remain(engine):
+    ids = [send(engine, MINUTE_MS), send(engine, HOUR_MS)]
+    send(engine, MINUTE_MS, topic="other")  # examined after the limit: not a match
+    result = engine.bulk_cancel(TimerFilter(topic="orders"), limit=2)
+    assert (result.cancelled, result.next_token) == (2, "")
+    assert states(engine, ids) == [State.CANCELLED] * 2
+
+
 def test_a_time_range_selects_by_deliver_time(engine, clock):
     early = send(engine, 5 * MINUTE_MS)
     inside = [send(engine, 20 * MINUTE_MS), send(engine, 2 * HOUR_MS)]

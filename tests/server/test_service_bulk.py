@@ -4,6 +4,8 @@ table (a consumer token cannot purge)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc
 import pytest
 from helpers.calls import status_of
@@ -11,6 +13,7 @@ from helpers.credentials import write_tokens
 from helpers.streams import Collector
 from helpers.waits import WAIT_S
 
+from timerwheel.aio import AsyncClient
 from timerwheel.client import TimerClient
 from timerwheel.security.settings import SecuritySettings
 from timerwheel.v1 import timerwheel_pb2 as pb
@@ -71,6 +74,22 @@ def test_redrive_moves_dead_letters_back_and_they_are_delivered_again(client, co
     kinds = [pb.TraceKind.Name(e.kind).removeprefix("TRACE_") for e in traced.trace]
     assert "REDRIVEN" in kinds and traced.trace[kinds.index("REDRIVEN")].detail == "jobs"
     assert client.redrive("jobs.dlq").moved == 0
+
+
+def test_the_async_client_makes_the_same_calls(server):
+    async def main():
+        async with AsyncClient(server.target, timeout_s=WAIT_S) as client:
+            kept = await client.send("orders", b"x", delay_ms=3_600_000)
+            fired = await client.send("orders", b"x", delay_ms=0)
+            cancelled = await client.bulk_cancel(client.timer_filter(topic="orders"))
+            purged = await client.purge(client.timer_filter(topic="orders"))
+            moved = await client.redrive("orders.dlq")
+            states = [(await client.get(s.message_id)).state for s in (kept, fired)]
+            return cancelled.cancelled, purged.purged, moved.moved, states
+
+    cancelled, purged, moved, states = asyncio.run(asyncio.wait_for(main(), WAIT_S * 3))
+    assert (cancelled, purged, moved) == (1, 1, 0)
+    assert [int(s) for s in states] == [pb.CANCELLED] * 2
 
 
 @pytest.mark.parametrize(
