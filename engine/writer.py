@@ -70,6 +70,7 @@ from concurrent.futures import Future
 import structlog
 
 from timerwheel.common import TimerwheelError
+from timerwheel.engine.bulk_ops import BulkCancelOp
 from timerwheel.engine.linger import Lingering
 from timerwheel.engine.ops import AckOp, CancelOp, Op, WriterContext
 from timerwheel.engine.send_op import SendOp
@@ -379,4 +380,6 @@ def commit_counts(ops: list[Op], outcomes: list) -> metrics.CommitCounts:
             acks += len(value)
         elif isinstance(op, CancelOp):
             cancels += 1
+        elif isinstance(op, BulkCancelOp):  # (cancelled, {topic: purged ids})
+            cancels += value[0] + sum(map(len, value[1].values()))
     return metrics.CommitCounts(sends, acks, cancels, weight)

@@ -1,4 +1,5 @@
-"""TimerAdmin: operator endpoints (Stats, Topics, Export), proto <-> engine translation only.
+"""TimerAdmin: operator endpoints (Stats, Topics, Export, BulkCancel, Purge, Redrive), proto
+<-> engine translation only.
 
 Export writes only below the server's export root (timerwheel.store.export_root): switched off
 (FAILED_PRECONDITION) when none is configured, one at a time, and only with room to spare.

@@ -9,6 +9,8 @@ from helpers.engines import T0, engine_factory, wheel_count
 
 from timerwheel.common import State
 from timerwheel.engine import engine as engine_module
+from timerwheel.engine.bulk_ops import BulkCancelOp
+from timerwheel.engine.writer import commit_counts
 from timerwheel.wheels.bulk import TimerFilter
 from timerwheel.wheels.clock import VirtualClock
 from timerwheel.wheels.domain import InvalidArgument, Repeat, SendOptions, SendSpec, When, WhenKind
@@ -253,3 +255,9 @@ def test_what_a_purge_did_survives_a_restart(tmp_path, clock):
         assert states(reopened, [fired, pending]) == [State.CANCELLED] * 2
         assert reopened.unacked() == 0 and reopened.count("orders") == (0, 0, 0)
         assert fired_ids(reopened, "orders") == []
+
+
+def test_what_a_bulk_call_changed_counts_as_cancels_in_the_commit_metrics():
+    op = BulkCancelOp(filter=TimerFilter(topic="t"), message_ids=["a", "b", "c"], purge=True)
+    counts = commit_counts([op], [(True, (2, {"t": ["c"]}))])
+    assert (counts.cancels, counts.weight) == (3, 3)
