@@ -56,7 +56,7 @@ from pathlib import Path
 import psutil
 from hdrh.histogram import HdrHistogram
 
-from timerwheel.cli.commands.loadtest import OVERRIDES
+from timerwheel.cli.commands.loadtest import DURATIONS, OVERRIDES, duration_overrides
 from timerwheel.loadtest.figures import timeline
 from timerwheel.loadtest.interpreter import interpreter
 from timerwheel.loadtest.pacing import (
@@ -247,7 +247,7 @@ def _killed_at_exit(workers: list):
 # The loadtest's flags that shape a run the peer can make too (the rest are gRPC's).
 PEER_FLAGS = (
     "--rate", "--duration", "--count", "--delay-scale", "--producers", "--batch",
-    "--body-bytes", "--burst-lead-ms", "--drain-timeout-ms",
+    "--body-bytes", "--burst-lead", "--drain-timeout",
 )  # fmt: skip
 
 
@@ -256,14 +256,20 @@ def parse_shape() -> tuple[Scenario, str | None]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scenario", choices=PEER_SCENARIOS, default="tdmq")
     for flag in PEER_FLAGS:
+        if flag in DURATIONS:  # with its unit, as the loadtest takes it (`--duration 10s`)
+            name, text = DURATIONS[flag]
+            parser.add_argument(flag, dest=name, metavar="DURATION", help=text)
+            continue
         name, kind, text = OVERRIDES[flag]
         parser.add_argument(flag, dest=name, type=kind, help=text)
     parser.add_argument("--json", help="also write the figures here")
-    args = vars(parser.parse_args())
+    parsed = parser.parse_args()
+    args = vars(parsed)
     preset, json_path = scenario(args.pop("scenario")), args.pop("json")
     try:
+        args.update(duration_overrides(parsed))
         return preset.with_overrides(**args), json_path
-    except ScenarioError as exc:
+    except (ScenarioError, ValueError) as exc:
         parser.error(str(exc))
 
 

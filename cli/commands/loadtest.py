@@ -164,7 +164,7 @@ def duration_overrides(args: argparse.Namespace) -> dict[str, float | int | None
             raise ValueError(f"{old} is now {new} with a unit, e.g. {new} {example}")
     fields: dict[str, float | int | None] = {}
     for flag, (name, _) in DURATIONS.items():
-        value = getattr(args, name)
+        value = getattr(args, name, None)  # a parser may take some of them only
         if value is None:
             fields[name] = None
             continue

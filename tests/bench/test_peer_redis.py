@@ -32,7 +32,7 @@ def test_peer_redis_small_run(tmp_path):
     before = redis_servers()
     out = tmp_path / "peer.json"
     args = [
-        sys.executable, "-m", "bench.peer_redis", "--rate", "1000", "--duration", "2",
+        sys.executable, "-m", "bench.peer_redis", "--rate", "1000", "--duration", "2s",
         "--delay-scale", "0.005", "--producers", "2", "--batch", "50", "--json", str(out),
     ]  # fmt: skip
     done = subprocess.run(args, capture_output=True, text=True, timeout=100)
@@ -63,7 +63,7 @@ def test_peer_redis_small_run(tmp_path):
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
 def test_a_signalled_run_leaves_no_process_or_directory(tmp_path, signum):
     args = [
-        sys.executable, "-m", "bench.peer_redis", "--rate", "1000", "--duration", "60",
+        sys.executable, "-m", "bench.peer_redis", "--rate", "1000", "--duration", "60s",
         "--producers", "2",
     ]  # fmt: skip
     run = subprocess.Popen(
@@ -102,7 +102,7 @@ def run_peer(tmp_path, *flags: str) -> dict:
 def test_burst_delivers_all_inside_one_window_after_the_sends(tmp_path):
     figures = run_peer(
         tmp_path, "--scenario", "burst", "--count", "20000", "--rate", "20000",
-        "--burst-lead-ms", "1000",
+        "--burst-lead", "1s",
     )  # fmt: skip
     assert figures["sent"] == figures["received"] == 20_000
     assert figures["lost"] == figures["early"] == figures["pending"] == 0
