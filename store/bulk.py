@@ -163,14 +163,19 @@ def _by_wheel(
     reads: TimerReads, f: TimerFilter, floors: dict[str, bytes], after: bytes | None
 ) -> Iterator[tuple[bytes, str | None]]:
     """(wheel key, id if selected) of the three wheels merged by time, over the filter's
-    time range; `floors` skip what holds only tombstones (as List does)."""
+    time range; `floors` skip what holds only tombstones (as List does).
+
+    Each wheel's iterator sees its family as of its first step, and `merge` takes those
+    steps in the order given: hour, then minute, then second (`keys.CF_WHEEL`). Cascades
+    move keys only downwards, so a key a cascade moves meanwhile is seen twice (the
+    operation takes an id once), never missed."""
     lo = keys.time_bound(f.from_ms)
     if after is not None:
         lo = max(lo, after + b"\x00")
     hi = keys.time_bound(f.to_ms or keys.NO_TIME_BOUND_MS)
     streams = [
-        reads._range(family, max(lo, floors.get(name, lo)), hi)
-        for name, family in reads._wheels.items()
+        reads._range(reads._wheels[name], max(lo, floors.get(name, lo)), hi)
+        for name in keys.CF_WHEEL  # upper wheels first: see above
     ]
     wanted = f.topic.encode()
     for key, topic in merge(*streams):

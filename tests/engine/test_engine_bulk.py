@@ -74,6 +74,23 @@ def test_pages_are_bounded_by_the_limit_and_continue_where_they_stopped(engine):
     assert states(engine, ids) == [State.CANCELLED] * 5
 
 
+def test_a_walk_misses_no_timer_that_cascades_between_its_pages(engine, clock):
+    first, moving, far = (send(engine, ms) for ms in (45 * MINUTE_MS, 49 * MINUTE_MS + 30_000,
+                                                       100 * MINUTE_MS))  # fmt: skip
+    assert {engine.get(i).wheel for i in (first, moving, far)} == {"hour"}
+    page = engine.bulk_cancel(TimerFilter(topic="orders"), limit=1)
+    assert page.cancelled == 1 and engine.get(first).state is State.CANCELLED
+    clock.advance(49 * MINUTE_MS)  # its hour cascades to minutes, its minute to seconds
+    engine.run_until_idle()
+    assert engine.get(moving).wheel == "second"
+    page = engine.bulk_cancel(TimerFilter(topic="orders"), limit=1, page_token=page.next_token)
+    assert page.cancelled == 1 and engine.get(moving).state is State.CANCELLED
+    page = engine.bulk_cancel(TimerFilter(topic="orders"), limit=1, page_token=page.next_token)
+    assert (page.cancelled, page.next_token) == (1, "")
+    assert engine.get(far).state is State.CANCELLED
+    assert sum(wheel_count(engine, w) for w in ("hour", "minute", "second")) == 0
+
+
 def test_a_call_that_takes_the_last_match_says_none_remain(engine):
     ids = [send(engine, MINUTE_MS), send(engine, HOUR_MS)]
     send(engine, MINUTE_MS, topic="other")  # examined after the limit: not a match
