@@ -34,7 +34,7 @@ def test_bulk_cancel_purge_and_redrive_across_processes(tmp_path, serve_process)
             dead.wait_count(1)  # in flight on the dead-letter topic, never acked
             moved = client.redrive("jobs.dlq", F(topic="jobs"))
             assert (moved.moved, moved.more) == (1, False)
-            [again] = [d for d in holder.wait_count(2)[1:]]
+            again = holder.wait_count(2)[1]
             assert (again.message_id, again.attempt) == (poison, 1)
 
             # The holder's one place is taken by the redriven message; a purge frees it.
