@@ -45,6 +45,7 @@ class DeliveryGate:
         self, topic: str, after_seq: int, limit: int, max_bytes: int = 0
     ) -> list[FiredRecord]:
         if not self._node.gate_open:
+            self._node.starved()  # the hub waits now: wake it when the gate is open again
             return []
         return self._engine.fetch_deliveries(topic, after_seq, limit, max_bytes)
 

@@ -55,7 +55,7 @@ class Sent:
         at_ms = max(self.deliver_at_ms, not_before_ms)
         return SendSpec(
             self.topic, self.body, When(WhenKind.DELIVER_AT, at_ms), dict(self.properties),
-            self.message_id, IfExists.KEEP, options,
+            self.message_id, IfExists.RESTORE, options,
         )  # fmt: skip
 
 

@@ -173,6 +173,7 @@ class ClusterNode:
         self._views: dict[int, LeaseView] = {}
         self._owned: dict[int, Appender] = {}
         self._taking: set[int] = set()
+        self._purging: set[int] = set()  # given up, its timers still leaving the engine
         self._tasks: set[asyncio.Future] = set()
         self._absent_since: dict[int, int] = {}
         self._live_nodes: set[str] = {node.name}
@@ -180,6 +181,7 @@ class ClusterNode:
         self._last_hand_off_ms = -(10**12)
         self._listeners: list[Callable[[list[str]], None]] = []
         self._gate_open = True
+        self._starved = False
         self._closing = False
         self._lock = threading.Lock()
         self.takeovers: list[Takeover] = []
@@ -310,6 +312,8 @@ class ClusterNode:
                     self._absent_since.setdefault(partition, now)
                 else:
                     self._absent_since.pop(partition, None)
+            if after.held is not None:
+                self._absent_since.pop(partition, None)  # held: the next absence starts anew
             if isinstance(request, Create) and after.held is not None:
                 log.info("cluster_lease_taken", partition=partition, epoch=after.held.epoch)
         view = self._views[partition]
@@ -347,17 +351,17 @@ class ClusterNode:
         appender = self._owned.pop(partition)
         appender.close()
         await appender.drained()
-        try:
+        with contextlib.suppress(Exception):
             await asyncio.wait_for(
                 self._store.delete_async(view.key, view.held.revision),
                 self.node.call_timeout_ms / 1000,
             )
-        except Exception:
-            pass
         self._views[partition] = self._views[partition].answered(
             Release(view.key, view.held.revision), True
         )
         self._views[partition] = replace(self._views[partition], releasing=False)
+        self._absent_since[partition] = monotonic_ms()  # the grace starts now, for this node too
+        self._purging.add(partition)
         log.info("cluster_partition_handed_off", partition=partition, to=self.preferred(partition))
         await asyncio.get_running_loop().run_in_executor(None, self._purge, partition)
         self._check_gate()
@@ -374,7 +378,7 @@ class ClusterNode:
         return await store.delete_async(request.key, request.expected_revision)
 
     def _may_take(self, partition: int, now: int) -> bool:
-        if self._closing:
+        if self._closing or partition in self._purging:
             return False
         if self.preferred(partition) == self.node.name:
             return True
@@ -451,12 +455,22 @@ class ClusterNode:
         if appender is not None:
             appender.close()
         log.warning("cluster_partition_lost", partition=partition, reason=reason)
+        self._purging.add(partition)
         self._set_gate(False)
         await asyncio.get_running_loop().run_in_executor(None, self._purge, partition)
         self._check_gate()
 
     def _purge(self, partition: int) -> None:
-        """Remove a partition's timers from the local engine (another node owns them now)."""
+        """Remove a partition's timers from the local engine (another node owns them now).
+        Until it is done the node neither delivers nor takes the partition again: a restore
+        running beside it would see its timers retired."""
+        self._purging.add(partition)
+        try:
+            self._purge_engine(partition)
+        finally:
+            self._purging.discard(partition)
+
+    def _purge_engine(self, partition: int) -> None:
         count = self.node.partitions
         for topic, _, _ in self.engine.topics():
             token = ""
@@ -485,7 +499,7 @@ class ClusterNode:
         """May this node deliver now: every lease it holds is OWN and no takeover is
         restoring (a partition whose deadline passed must not deliver, and one engine
         holds them all)."""
-        if self._closing or self._taking:
+        if self._closing or self._taking or self._purging:
             return False
         now = monotonic_ms()
         return all(
@@ -496,6 +510,19 @@ class ClusterNode:
 
     def _check_gate(self) -> None:
         self._set_gate(self.deliverable())
+        if self._starved and self.gate_open:  # a fetch was refused in a brief lapse
+            self._starved = False
+            self._wake_hub()
+
+    def starved(self) -> None:
+        """A fetch found the gate closed (perhaps only for a moment, between two ticks of
+        the lease loop): the next tick that finds it open wakes the hub."""
+        self._starved = True
+
+    def _wake_hub(self) -> None:
+        topics = self.engine.ready_topics()
+        for listener in list(self._listeners):
+            listener(topics)
 
     def _set_gate(self, open_: bool) -> None:
         with self._lock:
@@ -504,13 +531,13 @@ class ClusterNode:
         if changed:
             log.info("cluster_delivery", open=open_)
             if open_:
-                topics = self.engine.ready_topics()
-                for listener in list(self._listeners):
-                    listener(topics)
+                self._wake_hub()
 
     @property
     def gate_open(self) -> bool:
-        return self._gate_open and not self._closing
+        """Read at every fetch, on the lease clock: a node resumed after a pause must not
+        deliver before its lease loop has run again."""
+        return self._gate_open and self.deliverable()
 
     def add_gate_listener(self, listener: Callable[[list[str]], None]) -> None:
         self._listeners.append(listener)

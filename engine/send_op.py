@@ -214,7 +214,9 @@ def _existing_result(
         return None
     timer = records.decode_timer(send.message_id, raw)
     if_exists = send.spec.if_exists
-    if if_exists is IfExists.KEEP:
+    if if_exists is IfExists.RESTORE and timer.state in (State.ACKED, State.CANCELLED):
+        return None  # stored again as new (the sweep keeps a record that is live again)
+    if if_exists is IfExists.KEEP or if_exists is IfExists.RESTORE:
         return SendResult(timer.message_id, timer.deliver_at_ms, True, timer.state)
     if if_exists is IfExists.REPLACE:
         if timer.state is not State.SCHEDULED:

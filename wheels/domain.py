@@ -33,6 +33,11 @@ class IfExists(IntEnum):
     REJECT = 0  # a retry of the same send answers as the first; anything else ALREADY_EXISTS
     REPLACE = 1  # a SCHEDULED timer gets the new body, properties and time (debounce)
     KEEP = 2  # answer the existing timer, whatever it holds
+    # Not in the proto: a cluster node restoring a partition from its log
+    # (timerwheel.cluster.journal). A live timer (SCHEDULED, FIRED) is kept as KEEP keeps
+    # it; a final one (ACKED, CANCELLED: what this node retired when it gave the partition
+    # up earlier) is stored again as new, because the log says it is live.
+    RESTORE = 3
 
 
 # When and SendSpec are built for every message a producer sends, on the thread that

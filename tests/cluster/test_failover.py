@@ -9,6 +9,7 @@ seconds (fault -> the dead node's partitions owned again), records replayed at t
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 
@@ -16,6 +17,7 @@ import pytest
 from helpers.cluster_nodes import ClusterRun
 
 from timerwheel.client import RemoteError, TimerClient
+from timerwheel.cluster.partitions import partition_of
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(240)]
 
@@ -83,50 +85,201 @@ def report(name: str, run: ClusterRun, acked: dict[str, int], missing: set[str],
         "duplicates": duplicates, **extra,
     }  # fmt: skip
     print(f"\n[{name}] " + ", ".join(f"{k} {v}" for k, v in figures.items()))
+    if missing:
+        by_partition: dict[int, int] = {}
+        for message_id in missing:
+            partition = partition_of(message_id, run.partitions)
+            by_partition[partition] = by_partition.get(partition, 0) + 1
+        late = sorted(acked[m] for m in missing)
+        print(f"  lost by partition {by_partition}; due {late[0]}..{late[-1]}")
+        for node, server in run.servers.items():
+            moves = [
+                (e.get("event"), e.get("partition"), e.get("timestamp"))
+                for e in server.events
+                if str(e.get("event", "")).startswith("cluster_partition")
+            ]
+            print(f"  {node}: {moves}")
     return figures
 
 
+def wait_taken(run: ClusterRun, partitions: set[int], by_others_than: str, bound_s: float) -> float:
+    """Seconds until other nodes own `partitions` (fault -> lease taken -> restored)."""
+    started = time.monotonic()
+    while True:
+        owned = run.owned()
+        taken = {p for name, parts in owned.items() if name != by_others_than for p in parts}
+        if partitions <= taken:
+            return time.monotonic() - started
+        assert time.monotonic() - started < bound_s, f"not taken over in {bound_s} s: {owned}"
+        time.sleep(0.1)
+
+
+def replayed(run: ClusterRun, partitions: set[int], marks: dict[str, tuple[object, int]]) -> int:
+    """Log records the takeovers of `partitions` replayed (events after the marks; a node
+    started again since has all its events counted)."""
+    total = 0
+    for name, server in run.servers.items():
+        before, index = marks.get(name, (None, 0))
+        for event in server.events[index if before is server else 0 :]:
+            if (
+                event.get("event") == "cluster_partition_owned"
+                and int(event["partition"]) in partitions
+            ):
+                total += int(event["records_replayed"])
+    return total
+
+
+def under_load(run: ClusterRun, fault, name: str) -> dict:
+    """Steady sends through every node, `fault(run)` in the middle, then every acknowledged
+    timer awaited; the figures printed and returned."""
+    run.wait_all_owned()
+    run.consume_everywhere()
+    acked: dict[str, int] = {}
+    lock = threading.Lock()
+    producers = [
+        Producer(server.target, run.topic, acked, lock).start() for server in run.servers.values()
+    ]
+    try:
+        time.sleep(2.0)  # load running, timers falling due, before the fault
+        marks = {n: (server, len(server.events)) for n, server in run.servers.items()}
+        extra = fault(run)
+        time.sleep(2.0)  # load after the fault
+    finally:
+        for producer in producers:
+            producer.close()
+    missing = wait_delivered(run, acked, DRAIN_S)
+    moved = set(extra.pop("partitions", set()))
+    extra["records_replayed"] = replayed(run, moved, marks)
+    return report(name, run, acked, missing, partitions_moved=len(moved), **extra)
+
+
+def biggest_owner(run: ClusterRun) -> tuple[str, set[int]]:
+    owned = run.owned()
+    victim = max(owned, key=lambda name: len(owned[name]))
+    return victim, set(owned[victim])
+
+
+def check(figures: dict) -> None:
+    assert figures["acknowledged"] > 100
+    assert figures["lost"] == 0
+    assert figures["early"] == 0
+
+
 def test_kill_9_of_an_owner_loses_nothing_and_fails_over(tmp_path):
+    def fault(run: ClusterRun) -> dict:
+        victim, partitions = biggest_owner(run)
+        run.servers[victim].kill()
+        failover_s = wait_taken(run, partitions, victim, 30)
+        return {"partitions": partitions, "failover_s": round(failover_s, 2)}
+
     with ClusterRun(tmp_path) as run:
-        before = run.wait_all_owned()
-        run.consume_everywhere()
-        acked: dict[str, int] = {}
-        lock = threading.Lock()
-        producers = [
-            Producer(server.target, run.topic, acked, lock).start()
-            for server in run.servers.values()
-        ]
+        figures = under_load(run, fault, "kill -9 owner")
+    check(figures)
+    assert figures["failover_s"] <= 10.0
+
+
+@pytest.mark.xfail(
+    reason="known gap: after an 8 s SIGSTOP of an owner and the hand-backs that follow, "
+    "acknowledged timers due around the hand-offs are not delivered (about 5% of the run's "
+    "sends, in every partition); under investigation: docs/cluster.md, Status",
+    strict=False,
+)
+def test_a_paused_owner_delivers_nothing_it_lost(tmp_path):
+    """SIGSTOP for twice the lease, then SIGCONT: its leases are taken meanwhile; resumed,
+    it must deliver nothing fired after the pause (its verdict is STOP at once)."""
+    resumed: dict[str, float] = {}
+
+    def fault(run: ClusterRun) -> dict:
+        victim, partitions = biggest_owner(run)
+        resumed["victim"] = victim  # type: ignore[assignment]
+        run.servers[victim].signal(signal.SIGSTOP)
+        stopped_ms = time.time() * 1000
         try:
-            time.sleep(2.0)  # load running, timers falling due, before the fault
-            victim = max(before, key=lambda name: len(before[name]))
-            lost_partitions = set(before[victim])
-            killed_at = time.monotonic()
-            run.servers[victim].kill()
-            deadline = killed_at + 30
-            while True:
-                owned = run.owned()
-                taken = {p for name, parts in owned.items() if name != victim for p in parts}
-                if lost_partitions <= taken:
-                    failover_s = time.monotonic() - killed_at
-                    break
-                assert time.monotonic() < deadline, f"not taken over in 30 s: {owned}"
-                time.sleep(0.1)
-            time.sleep(2.0)  # load on the survivors after the failover
+            failover_s = wait_taken(run, partitions, victim, 30)
+            time.sleep(max(0.0, 8.0 - failover_s))  # twice the 4 s lease in all
         finally:
-            for producer in producers:
-                producer.close()
-        missing = wait_delivered(run, acked, DRAIN_S)
-        replayed = [
-            int(event["records_replayed"])
-            for name, server in run.servers.items() if name != victim
-            for event in server.events if event.get("event") == "cluster_partition_owned"
-            and int(event["partition"]) in lost_partitions
-        ]  # fmt: skip
-        figures = report(
-            "kill -9 owner", run, acked, missing, failover_s=round(failover_s, 2),
-            partitions_moved=len(lost_partitions), records_replayed=sum(replayed),
-        )  # fmt: skip
-        assert figures["acknowledged"] > 100
-        assert figures["lost"] == 0, sorted(missing)[:10]
-        assert figures["early"] == 0
-        assert failover_s <= 10.0
+            run.servers[victim].signal(signal.SIGCONT)
+        resumed["stopped_ms"] = stopped_ms
+        return {"partitions": partitions, "failover_s": round(failover_s, 2)}
+
+    with ClusterRun(tmp_path) as run:
+        figures = under_load(run, fault, "SIGSTOP owner 8 s")
+        victim = str(resumed["victim"])
+        with run.lock:
+            late = [
+                r for r in run.received if r.node == victim
+                and r.fired_at_ms > resumed["stopped_ms"] + 1000
+            ]  # fmt: skip
+        lost_events = [
+            e for e in run.servers[victim].events if e.get("event") == "cluster_partition_lost"
+        ]
+    check(figures)
+    assert figures["failover_s"] <= 10.0
+    assert lost_events, "the resumed node never gave its partitions up"
+    assert late == [], f"the resumed node delivered {len(late)} timers it fired after the pause"
+
+
+def test_killing_the_nats_server_leading_most_streams_loses_nothing(tmp_path):
+    def fault(run: ClusterRun) -> dict:
+        assert run.nats is not None
+        leaders: dict[str, int] = {}
+        for node in run.nats.nodes:
+            for stream in node.monitor("/jsz?streams=true&accounts=true").get(
+                "account_details", []
+            ):
+                for info in stream.get("stream_detail", []):
+                    leader = (info.get("cluster") or {}).get("leader")
+                    if leader:
+                        leaders[leader] = leaders.get(leader, 0) + 1
+            break
+        name = max(leaders, key=lambda n: leaders[n]) if leaders else run.nats.nodes[0].name
+        target = next(node for node in run.nats.nodes if node.name == name)
+        run.nats.kill(target)
+        started = time.monotonic()
+        run.wait_all_owned(bound_s=30)
+        return {
+            "streams_led": leaders.get(name, 0),
+            "recovered_s": round(time.monotonic() - started, 2),
+        }
+
+    with ClusterRun(tmp_path) as run:
+        figures = under_load(run, fault, "kill -9 NATS leader")
+    check(figures)
+
+
+def test_losing_a_whole_machine_loses_nothing(tmp_path):
+    """Node n<i> and NATS server n<i> are one machine: both killed, never restarted."""
+
+    def fault(run: ClusterRun) -> dict:
+        assert run.nats is not None
+        victim, partitions = biggest_owner(run)
+        machine = next(node for node in run.nats.nodes if node.name == victim)
+        run.servers[victim].kill()
+        run.nats.kill(machine)
+        failover_s = wait_taken(run, partitions, victim, 30)
+        return {"partitions": partitions, "failover_s": round(failover_s, 2)}
+
+    with ClusterRun(tmp_path) as run:
+        figures = under_load(run, fault, "lose a machine")
+    check(figures)
+    assert figures["failover_s"] <= 10.0
+
+
+def test_a_rolling_restart_loses_nothing(tmp_path):
+    """SIGTERM each node in turn (it hands its leases back), start it again, wait until the
+    partitions are back where they belong, next."""
+
+    def fault(run: ClusterRun) -> dict:
+        moved: set[int] = set()
+        for name in list(run.servers):
+            moved |= set(run.owned().get(name, []))
+            server = run.servers[name]
+            server.signal(signal.SIGTERM)
+            assert server.wait_exit(30) == 0
+            run.restart_node(name)
+            run.wait_all_owned(bound_s=60)
+        return {"partitions": moved}
+
+    with ClusterRun(tmp_path) as run:
+        figures = under_load(run, fault, "rolling restart")
+    check(figures)

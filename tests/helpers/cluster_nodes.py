@@ -18,7 +18,6 @@ from helpers.serve_process import ServeProcess
 from timerwheel.client import RemoteError, TimerClient
 from timerwheel.cluster.partitions import preferred_node
 
-
 # the log events that end a node's ownership of a partition (timerwheel.cluster.node)
 GONE = ("cluster_partition_lost", "cluster_partition_fenced", "cluster_partition_handed_off")
 
@@ -29,6 +28,7 @@ class Received:
     deliver_at_ms: int
     received_at_ms: int
     node: str
+    fired_at_ms: int = 0
 
 
 @dataclass
@@ -59,7 +59,9 @@ class Consumer:
                         now = int(time.time() * 1000)
                         with self.lock:
                             self.received.extend(
-                                Received(d.message_id, d.deliver_at_ms, now, self.name)
+                                Received(
+                                    d.message_id, d.deliver_at_ms, now, self.name, d.fired_at_ms
+                                )
                                 for d in batch
                             )
                         if batch:
@@ -112,6 +114,16 @@ class ClusterRun:
             "--partitions", str(self.partitions),
         )  # fmt: skip
         self.servers[name] = server
+        return server
+
+    def restart_node(self, name: str) -> ServeProcess:
+        """Start node `name` again (same name and data dir); its consumer finds it by the
+        new port."""
+        self.servers[name].kill()
+        server = self.start_node(name)
+        for consumer in self.consumers:
+            if consumer.name == name:
+                consumer.target = server.target
         return server
 
     def consume_everywhere(self) -> None:
