@@ -37,6 +37,7 @@ from hypothesis.stateful import (
 
 from timerwheel.common import State
 from timerwheel.engine.engine import Engine
+from timerwheel.wheels.bulk import TimerFilter
 from timerwheel.wheels.clock import VirtualClock
 from timerwheel.wheels.domain import (
     FailedPrecondition,
@@ -361,6 +362,40 @@ class EngineModel(RuleBasedStateMachine):
                 self.state[message_id] = State.CANCELLED
                 self.finished_at[message_id] = self.engine.now_ms()
                 self.pending.remove((self.deliver_at[message_id], message_id))
+        self._collect_fired()
+
+    @rule(
+        topic=st.sampled_from(TOPICS), from_ms=st.integers(0, 2 * DAY_MS),
+        span_ms=st.integers(1, 2 * DAY_MS), limit=st.integers(1, 4),
+    )  # fmt: skip
+    def bulk_cancel(self, topic: str, from_ms: int, span_ms: int, limit: int) -> None:
+        """Cancel a topic's timers due in a range, page by page: exactly the model's."""
+        self._drain_and_check()  # no time passes: what is due was fired
+        lo = self.engine.now_ms() + from_ms
+        hi = lo + span_ms
+        timers = [mid for t, mid in self.pending if self.topic[mid] == topic and lo <= t < hi]
+        series = [
+            sid for sid, s in self.series.items()
+            if s.topic == topic and not s.done() and lo <= s.expected_next_ms() < hi
+        ]  # fmt: skip
+        cancelled, token = 0, ""
+        while True:
+            page = self.engine.bulk_cancel(
+                TimerFilter(topic=topic, from_ms=lo, to_ms=hi), limit=limit, page_token=token
+            )
+            assert page.cancelled <= limit and page.purged == 0
+            cancelled += page.cancelled
+            token = page.next_token
+            if not token:
+                break
+        assert cancelled == len(timers) + len(series)
+        now_ms = self.engine.now_ms()
+        for message_id in timers:
+            self.state[message_id] = State.CANCELLED
+            self.finished_at[message_id] = now_ms
+            self.pending.remove((self.deliver_at[message_id], message_id))
+        for series_id in series:
+            self.series[series_id].cancelled = True
         self._collect_fired()
 
     @rule(message_id=consumes(timers))
