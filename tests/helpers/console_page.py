@@ -1,7 +1,7 @@
 """The web console in a real headless Chromium: shared by tests/console/test_console_browser.py and
 the README's screenshot (docs/console.png), which this module takes when run:
 
-    python -m tests.helpers.console_page docs/console.png
+    python -m tests.helpers.console_page docs/console.png [docs/console-purge.png]
 
 It starts a server with the console on free loopback ports over a temporary data dir,
 sends the sample timers below, opens the page in Debian's `chromium` (driven by
@@ -64,7 +64,9 @@ def send_samples(client: Client, now_ms: int) -> list[str]:
     return ids
 
 
-def take_screenshot(path: str) -> None:
+def take_screenshot(path: str, purge_path: str = "") -> None:
+    """The page with a timer looked up (`path`); with `purge_path`, also the purge and
+    redrive panel asking to confirm a purge of "orders"."""
     from timerwheel.server.app import TimerServer
     from timerwheel.wheels.settings import Settings
 
@@ -79,7 +81,12 @@ def take_screenshot(path: str) -> None:
                 page.click("#lookup-form button")
                 page.wait_for_selector("#trace tbody tr")
                 page.screenshot(path=path, full_page=True)
+                if purge_path:
+                    page.click("#topics a:text-is('orders')")
+                    page.click("#purge-button")
+                    page.wait_for_selector("#bulk-confirm:not([hidden])")
+                    page.locator("#bulk-section").screenshot(path=purge_path)
 
 
 if __name__ == "__main__":
-    take_screenshot(sys.argv[1])
+    take_screenshot(*sys.argv[1:3])
