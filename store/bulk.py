@@ -118,7 +118,7 @@ def select_dead_letters(
     came from), from `cursor` on."""
     selection = Selection(limit, budget)
     prefix = keys.ready_prefix(dlq_topic)
-    lo = prefix if cursor is None else cursor[1] + b"\x00"
+    lo = prefix if cursor is None else max(prefix, cursor[1] + b"\x00")
     entries = reads._range(reads._ready, lo, keys.prefix_end(prefix))
     selection.take(BY_READY, _records_of(reads, entries, _dead_letter_match(f)))
     return selection

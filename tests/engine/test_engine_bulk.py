@@ -215,6 +215,23 @@ def test_redrive_moves_dead_letters_back_to_their_topic_with_a_new_trace_event(e
     assert engine.redrive(shared, TimerFilter()).moved == []
 
 
+def test_redrive_pages_through_a_dead_letter_topic(engine):
+    dead = [send(engine, 0) for _ in range(3)]
+    engine.run_until_idle()
+    for message_id in dead:
+        assert engine.dead_letter("orders", message_id, 1, "failed")
+    moved, token, calls = [], "", 0
+    while True:
+        page = engine.redrive("orders.dlq", TimerFilter(), limit=1, page_token=token)
+        moved += page.moved
+        calls += 1
+        token = page.next_token
+        if not token:
+            break
+    assert (sorted(moved), calls) == (sorted(dead), 3)
+    assert fired_ids(engine, "orders.dlq") == []
+
+
 def test_redrive_skips_a_message_that_is_not_a_dead_letter(engine):
     plain = send(engine, 0, topic="orders.dlq")  # sent there, never dead-lettered
     engine.run_until_idle()
