@@ -40,7 +40,9 @@ from timerwheel.security.access import (
     rule_for,
     short_name,
 )
+from timerwheel.security.limits import ByteBudget, ReceiveGate, caller_identity, set_caller
 from timerwheel.security.tokens import Principal, TokenTable
+from timerwheel.wheels.domain import Overloaded
 
 log = structlog.get_logger("timerwheel.guard")
 
@@ -67,10 +69,61 @@ def tolerant(deserializer: Callable[[bytes], object]) -> Callable[[bytes], objec
     return deserialize
 
 
+class Charged:
+    """A decoded request and the bytes it holds of the process's budget until its call ends."""
+
+    __slots__ = ("request", "size")
+
+    def __init__(self, request: object, size: int) -> None:
+        self.request = request
+        self.size = size
+
+
+class Refused:
+    """What the charging deserializer returns for a request over the byte budget."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+def charging(
+    deserializer: Callable[[bytes], object], budget: ByteBudget, what: str
+) -> Callable[[bytes], object]:
+    """`deserializer` that first charges the request's wire bytes to `budget`: over it, the
+    request is refused undecoded (its bytes are dropped at once); an undecodable one gives
+    its bytes back. The call gives a Charged request's bytes back when it ends."""
+
+    def deserialize(data: bytes) -> object:
+        size = len(data)
+        try:
+            budget.take(size, f"{what} request")
+        except Overloaded as exc:
+            return Refused(str(exc))
+        try:
+            return Charged(deserializer(data), size)
+        except Exception as exc:  # protobuf's DecodeError, or anything a parser raises
+            budget.give_back(size)
+            return Undecodable(str(exc) or type(exc).__name__)
+
+    return deserialize
+
+
 class RequestGuard(grpc.ServerInterceptor):
-    def __init__(self, tokens: TokenTable | None, topic_of_id: TopicOfId) -> None:
+    """`budget`: the process's bytes of calls in progress (`max_inflight_request_bytes`),
+    charged with each request's bytes before it is decoded; `gate`: how many requests are
+    read at once (timerwheel.security.limits.ReceiveGate). Without them (unit tests of the
+    access rules) requests are read and decoded as grpcio does."""
+
+    def __init__(
+        self, tokens: TokenTable | None, topic_of_id: TopicOfId,
+        budget: ByteBudget | None = None, gate: ReceiveGate | None = None,
+    ) -> None:  # fmt: skip
         self._tokens = tokens
         self._topic_of_id = topic_of_id
+        self._budget = budget
+        self._gate = gate
 
     def intercept_service(self, continuation, details):
         handler = continuation(details)
@@ -91,7 +144,9 @@ class RequestGuard(grpc.ServerInterceptor):
         except Denied as denied:
             return _refusal(handler, denied, short_name(method))
         check = self._request_check(principal, method)
-        return _wrapped(handler, method, check)
+        if self._budget is None or self._gate is None:
+            return _wrapped(handler, method, check, principal)
+        return _admitted(handler, method, check, principal, self._budget, self._gate)
 
     def _authenticate(self, method: str, metadata) -> Principal | None:
         """The caller's principal (None when the server has no tokens); Denied if refused."""
@@ -142,17 +197,13 @@ class RequestGuard(grpc.ServerInterceptor):
         return check
 
 
-def _wrapped(handler, method: str, check) -> grpc.RpcMethodHandler:
+def _wrapped(handler, method: str, check, principal: Principal | None) -> grpc.RpcMethodHandler:
     """The handler with a tolerant deserializer and the checks before its behaviour."""
 
     def admit(request, context) -> None:
-        if isinstance(request, Undecodable):
-            metrics.recorder().refused(short_name(method), "INVALID_ARGUMENT")
-            context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"{short_name(method)}: the request does not decode ({request.reason}); "
-                "string fields must be valid UTF-8",
-            )
+        if principal is not None:
+            set_caller(principal.name)
+        _refuse_undecodable(request, short_name(method), context)
         if check is not None:
             try:
                 check(request)
@@ -178,6 +229,86 @@ def _wrapped(handler, method: str, check) -> grpc.RpcMethodHandler:
         return inner(request, context)
 
     return grpc.unary_unary_rpc_method_handler(unary, deserialize, handler.response_serializer)
+
+
+def _admitted(
+    handler, method: str, check, principal: Principal | None, budget: ByteBudget,
+    gate: ReceiveGate,
+) -> grpc.RpcMethodHandler:  # fmt: skip
+    """The handler as one that reads its own request: within a place of `gate`, charged to
+    `budget` before it is decoded (`charging`), then checked as `_wrapped` does. Returned
+    request-streaming, so grpcio runs it before reading anything; `one_request` on the
+    behaviour tells the pools (timerwheel.server.stream_pool) it is a unary call still."""
+    name = short_name(method)
+    deserialize = charging(handler.request_deserializer, budget, name)
+
+    def receive(requests, context) -> Charged:
+        if principal is not None:
+            set_caller(principal.name)  # what caller_identity() counts this call against
+        key = caller_identity(context)
+        if not gate.acquire(key, context.is_active):
+            context.abort(
+                grpc.StatusCode.CANCELLED, f"{name}: the call ended before its request was read"
+            )
+        try:
+            got = next(requests, None)
+        finally:
+            gate.release(key)
+        if isinstance(got, Charged):
+            return got
+        if got is None:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{name}: expects one request")
+        if isinstance(got, Refused):
+            metrics.recorder().refused(name, "RESOURCE_EXHAUSTED")
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, got.reason)
+        _refuse_undecodable(got, name, context)
+        raise AssertionError(f"unexpected request {got!r}")  # pragma: no cover
+
+    def admit(request, context) -> None:
+        if check is not None:
+            try:
+                check(request)
+            except Denied as denied:
+                metrics.recorder().refused(name, denied.code.name)
+                context.abort(denied.code, str(denied))
+
+    if handler.response_streaming:
+        inner_stream = handler.unary_stream
+
+        def stream(requests, context):
+            got = receive(requests, context)
+            try:
+                admit(got.request, context)
+                yield from inner_stream(got.request, context)
+            finally:
+                budget.give_back(got.size)
+
+        stream.one_request = True  # type: ignore[attr-defined]
+        return grpc.stream_stream_rpc_method_handler(
+            stream, deserialize, handler.response_serializer
+        )
+    inner = handler.unary_unary
+
+    def unary(requests, context):
+        got = receive(requests, context)
+        try:
+            admit(got.request, context)
+            return inner(got.request, context)
+        finally:
+            budget.give_back(got.size)
+
+    unary.one_request = True  # type: ignore[attr-defined]
+    return grpc.stream_unary_rpc_method_handler(unary, deserialize, handler.response_serializer)
+
+
+def _refuse_undecodable(request, name: str, context) -> None:
+    if isinstance(request, Undecodable):
+        metrics.recorder().refused(name, "INVALID_ARGUMENT")
+        context.abort(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"{name}: the request does not decode ({request.reason}); "
+            "string fields must be valid UTF-8",
+        )
 
 
 def _refusal(handler, denied: Denied, method: str) -> grpc.RpcMethodHandler:

@@ -6,7 +6,12 @@ than queued: waiting would hold its bytes anyway. A lone call always fits, becau
 budget is at least `max_request_bytes` (checked by Settings).
 
 `PerKeyLimit` counts what each caller holds (Subscribe streams) by an identity key, so one
-caller's idle streams cannot lock every other consumer out (`caller_identity`).
+caller's idle streams cannot lock every other consumer out (`caller_identity`: the token's
+name when the server has tokens, else the peer's address without its port, so opening
+more connections gains a caller nothing).
+
+`ReceiveGate` bounds how many requests are being read at once (in all and per caller), so
+the bytes grpcio buffers before the byte budget can see them are bounded too.
 
 `CallBudget` bounds calls anyone may make without a token (health Check and Watch,
 reflection): so many at once in all, and so many per caller, refused at once beyond, so
@@ -16,12 +21,14 @@ such calls can hold no more than their own small pool (timerwheel.server.stream_
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 
 import grpc
 
 from timerwheel.wheels.domain import Overloaded
+from timerwheel.wheels.settings import Settings
 
 
 class ByteBudget:
@@ -36,9 +43,8 @@ class ByteBudget:
         with self._lock:
             return self._held
 
-    @contextmanager
-    def hold(self, size: int, what: str) -> Iterator[None]:
-        """Hold `size` bytes for the block, or raise Overloaded naming `what`."""
+    def take(self, size: int, what: str) -> None:
+        """Hold `size` bytes until `give_back`, or raise Overloaded naming `what`."""
         with self._lock:
             if self._held and self._held + size > self.limit_bytes:
                 raise Overloaded(
@@ -47,11 +53,72 @@ class ByteBudget:
                     f"{self.limit_bytes}); retry later"
                 )
             self._held += size
+
+    def give_back(self, size: int) -> None:
+        with self._lock:
+            self._held -= size
+
+    @contextmanager
+    def hold(self, size: int, what: str) -> Iterator[None]:
+        """Hold `size` bytes for the block, or raise Overloaded naming `what`."""
+        self.take(size, what)
         try:
             yield
         finally:
-            with self._lock:
-                self._held -= size
+            self.give_back(size)
+
+
+class ReceiveGate:
+    """At most `places` requests being received at once, and `per_key` of them per caller.
+
+    grpcio reads a request whole (up to `grpc.max_receive_message_length`) before anyone
+    can look at its size, so what calls can hold before the byte budget sees them is
+    bounded by how many are read at once. A call waits for a place rather than being
+    refused: it holds no bytes while it waits, and a small request's read takes
+    microseconds. The per-caller share leaves a place for others when one caller stalls
+    in the middle of its requests."""
+
+    def __init__(self, places: int, per_key: int) -> None:
+        self.places = places
+        self.per_key = per_key
+        self._held = 0
+        self._counts: dict[str, int] = {}
+        self._cond = threading.Condition()
+
+    @property
+    def held(self) -> int:
+        with self._cond:
+            return self._held
+
+    def acquire(self, key: str, still_wanted: Callable[[], bool], check_s: float = 1.0) -> bool:
+        """A place for `key`; False (no place taken) once `still_wanted()` is false while
+        waiting (the call was cancelled or its deadline passed)."""
+        with self._cond:
+            while self._held >= self.places or self._counts.get(key, 0) >= self.per_key:
+                if not still_wanted():
+                    return False
+                self._cond.wait(check_s)  # woken by release; the timeout re-checks the call
+            self._held += 1
+            self._counts[key] = self._counts.get(key, 0) + 1
+            return True
+
+    def release(self, key: str) -> None:
+        with self._cond:
+            self._held -= 1
+            count = self._counts.pop(key, 0) - 1
+            if count > 0:
+                self._counts[key] = count
+            self._cond.notify_all()  # waiters differ by key: each checks its own share
+
+
+def receive_gate(settings: Settings) -> ReceiveGate:
+    """The gate of a gRPC process: twice as many places as the byte budget holds requests
+    of the largest size (4 by default), and one place fewer per caller, so that one caller
+    stalled in the middle of its requests never holds them all. What the places hold is
+    at most places x max_request_bytes of received requests not yet charged (about twice
+    that while grpcio hands them over), whatever the number of calls."""
+    places = max(2, 2 * settings.max_inflight_request_bytes // settings.max_request_bytes)
+    return ReceiveGate(places, places - 1)
 
 
 class PerKeyLimit:
@@ -116,8 +183,40 @@ class CallBudget:
             self._held -= 1
 
 
+# The authenticated caller of the call running on this thread, set by the request guard
+# (timerwheel.security.guard). grpcio runs each call in a contextvars.Context of its own,
+# so it never leaks from one call to the next.
+_CALLER: ContextVar[str | None] = ContextVar("timerwheel_caller", default=None)
+
+
+def set_caller(token_name: str) -> None:
+    """The call running on this thread was made with the token named `token_name`."""
+    _CALLER.set(f"token {token_name!r}")
+
+
 def caller_identity(context: grpc.ServicerContext) -> str:
-    """Who a call counts against: its connection (`peer ipv4:127.0.0.1:51234`). Never
-    something the client merely claims (metadata): an authenticated caller's token name is
-    the key to use once the server authenticates callers."""
+    """Who a call counts against: its token (`token 'orders-consumer'`) when the server
+    authenticated it, else its peer's address without the port (`peer 127.0.0.1`): a
+    caller with many connections, or many tokens' worth of connections under one token,
+    is still one caller. Never something the client merely claims (metadata)."""
+    caller = _CALLER.get()
+    if caller is not None:
+        return caller
+    return f"peer {peer_host(context.peer())}"
+
+
+def connection_identity(context: grpc.ServicerContext) -> str:
+    """One connection (`peer ipv4:127.0.0.1:51234`): what health's per-connection budgets
+    count against (a load balancer's probes come from few addresses, on a connection each)."""
     return f"peer {context.peer()}"
+
+
+def peer_host(peer: str) -> str:
+    """grpcio's peer string without its port: `ipv4:10.0.0.7:51234` -> `10.0.0.7`,
+    `ipv6:[::1]:51234` -> `[::1]`; anything else (`unix:/run/tw.sock`) whole."""
+    kind, _, address = peer.partition(":")
+    if kind == "ipv4":
+        return address.rpartition(":")[0] or address
+    if kind == "ipv6":
+        return address.rpartition("]")[0] + "]" if address.startswith("[") else address
+    return peer

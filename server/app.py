@@ -42,6 +42,7 @@ from timerwheel.engine.system_clock import SystemClock
 from timerwheel.observability import metrics
 from timerwheel.observability.metrics_http import MetricsEndpoint, ScrapeGauges
 from timerwheel.security.guard import RequestGuard
+from timerwheel.security.limits import ByteBudget, ReceiveGate, receive_gate
 from timerwheel.security.protection import (
     UNPROTECTED,
     Protection,
@@ -52,6 +53,7 @@ from timerwheel.security.protection import (
 from timerwheel.security.settings import SecuritySettings
 from timerwheel.server import reflection
 from timerwheel.server.admin_service import TimerAdmin
+from timerwheel.server.memory import receive_options, return_freed_memory
 from timerwheel.server.rpc_metrics import RpcMetrics
 from timerwheel.server.service import TimerService
 from timerwheel.server.settle_pool import SettlePool
@@ -112,6 +114,7 @@ def build_grpc_server(
     second server on a busy port fails instead of sharing it. `worker`: this server's
     (index, count) among them, which its health answers tell (timerwheel.server.worker_health).
     """
+    return_freed_memory()  # freed request bytes leave the process (timerwheel.server.memory)
     unary_pool = ThreadPoolExecutor(settings.grpc_workers, thread_name_prefix="grpc-unary")
     # A stream beyond max_subscribers needs a thread too, to be refused on (the hub's
     # RESOURCE_EXHAUSTED): the streams' pool has grpc_workers threads more for those.
@@ -121,17 +124,22 @@ def build_grpc_server(
     # Health and reflection, which callers without a token reach: a small pool and budgets
     # of their own, so they can never take a thread TimerService needs.
     probes = Probes.of(settings)
+    # The bytes of calls in progress, charged before a request is decoded (the guard) and
+    # while a response is built (the service): one budget a process.
+    budget = ByteBudget(settings.max_inflight_request_bytes, "max_inflight_request_bytes")
     server = grpc.server(
         unary_pool,
         maximum_concurrent_rpcs=settings.max_concurrent_rpcs,  # beyond: RESOURCE_EXHAUSTED
         options=[
-            ("grpc.max_receive_message_length", settings.max_request_bytes),
+            *receive_options(settings),  # what a request may hold before it is read
             ("grpc.max_send_message_length", -1),
             ("grpc.so_reuseport", 1 if reuse_port else 0),
         ],
-        interceptors=interceptors(engine, protection, stream_pool, settle_pool, probes),
+        interceptors=interceptors(
+            engine, protection, stream_pool, settle_pool, probes, budget, receive_gate(settings)
+        ),
     )
-    pb_grpc.add_TimerServiceServicer_to_server(TimerService(engine, hub), server)
+    pb_grpc.add_TimerServiceServicer_to_server(TimerService(engine, hub, budget), server)
     admin = TimerAdmin(engine, hub, protection.security, stats_root_pid)
     pb_grpc.add_TimerAdminServicer_to_server(admin, server)
     health_servicer = WorkerHealth(*worker)
@@ -144,6 +152,7 @@ def build_grpc_server(
 def interceptors(
     engine: TimerApi, protection: Protection,
     stream_pool: ThreadPoolExecutor, settle_pool: ThreadPoolExecutor, probes: Probes,
+    budget: ByteBudget | None = None, gate: ReceiveGate | None = None,
 ) -> list[grpc.ServerInterceptor]:  # fmt: skip
     """Outermost first. The pools before the guard: they wrap what the guard returns, so
     the pool they set is seen. The RPC metrics (only while metrics are on) before all:
@@ -151,7 +160,7 @@ def interceptors(
     chain: list[grpc.ServerInterceptor] = [
         StreamPool(stream_pool, probes),
         SettlePool(settle_pool),
-        RequestGuard(protection.tokens, engine.topic_of),
+        RequestGuard(protection.tokens, engine.topic_of, budget, gate),
     ]
     recorder = metrics.recorder()
     if isinstance(recorder, metrics.Recorder):

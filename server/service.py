@@ -12,6 +12,8 @@ counts as given (`delay_ms=0` means "now").
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -156,6 +158,8 @@ def repeat_message(repeat: Repeat) -> pb.Repeat:
 
 
 def _if_exists(value: int) -> IfExists:
+    if value == IfExists.RESTORE:  # a cluster node's own, never a client's
+        raise InvalidArgument("if_exists", value, "must be 0..2")
     try:
         return IfExists(value)
     except ValueError:
@@ -242,15 +246,28 @@ def delivery_batch(rows: list[DeliveryRow]) -> pb.DeliveryBatch:
 
 
 class TimerService(pb_grpc.TimerServiceServicer):
-    def __init__(self, engine: TimerApi, hub: DeliveryApi[Any]) -> None:
+    def __init__(
+        self, engine: TimerApi, hub: DeliveryApi[Any], budget: ByteBudget | None = None
+    ) -> None:
+        """`budget`: the process's bytes of calls in progress, which the request guard
+        charges each request to before decoding it (timerwheel.security.guard); responses
+        being built (Get, List) are charged here. Without it, a budget of its own."""
         self._engine = engine
         self._hub = hub
-        # Requests held while their sends are committed, responses while built: bytes.
-        limit = engine.settings.max_inflight_request_bytes
-        self._budget = ByteBudget(limit, "max_inflight_request_bytes")
+        settings = engine.settings
+        limit = settings.max_inflight_request_bytes
+        self._budget = budget or ByteBudget(limit, "max_inflight_request_bytes")
+        # What one List page with bodies may read (timerwheel.store.timer_reads: the page
+        # ends at max_list_bytes, one record at least), charged before it is read.
+        largest_record = settings.max_body_bytes + settings.max_properties_bytes
+        self._list_bytes = max(settings.max_list_bytes, largest_record)
+        # A Get reads its record before its size is known: Gets with bodies read a few at
+        # a time (as many as the budget holds records of the largest size), so the
+        # records read and not yet charged stay bounded whatever the number of calls.
+        self._body_reads = threading.BoundedSemaphore(max(1, limit // largest_record))
 
     def Send(self, request: pb.SendRequest, context: grpc.ServicerContext) -> pb.SendResponse:
-        with rpc_errors(context, "Send"), self._budget.hold(request.ByteSize(), "Send"):
+        with rpc_errors(context, "Send"):
             spec = spec_from_proto(request)
             [result] = self._engine.send_batch_async([spec]).result()
             return send_response(result)
@@ -258,8 +275,7 @@ class TimerService(pb_grpc.TimerServiceServicer):
     def SendBatch(
         self, request: pb.SendBatchRequest, context: grpc.ServicerContext
     ) -> pb.SendBatchResponse:
-        size = request.ByteSize()
-        with rpc_errors(context, "SendBatch"), self._budget.hold(size, "SendBatch"):
+        with rpc_errors(context, "SendBatch"):
             specs = specs_from_proto(request.messages)
             if not specs:
                 return pb.SendBatchResponse()
@@ -275,20 +291,28 @@ class TimerService(pb_grpc.TimerServiceServicer):
         with rpc_errors(context, "Get"):
             if request.include_trace:  # deliveries the hub holds for their Ack, first
                 self._hub.write_trace([request.message_id])
-            timer = self._engine.get(request.message_id, request.include_trace)
-            size = len(timer.body) if request.include_body else 0
-            with self._budget.hold(size, "Get response"):
+            # A place to read a body in (a RocksDB read: never a long wait), kept until
+            # the record's bytes are charged to the budget or refused.
+            reading = self._body_reads if request.include_body else contextlib.nullcontext()
+            with reading:
+                timer = self._engine.get(request.message_id, request.include_trace)
+                size = len(timer.body) if request.include_body else 0
+                self._budget.take(size, "Get response")
+            try:
                 return timer_message(timer, request.include_body)
+            finally:
+                self._budget.give_back(size)
 
     def List(self, request: pb.ListRequest, context: grpc.ServicerContext) -> pb.ListResponse:
         with rpc_errors(context, "List"):
             to_ms = request.to_ms or NO_UPPER_BOUND_MS
-            timers, token = self._engine.list_pending(
-                request.topic, request.from_ms, to_ms, request.limit, request.page_token,
-                request.include_body,
-            )  # fmt: skip
-            size = sum(len(t.body) for t in timers)
-            with self._budget.hold(size, "List response"):
+            # Bodies are charged before they are read: the most a page may hold of them.
+            size = self._list_bytes if request.include_body else 0
+            with self._budget.hold(size, "List response with bodies"):
+                timers, token = self._engine.list_pending(
+                    request.topic, request.from_ms, to_ms, request.limit, request.page_token,
+                    request.include_body,
+                )  # fmt: skip
                 return pb.ListResponse(
                     messages=[timer_message(t, request.include_body) for t in timers],
                     next_page_token=token,

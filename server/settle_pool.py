@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 
-from timerwheel.server.stream_pool import on_pool
+from timerwheel.server.stream_pool import is_unary, on_pool
 
 SETTLE_METHODS = frozenset({"/timerwheel.v1.TimerService/Ack", "/timerwheel.v1.TimerService/Nack"})
 
@@ -34,8 +34,16 @@ class SettlePool(grpc.ServerInterceptor):
 
     def intercept_service(self, continuation, details):
         handler = continuation(details)
-        if handler is None or details.method not in SETTLE_METHODS or handler.request_streaming:
-            return handler  # the guard's refusals read no request and run anywhere
+        if handler is None or details.method not in SETTLE_METHODS:
+            return handler
+        if handler.request_streaming:
+            if not is_unary(handler.stream_unary):
+                return handler  # the guard's refusals read no request and run anywhere
+            return grpc.stream_unary_rpc_method_handler(  # the guard reads the request
+                on_pool(handler.stream_unary, self._pool),
+                handler.request_deserializer,
+                handler.response_serializer,
+            )
         return grpc.unary_unary_rpc_method_handler(
             on_pool(handler.unary_unary, self._pool),
             handler.request_deserializer,

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import grpc
 
 from timerwheel.security.guard import REFLECTION_PREFIX
-from timerwheel.security.limits import CallBudget, caller_identity
+from timerwheel.security.limits import CallBudget, connection_identity
 from timerwheel.wheels.domain import Overloaded
 from timerwheel.wheels.settings import Settings
 
@@ -61,7 +61,15 @@ def on_pool(behaviour, pool: ThreadPoolExecutor):
         return behaviour(request_or_iterator, context)
 
     on_its_pool.experimental_thread_pool = pool
+    on_its_pool.one_request = is_unary(behaviour)
     return on_its_pool
+
+
+def is_unary(behaviour) -> bool:
+    """A behaviour of one request that reads it itself: the request guard hands such calls
+    on as request-streaming (timerwheel.security.guard `_admitted`), so grpcio runs them
+    before reading anything; they are still unary calls, on the unary or settle pool."""
+    return getattr(behaviour, "one_request", False)
 
 
 @dataclass(frozen=True)
@@ -116,7 +124,7 @@ def admitted(handler: grpc.RpcMethodHandler, budget: CallBudget, what: str, pool
     place is given back when the call ends, however it ends (a context callback)."""
 
     def admit(context) -> None:
-        key = caller_identity(context)
+        key = connection_identity(context)
         try:
             budget.acquire(key, what)
         except Overloaded as exc:
@@ -184,8 +192,11 @@ class StreamPool(grpc.ServerInterceptor):
         if not (handler.request_streaming or handler.response_streaming):
             return handler
         factory, attribute = _HANDLER_OF[handler.request_streaming, handler.response_streaming]
+        behaviour = getattr(handler, attribute)
+        if is_unary(behaviour) and not handler.response_streaming:
+            return handler  # a unary call that reads its own request (the guard's)
         return factory(
-            on_pool(getattr(handler, attribute), self._pool),
+            on_pool(behaviour, self._pool),
             handler.request_deserializer,
             handler.response_serializer,
         )

@@ -108,7 +108,9 @@ def test_memory_attacks_get_their_statuses_and_the_server_stays_in_its_budget(
             ]
             client.send_batch(hoard)
 
-        # One connection's idle streams (issue 11: 256 locked every consumer out).
+        # One peer's idle streams (issue 11: 256 locked every consumer out). Without
+        # tokens every connection from 127.0.0.1 is that peer; another token's consumer
+        # beside a tenant's idle streams: tests/security/test_attack_memory_mix.py.
         idle = own_connection(server.target)
         ended = threading.Condition()
         refused: list[grpc.StatusCode] = []
@@ -127,7 +129,10 @@ def test_memory_attacks_get_their_statuses_and_the_server_stays_in_its_budget(
             with ended:  # accepted streams stay open; the ones over the limit end at once
                 assert ended.wait_for(lambda: len(refused) >= 70 - 64, WAIT_S), refused
                 assert set(refused) == {EXHAUSTED}, refused
-            # ... while a consumer on its own connection still gets the hoard, in full.
+            with own_connection(server.target) as other:  # a second connection gains none
+                assert code_of(lambda: next(iter(other.subscribe("hoard")))) is EXHAUSTED
+            for stream in streams:  # the peer's streams closed, its consumer gets the hoard
+                stream.cancel()
             with own_connection(server.target) as consumer:
                 got = 0
                 with consumer.subscribe("hoard", max_in_flight=4) as subscription:

@@ -103,7 +103,7 @@ def test_loadtest_dials_a_secured_server(secured_serve, tmp_path):
     out = tmp_path / "figures.json"
     code = main([
         "loadtest", "--scenario", "smoke", "--target", process.target, "--rate", "500",
-        "--duration", "1", "--producers", "1", "--no-progress", "--json", str(out), *tls,
+        "--duration", "1s", "--producers", "1", "--no-progress", "--json", str(out), *tls,
         "--token-file", str(base / "admin.token"),
     ])  # fmt: skip
     accounting = json.loads(out.read_text())["accounting"]
