@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import secrets
 import shutil
@@ -71,6 +72,7 @@ from timerwheel.cluster.partitions import (
 )
 from timerwheel.common import SendResult, State
 from timerwheel.engine.ids import MessageIds
+from timerwheel.wheels.bulk import BulkResult, RedriveResult, TimerFilter
 from timerwheel.wheels.domain import (
     FailedPrecondition,
     InvalidArgument,
@@ -84,6 +86,7 @@ from timerwheel.wheels.settings import Settings, SettingsError
 from timerwheel.wheels.validation import validate_message_ref, validate_sends
 
 if TYPE_CHECKING:
+    from timerwheel.engine.api import TimerApi
     from timerwheel.engine.engine import Engine
     from timerwheel.store.export import ExportSummary
 
@@ -421,8 +424,8 @@ class ClusterNode:
                 return
             self._views[partition] = view.fenced(last_seq)
             self._owned[partition] = Appender(
-                partition_log, epoch, last_seq, loop,
-                lambda p=partition: self._views[p].deadline_ms(), monotonic_ms, self._fenced,
+                partition_log, epoch, last_seq, loop, functools.partial(self._deadline, partition),
+                monotonic_ms, self._fenced,
             )  # fmt: skip
             takeover = Takeover(
                 partition, epoch, fold.records, len(specs), time.monotonic() - started,
@@ -439,6 +442,9 @@ class ClusterNode:
             log.warning("cluster_takeover_failed", partition=partition, error=repr(error))
         finally:
             self._taking.discard(partition)
+
+    def _deadline(self, partition: int) -> int | None:
+        return self._views[partition].deadline_ms()
 
     def _restore(self, specs: list[SendSpec]) -> None:
         for start in range(0, len(specs), RESTORE_CHUNK):
@@ -651,6 +657,19 @@ class ClusterNode:
         self.require_owner(self.partition_of(message_id))
         return self.engine.topic_of(message_id)
 
+    def bulk_cancel(
+        self, timer_filter: TimerFilter, limit: int = 0, page_token: str = "",
+        purge: bool = False,
+    ) -> BulkResult:  # fmt: skip
+        raise FailedPrecondition(
+            "BulkCancel and Purge are not served in cluster mode yet: cancel by id"
+        )
+
+    def redrive(
+        self, dlq_topic: str, timer_filter: TimerFilter, limit: int = 0, page_token: str = ""
+    ) -> RedriveResult:
+        raise FailedPrecondition("Redrive is not served in cluster mode yet")
+
     def list_pending(
         self, topic: str, from_ms: int, to_ms: int, limit: int, page_token: str = "",
         include_body: bool = True,
@@ -721,3 +740,7 @@ def _when_all(futures: list[Future], result: Future, value: object) -> None:
 
     for future in futures:
         future.add_done_callback(one_done)
+
+
+def _is_a_timer_api(node: ClusterNode) -> TimerApi:
+    return node  # the type checker holds ClusterNode to TimerApi, method by method
