@@ -654,8 +654,21 @@ class ClusterNode:
         return self.engine.get(message_id, include_trace)
 
     def topic_of(self, message_id: str) -> str | None:
-        self.require_owner(self.partition_of(message_id))
+        """The id's topic if this node owns its partition; None otherwise (the request
+        guard then leaves the topic check to the owner the call is forwarded to)."""
+        if self.partition_of(message_id) not in self._owned:
+            return None
         return self.engine.topic_of(message_id)
+
+    def owner_address(self, message_id: str) -> str | None:
+        """Where the id's partition is owned when that is another node (server.forwarding)."""
+        partition = self.partition_of(message_id)
+        if partition in self._owned:
+            return None
+        seen = self._views[partition].seen
+        if seen is None or seen.value.holder == self.holder or not seen.value.address:
+            return None
+        return seen.value.address
 
     def bulk_cancel(
         self, timer_filter: TimerFilter, limit: int = 0, page_token: str = "",

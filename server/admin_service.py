@@ -109,6 +109,7 @@ class TimerAdmin(pb_grpc.TimerAdminServicer):
                 last_clock_step_ms=stats["last_clock_step_ms"],
                 last_clock_step_at_ms=stats["last_clock_step_at_ms"],
                 thread_cpu_seconds=stats["thread_cpu_s"],
+                cluster=_cluster(stats.get("cluster")),
             )
 
     def Topics(self, request: pb.TopicsRequest, context: grpc.ServicerContext) -> pb.TopicsResponse:
@@ -198,3 +199,12 @@ class TimerAdmin(pb_grpc.TimerAdminServicer):
                 cut_at_ms=summary.cut_at_ms,
                 seconds=summary.seconds,
             )
+
+
+def _cluster(cluster: dict | None) -> pb.ClusterStats | None:
+    """A cluster node's section of the stats (timerwheel.cluster.node.cluster_map)."""
+    if cluster is None:
+        return None
+    partitions = [pb.ClusterPartition(**row) for row in cluster["map"]]
+    fields = {k: v for k, v in cluster.items() if k != "map"}
+    return pb.ClusterStats(map=partitions, **fields)

@@ -26,17 +26,19 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from timerwheel.cluster.gate import DeliveryGate
+from timerwheel.cluster.node import ClusterNode, NodeSettings, index_dir
 from timerwheel.console.http import ConsoleEndpoint, api_target
 from timerwheel.delivery.api import DeliveryApi
 from timerwheel.delivery.hub import DeliveryHub
-from timerwheel.engine.api import TimerApi
+from timerwheel.engine.api import FiredSource, TimerApi
 from timerwheel.engine.engine import Engine
 from timerwheel.engine.system_clock import SystemClock
 from timerwheel.observability import metrics
@@ -53,6 +55,7 @@ from timerwheel.security.protection import (
 from timerwheel.security.settings import SecuritySettings
 from timerwheel.server import reflection
 from timerwheel.server.admin_service import TimerAdmin
+from timerwheel.server.forwarding import Forwarding, OwnerLookup
 from timerwheel.server.memory import receive_options, return_freed_memory
 from timerwheel.server.rpc_metrics import RpcMetrics
 from timerwheel.server.service import TimerService
@@ -102,7 +105,7 @@ class GrpcServer:
 def build_grpc_server(
     settings: Settings, engine: TimerApi, hub: DeliveryApi[Any], *, reuse_port: bool = False,
     stats_root_pid: int | None = None, protection: Protection = UNPROTECTED,
-    worker: tuple[int, int] = (0, 1),
+    worker: tuple[int, int] = (0, 1), owners: OwnerLookup | None = None,
 ) -> GrpcServer:  # fmt: skip
     """The gRPC server with every service on it, not yet bound: TimerService and TimerAdmin
     over `engine` and `hub` (in-process objects, or the remote ones of a worker process),
@@ -113,6 +116,8 @@ def build_grpc_server(
     port (SO_REUSEPORT; the kernel spreads connections over them). Off otherwise, so a
     second server on a busy port fails instead of sharing it. `worker`: this server's
     (index, count) among them, which its health answers tell (timerwheel.server.worker_health).
+    `owners`: a cluster node's partition owners; calls on another node's ids are forwarded
+    there (timerwheel.server.forwarding), unless TLS is on.
     """
     return_freed_memory()  # freed request bytes leave the process (timerwheel.server.memory)
     unary_pool = ThreadPoolExecutor(settings.grpc_workers, thread_name_prefix="grpc-unary")
@@ -136,7 +141,8 @@ def build_grpc_server(
             ("grpc.so_reuseport", 1 if reuse_port else 0),
         ],
         interceptors=interceptors(
-            engine, protection, stream_pool, settle_pool, probes, budget, receive_gate(settings)
+            engine, protection, stream_pool, settle_pool, probes, budget, receive_gate(settings),
+            owners,
         ),
     )
     pb_grpc.add_TimerServiceServicer_to_server(TimerService(engine, hub, budget), server)
@@ -153,6 +159,7 @@ def interceptors(
     engine: TimerApi, protection: Protection,
     stream_pool: ThreadPoolExecutor, settle_pool: ThreadPoolExecutor, probes: Probes,
     budget: ByteBudget | None = None, gate: ReceiveGate | None = None,
+    owners: OwnerLookup | None = None,
 ) -> list[grpc.ServerInterceptor]:  # fmt: skip
     """Outermost first. The pools before the guard: they wrap what the guard returns, so
     the pool they set is seen. The RPC metrics (only while metrics are on) before all:
@@ -162,6 +169,8 @@ def interceptors(
         SettlePool(settle_pool),
         RequestGuard(protection.tokens, engine.topic_of, budget, gate),
     ]
+    if owners is not None and not protection.security.tls_cert_file:
+        chain.append(Forwarding(owners))  # innermost: after the guard
     recorder = metrics.recorder()
     if isinstance(recorder, metrics.Recorder):
         chain.insert(0, RpcMetrics(recorder))
@@ -173,6 +182,13 @@ def set_serving(health_servicer: health.HealthServicer, serving: bool = True) ->
     status = health_pb2.HealthCheckResponse
     for name in ("", *SERVICE_NAMES):
         health_servicer.set(name, status.SERVING if serving else status.NOT_SERVING)
+
+
+def cluster_engine_settings(settings: Settings) -> Settings:
+    """A cluster node's engine: an index emptied at start, inside the data dir
+    (timerwheel.cluster.node.index_dir); no fsync of its own: the partition's log is the
+    durable copy, and a caller is answered only once a quorum has the change."""
+    return replace(settings, data_dir=index_dir(settings.data_dir), sync_writes=False)
 
 
 class TimerServer:
@@ -188,6 +204,7 @@ class TimerServer:
         settings: Settings,
         clock: Clock | None = None,
         security: SecuritySettings | None = None,
+        cluster: NodeSettings | None = None,
     ) -> None:
         self.settings = settings
         self.protection = load_protection(
@@ -195,20 +212,30 @@ class TimerServer:
             metrics_host(settings),
         )  # fmt: skip
         clock = clock or SystemClock(settings.clock_offset_ms)
+        if cluster is not None:  # the engine is the node's index, rebuilt from the log
+            settings = self.settings = cluster_engine_settings(settings)
         self.engine = Engine(settings, clock)
         self.hub: DeliveryHub | None = None
         self.metrics: MetricsEndpoint | None = None
         self.console: ConsoleEndpoint | None = None
+        self.node: ClusterNode | None = None
         try:
-            self.hub = DeliveryHub(self.engine, settings)
+            api: TimerApi = self.engine
+            source: FiredSource = self.engine
+            if cluster is not None:
+                api = self.node = ClusterNode(cluster, self.engine)
+                source = DeliveryGate(self.node, self.engine)
+            self.hub = DeliveryHub(source, settings)
             if settings.metrics_port >= 0:
                 self.metrics = self._serve_metrics()
             self._grpc = build_grpc_server(
-                settings, self.engine, self.hub, protection=self.protection
+                settings, api, self.hub, protection=self.protection, owners=self.node
             )
             self.health = self._grpc.health
             address = bind_address(settings.host, settings.port)
             self.port = listen(self._grpc.server, address, self.protection.security)
+            if self.node is not None:
+                self.node.start(bind_address(settings.host, self.port))
             if settings.console_port >= 0:
                 self.console = ConsoleEndpoint(
                     settings.console_host, settings.console_port,
@@ -219,6 +246,8 @@ class TimerServer:
                 self.console.close()
             if self.metrics is not None:
                 self.metrics.close()
+            if self.node is not None:
+                self.node.close()
             if self.hub is not None:
                 self.hub.close()
             self.engine.close()
@@ -264,6 +293,8 @@ class TimerServer:
             self.health.enter_graceful_shutdown()
             if self.console is not None:
                 self.console.close()
+            if self.node is not None:  # stop delivering, hand the leases to the standbys
+                self.node.close()
             self.hub.close()
             self._grpc.stop(grace_s)
             if self.metrics is not None:

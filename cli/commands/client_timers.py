@@ -128,7 +128,26 @@ def _stats(client, args: argparse.Namespace) -> int:
     }
     for label, value in figures.items():
         print(f"{label:<18}{value}")
+    if stats.HasField("cluster"):
+        _print_cluster(stats.cluster)
     return 0
+
+
+def _print_cluster(cluster) -> None:
+    """Cluster mode: this node, then every partition's owner and epoch as it sees them."""
+    owned = ", ".join(map(str, cluster.owned)) or "none"
+    print(f"{'cluster node':<18}{cluster.node} ({cluster.holder}) at {cluster.address}")
+    print(f"{'live nodes':<18}{', '.join(cluster.live_nodes)}")
+    print(
+        f"{'owns':<18}{owned} of {cluster.partitions} partitions; delivering: "
+        f"{'yes' if cluster.delivering else 'no'}; takeovers: {cluster.takeovers}"
+    )
+    print(f"{'partition':>9}  {'owner':<24}{'address':<22}{'epoch':>8}  {'here':<8}{'last seq':>9}")
+    for row in cluster.map:
+        print(
+            f"{row.partition:>9}  {row.owner or '-':<24}{row.address or '-':<22}{row.epoch:>8}  "
+            f"{row.verdict:<8}{row.last_sequence or '':>9}"
+        )
 
 
 def _by_thread(seconds: dict[str, float]) -> str:

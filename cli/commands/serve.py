@@ -92,6 +92,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="any other setting by its Settings name, e.g. --set delivery_batch_max=1000",
     )  # fmt: skip
     _register_security(parser)
+    _register_cluster(parser)
     parser.add_argument("--port-file", help="write the bound port here once serving")
     parser.add_argument("--metrics-port-file", help="write the bound metrics port here")
     parser.add_argument("--console-port-file", help="write the bound console port here")
@@ -143,6 +144,49 @@ def _register_security(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
+def _register_cluster(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("cluster mode (docs/cluster.md; extra timerwheel[cluster])")
+    group.add_argument(
+        "--cluster", metavar="NATS_URLS",
+        help="run as a node of a cluster over these NATS JetStream servers "
+        "(comma-separated, e.g. nats://127.0.0.1:4222,nats://127.0.0.1:4223)",
+    )  # fmt: skip
+    group.add_argument("--node-name", help="this node's name, unique in the cluster")
+    group.add_argument(
+        "--partitions", type=int, help="partition count, fixed when the cluster is created "
+        "(default 64)",
+    )  # fmt: skip
+    group.add_argument(
+        "--replicas", type=int, help="JetStream replicas of each partition's log (default 3)"
+    )
+
+
+def cluster_from_args(args: argparse.Namespace, settings):
+    """The node's settings, or None without --cluster. Raises SettingsError."""
+    from timerwheel.wheels.settings import SettingsError
+
+    if not args.cluster:
+        for flag in ("node_name", "partitions", "replicas"):
+            if getattr(args, flag) is not None:
+                raise SettingsError(f"--{flag.replace('_', '-')} needs --cluster")
+        return None
+    if settings.workers:
+        raise SettingsError("--cluster runs in one process: leave --workers out")
+    try:
+        from timerwheel.cluster.node import NodeSettings
+    except ImportError as error:  # nats-py missing
+        raise SettingsError(
+            f"--cluster needs the cluster extra: pip install 'timerwheel[cluster]' ({error})"
+        ) from error
+    if not args.node_name:
+        raise SettingsError("--cluster needs --node-name (unique in the cluster)")
+    urls = tuple(url.strip() for url in args.cluster.split(",") if url.strip())
+    given = {"partitions": args.partitions, "replicas": args.replicas}
+    return NodeSettings(
+        args.node_name, urls, **{k: v for k, v in given.items() if v is not None}
+    )
+
+
 def security_from_args(args: argparse.Namespace) -> SecuritySettings:
     values = {
         "tls_cert_file": args.tls_cert, "tls_key_file": args.tls_key,
@@ -157,6 +201,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings = settings_from_args(args)
         security = security_from_args(args)
+        cluster = cluster_from_args(args, settings)
     except SettingsError as exc:
         print(f"timerwheel serve: {exc}", file=sys.stderr)
         return 2
@@ -182,7 +227,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"timerwheel serve: {exc}", file=sys.stderr)
             return 2
         if not settings.workers:
-            return _serve_in_process(settings, security, args, stop, received)
+            return _serve_in_process(settings, security, args, stop, received, cluster)
         return _serve_processes(settings, protection, args, stop, received)
     finally:
         for sig, handler in previous.items():
@@ -190,7 +235,9 @@ def run(args: argparse.Namespace) -> int:
         stop.close()
 
 
-def _serve_in_process(settings, security, args, stop: SignalStop, received: list[str]) -> int:
+def _serve_in_process(
+    settings, security, args, stop: SignalStop, received: list[str], cluster=None
+) -> int:
     from timerwheel.procs.gil import set_switch_interval
     from timerwheel.procs.heap import prepare_heap_for_serving
     from timerwheel.procs.supervisor import check_port
@@ -199,7 +246,7 @@ def _serve_in_process(settings, security, args, stop: SignalStop, received: list
     try:
         # A plain bind first: gRPC's own failed bind also writes a C-core log line.
         check_port(settings.host, settings.port)
-        server = TimerServer(settings, security=security)
+        server = TimerServer(settings, security=security, cluster=cluster)
     except Exception as exc:
         return _start_failed(exc, settings)
     server.start()

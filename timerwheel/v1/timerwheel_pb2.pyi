@@ -372,7 +372,7 @@ class StatsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatsResponse(_message.Message):
-    __slots__ = ("now_ms", "queued_ops", "unacked", "column_family_keys", "rss_bytes", "cpu_seconds", "data_dir_bytes", "fire_lateness", "clock_steps_forward", "clock_steps_backward", "last_clock_step_ms", "last_clock_step_at_ms", "thread_cpu_seconds")
+    __slots__ = ("now_ms", "queued_ops", "unacked", "column_family_keys", "rss_bytes", "cpu_seconds", "data_dir_bytes", "fire_lateness", "clock_steps_forward", "clock_steps_backward", "last_clock_step_ms", "last_clock_step_at_ms", "thread_cpu_seconds", "cluster")
     class ColumnFamilyKeysEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -400,6 +400,7 @@ class StatsResponse(_message.Message):
     LAST_CLOCK_STEP_MS_FIELD_NUMBER: _ClassVar[int]
     LAST_CLOCK_STEP_AT_MS_FIELD_NUMBER: _ClassVar[int]
     THREAD_CPU_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
     now_ms: int
     queued_ops: int
     unacked: int
@@ -413,7 +414,48 @@ class StatsResponse(_message.Message):
     last_clock_step_ms: int
     last_clock_step_at_ms: int
     thread_cpu_seconds: _containers.ScalarMap[str, float]
-    def __init__(self, now_ms: _Optional[int] = ..., queued_ops: _Optional[int] = ..., unacked: _Optional[int] = ..., column_family_keys: _Optional[_Mapping[str, int]] = ..., rss_bytes: _Optional[int] = ..., cpu_seconds: _Optional[float] = ..., data_dir_bytes: _Optional[int] = ..., fire_lateness: _Optional[_Iterable[_Union[LatenessMinute, _Mapping]]] = ..., clock_steps_forward: _Optional[int] = ..., clock_steps_backward: _Optional[int] = ..., last_clock_step_ms: _Optional[int] = ..., last_clock_step_at_ms: _Optional[int] = ..., thread_cpu_seconds: _Optional[_Mapping[str, float]] = ...) -> None: ...
+    cluster: ClusterStats
+    def __init__(self, now_ms: _Optional[int] = ..., queued_ops: _Optional[int] = ..., unacked: _Optional[int] = ..., column_family_keys: _Optional[_Mapping[str, int]] = ..., rss_bytes: _Optional[int] = ..., cpu_seconds: _Optional[float] = ..., data_dir_bytes: _Optional[int] = ..., fire_lateness: _Optional[_Iterable[_Union[LatenessMinute, _Mapping]]] = ..., clock_steps_forward: _Optional[int] = ..., clock_steps_backward: _Optional[int] = ..., last_clock_step_ms: _Optional[int] = ..., last_clock_step_at_ms: _Optional[int] = ..., thread_cpu_seconds: _Optional[_Mapping[str, float]] = ..., cluster: _Optional[_Union[ClusterStats, _Mapping]] = ...) -> None: ...
+
+class ClusterStats(_message.Message):
+    __slots__ = ("node", "holder", "address", "partitions", "owned", "live_nodes", "delivering", "takeovers", "map")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    OWNED_FIELD_NUMBER: _ClassVar[int]
+    LIVE_NODES_FIELD_NUMBER: _ClassVar[int]
+    DELIVERING_FIELD_NUMBER: _ClassVar[int]
+    TAKEOVERS_FIELD_NUMBER: _ClassVar[int]
+    MAP_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    holder: str
+    address: str
+    partitions: int
+    owned: _containers.RepeatedScalarFieldContainer[int]
+    live_nodes: _containers.RepeatedScalarFieldContainer[str]
+    delivering: bool
+    takeovers: int
+    map: _containers.RepeatedCompositeFieldContainer[ClusterPartition]
+    def __init__(self, node: _Optional[str] = ..., holder: _Optional[str] = ..., address: _Optional[str] = ..., partitions: _Optional[int] = ..., owned: _Optional[_Iterable[int]] = ..., live_nodes: _Optional[_Iterable[str]] = ..., delivering: _Optional[bool] = ..., takeovers: _Optional[int] = ..., map: _Optional[_Iterable[_Union[ClusterPartition, _Mapping]]] = ...) -> None: ...
+
+class ClusterPartition(_message.Message):
+    __slots__ = ("partition", "owner", "address", "epoch", "verdict", "appended", "last_sequence")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
+    APPENDED_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    owner: str
+    address: str
+    epoch: int
+    verdict: str
+    appended: int
+    last_sequence: int
+    def __init__(self, partition: _Optional[int] = ..., owner: _Optional[str] = ..., address: _Optional[str] = ..., epoch: _Optional[int] = ..., verdict: _Optional[str] = ..., appended: _Optional[int] = ..., last_sequence: _Optional[int] = ...) -> None: ...
 
 class LatenessMinute(_message.Message):
     __slots__ = ("minute_ms", "fires", "p50_ms", "p99_ms", "max_ms")

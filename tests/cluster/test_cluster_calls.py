@@ -1,0 +1,97 @@
+"""Calls against a three-node cluster (real nodes over a real JetStream cluster on
+loopback): any node answers a call on any id (forwarded to the owner, docs/cluster.md),
+`timerwheel stats` shows the partitions, their owners and epochs, and what cluster mode
+does not serve yet is refused with a message that says so."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers.cluster_nodes import ClusterRun
+
+from timerwheel.client import RemoteError, TimerClient
+from timerwheel.cluster.partitions import partition_of
+from timerwheel.common import State
+from timerwheel.v1 import timerwheel_pb2 as pb
+
+pytestmark = [pytest.mark.system, pytest.mark.timeout(180)]
+
+TIMERWHEEL = str(Path(sys.executable).parent / "timerwheel")
+
+
+def ids_in_every_partition(partitions: int, per_partition: int = 2) -> list[str]:
+    found: dict[int, list[str]] = {p: [] for p in range(partitions)}
+    n = 0
+    while any(len(ids) < per_partition for ids in found.values()):
+        n += 1
+        message_id = f"order-{n}"
+        ids = found[partition_of(message_id, partitions)]
+        if len(ids) < per_partition:
+            ids.append(message_id)
+    return [message_id for ids in found.values() for message_id in ids]
+
+
+def test_any_node_answers_for_any_id_and_stats_show_the_map(tmp_path):
+    with ClusterRun(tmp_path) as run:
+        owned = run.wait_all_owned()
+        first, second, third = (run.servers[name] for name in ("n1", "n2", "n3"))
+        ids = ids_in_every_partition(run.partitions)
+        with TimerClient(first.target, timeout_s=10) as client:
+            for message_id in ids:  # two thirds are another node's: forwarded
+                result = client.send("orders", b"body", delay_ms="1h", message_id=message_id)
+                assert result.message_id == message_id and not result.existed
+            again = client.send("orders", b"body", delay_ms="1h", message_id=ids[0])
+            assert again.existed  # an idempotent retry, answered by the owner
+        with TimerClient(second.target, timeout_s=10) as client:
+            for message_id in ids:
+                timer = client.get(message_id)
+                assert timer.topic == "orders" and timer.state is State.SCHEDULED
+        with TimerClient(third.target, timeout_s=10) as client:
+            for message_id in ids:
+                client.cancel(message_id)
+            with pytest.raises(RemoteError) as repeat:
+                client.send(
+                    "orders", b"b", delay_ms="1m", message_id="series-1",
+                    repeat=pb.Repeat(every_ms=60_000),
+                )  # fmt: skip
+            assert repeat.value.code.name == "INVALID_ARGUMENT"
+            assert "cluster mode" in repeat.value.details
+        with TimerClient(first.target, timeout_s=10) as client:
+            assert all(client.get(i).state is State.CANCELLED for i in ids)
+
+        # every node's Stats: the partitions it owns, and one owner and epoch per partition
+        owners: dict[int, tuple[str, int]] = {}
+        for name, server in run.servers.items():
+            with TimerClient(server.target, timeout_s=10) as client:
+                cluster = client.stats().cluster
+            assert cluster.node == name and cluster.partitions == run.partitions
+            assert sorted(cluster.owned) == owned[name]
+            assert cluster.delivering
+            for row in cluster.map:
+                owner = (row.owner.split("/")[0], row.epoch)
+                assert row.epoch > 0 and owners.setdefault(row.partition, owner) == owner
+        assert {p: name for p, (name, _) in owners.items()} == {
+            p: name for name, parts in owned.items() for p in parts
+        }
+        shown = subprocess.run(
+            [TIMERWHEEL, "stats", "--target", first.target], capture_output=True, text=True,
+            timeout=30,
+        )  # fmt: skip
+        assert shown.returncode == 0, shown.stderr
+        assert "cluster node      n1" in shown.stdout
+        for partition, (name, epoch) in owners.items():
+            assert any(
+                line.split()[:2] == [str(partition), owners_holder(line, name)]
+                and line.split()[3] == str(epoch)
+                for line in shown.stdout.splitlines()
+                if line.strip() and line.split()[0].isdigit()
+            ), f"partition {partition} not shown as {name}, epoch {epoch}:\n{shown.stdout}"
+
+
+def owners_holder(line: str, name: str) -> str:
+    """The owner column of a stats row when it is `name`'s holder (name/incarnation)."""
+    holder = line.split()[1]
+    return holder if holder.split("/")[0] == name else ""
