@@ -14,21 +14,26 @@ import pyarrow as pa
 MAX_TABLE_ROWS = 25
 
 _STYLE = """
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
+* { box-sizing: border-box; }
+body { font-family: system-ui, sans-serif; margin: 2em auto; padding: 0 1em; max-width: 1100px;
+       color: #222; overflow-wrap: anywhere; }
 h1 { margin-bottom: 0.2em; } .sub { color: #666; margin-top: 0; }
-table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
+.headline { font-size: 1.15em; background: #f5f8fc; border-left: 4px solid #1f77b4;
+            padding: 0.6em 0.9em; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; max-width: 100%; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
 th { background: #f3f3f3; } td.text { text-align: left; }
 tr.late td { background: #fde0e0; }
-.figures td:first-child { text-align: left; font-weight: 600; }
-img { max-width: 100%; border: 1px solid #eee; }
+.figures td:first-child { text-align: left; font-weight: 600; } .figures th { text-align: left; }
+.figures td.source { text-align: left; color: #555; font-size: 0.9em; }
+img { max-width: 100%; height: auto; border: 1px solid #eee; }
 figure { margin: 0.5em 0; } figcaption { color: #555; font-size: 0.9em; }
 .links { font-size: 0.85em; color: #555; }
 """
 
 SECTIONS = (  # (chart, title, table shown under it)
     ("due_per_hour", "Timers due per hour (the next 48 h)", "due_per_hour"),
-    ("due_per_minute", "Timers due per minute (the next 48 h)", "due_per_minute"),
+    ("due_per_minute", "Timers due per minute (the next 48 h, as a heat map)", "due_per_minute"),
     ("due_per_day", "Timers due per day (the whole horizon)", None),
     ("peak_seconds", "Peak seconds", "peak_seconds"),
     ("topics", "Topics", "topics"),
@@ -52,6 +57,7 @@ def render(result, charts: dict) -> str:
         f"<p class='sub'>Export cut at {_when(summary.get('cut_at_ms'))} "
         f"from {html.escape(str(summary.get('source', '')))}; "
         f"report made in {summary.get('report_seconds', 0):.1f} s. All times are UTC.</p>",
+        _headline(summary),
         "<h2>Key figures</h2>",
         _figures(summary),
     ]
@@ -100,36 +106,140 @@ def _assumptions(summary: dict) -> str:
         "<p class='links'>Little's law: a timer is stored from its send until it fires (the "
         f"mean delay of the pending timers, {_duration(summary.get('delay_avg_ms'))}), then "
         f"kept for the retention ({_duration(summary['retention_ms'])}, the service's default "
-        "<code>retention_ms</code>; the export does not record the server's setting), at "
-        f"{summary['bytes_per_timer']:,.1f} SST bytes per timer as measured in this export. "
-        "Scenarios: the send rate observed in the export (records over the span of their "
-        "send times; a short burst overstates it) and the drain rate (the most the service "
-        "can sustain).</p>"
+        "<code>retention_ms</code>, assumed: the export does not record the server's "
+        f"setting), at {summary['bytes_per_timer']:,.1f} SST bytes per timer as measured in "
+        "this export. Scenarios: the send rate observed in the export (records over the span "
+        "of their send times; a short burst overstates it) and the drain rate "
+        f"({_drain_source(summary)}).</p>"
     )
 
 
+def _headline(summary: dict) -> str:
+    """What the report says first, and what it assumes to say it: the observed send rate,
+    over the window it was observed in, goes on."""
+    rate = summary["send_rate_per_second"]
+    if not rate:
+        return (
+            "<p class='headline'>No steady state can be projected: the export's records "
+            "were all sent in the same millisecond (or there are none), so no send rate "
+            "was observed.</p>"
+        )
+    first, last = summary["first_created_ms"], summary["last_created_ms"]
+    window = f"{_when(first, seconds=True)} to {_when(last, seconds=True)}"
+    span = _duration(last - first)
+    if summary.get("disk_bytes_per_timer_source") == "data dir":
+        size = (
+            f"{_bytes(summary['steady_state_disk_bytes'])} on disk "
+            f"({_bytes(summary['steady_state_bytes'])} of exported SST)"
+        )
+    else:
+        size = (
+            f"{_bytes(summary['steady_state_bytes'])} of exported SST (the store's size on "
+            "disk is not in the export)"
+        )
+    text = (
+        f"At steady state, assuming the send rate of {window} ({span}: "
+        f"{rate:,.2f} timers/s) continues, the store levels off at {size}"
+    )
+    text += f"; {_disk_verdict(summary)}."
+    if last - first < 3_600_000:
+        text += (
+            f" The rate was observed over {span} only: if that was a burst, the steady "
+            "state is smaller."
+        )
+    return f"<p class='headline'>{html.escape(text)}</p>"
+
+
+def _disk_verdict(summary: dict) -> str:
+    free, total = summary.get("disk_free_bytes"), summary.get("disk_total_bytes")
+    if free is None:
+        return "the disk's free space is unknown (the export does not record it)"
+    disk = f"the data dir's disk had {_bytes(free)} free of {_bytes(total)} at the cut"
+    if summary.get("disk_fills") is None:
+        return disk
+    if not summary["disk_fills"]:
+        return f"{disk}, so it does not fill at this rate"
+    return f"{disk}: full in {summary['days_until_disk_full']:,.1f} days at this rate"
+
+
+def _drain_source(summary: dict) -> str:
+    """Where the drain rate comes from, and the flag that sets it."""
+    flag, measured = summary["drain_rate_flag"], summary.get("measured_drain_rate")
+    seconds = _count(summary.get("behind_seconds", 0), "second")
+    how = (
+        "the most timers fired in one second while the service was behind (a timer fired "
+        f"1 s or more late), over {seconds} of the export's fired records"
+    )
+    source = summary["drain_rate_source"]
+    if source == "measured":
+        return f"measured: {how}; set it with {flag} N"
+    if measured:
+        also = f"measured in the export: {measured:,}/s, {how}"
+    else:
+        also = "not measured: the export holds no second in which the service fired behind"
+    if source == "configured":
+        return f"configured: {flag} {summary['drain_rate']}; {also}"
+    return f"assumed: the default of {flag}, {also}; set it with {flag} N"
+
+
 def _figures(summary: dict) -> str:
+    """The key figures, each with where it comes from."""
+    export = "export"
+    first, last = summary["first_created_ms"], summary["last_created_ms"]
+    sent = f"{_when(first, seconds=True)} to {_when(last, seconds=True)}" if first else "-"
+    free, total = summary.get("disk_free_bytes"), summary.get("disk_total_bytes")
+    days = summary.get("days_until_disk_full")
+    if free is None or summary.get("disk_fills") is None:
+        full = "-"
+    else:
+        full = f"{days:,.1f} days" if summary["disk_fills"] else "does not fill"
     rows = [
-        ("Pending timers", _int(summary["pending_timers"])),
-        ("Pending body bytes", _bytes(summary["pending_body_bytes"])),
-        ("Stored records (all states)", _int(summary["records"])),
+        ("Pending timers", _int(summary["pending_timers"]), f"{export}: SCHEDULED records"),
+        ("Pending body bytes", _bytes(summary["pending_body_bytes"]),
+         f"{export}: bodies of the SCHEDULED records"),
+        ("Stored records (all states)", _int(summary["records"]),
+         f"{export}: every record, retained FIRED/ACKED/CANCELLED too"),
         ("Due from / until (UTC hour)",
-         f"{_when(summary['first_due_hour_ms'])} / {_when(summary['last_due_hour_ms'])}"),
+         f"{_when(summary['first_due_hour_ms'])} / {_when(summary['last_due_hour_ms'])}",
+         f"{export}: deliver times of the pending timers"),
         ("Peak second", f"{_when(summary['peak_second_ms'], seconds=True)}: "
-                        f"{_count(summary['peak_second_timers'], 'timer')}"),
-        ("Drain rate", f"{_int(summary['drain_rate'])} timers/s"),
+                        f"{_count(summary['peak_second_timers'], 'timer')}",
+         f"{export}: pending timers per second"),
+        ("Drain rate", f"{_int(summary['drain_rate'])} timers/s", _drain_source(summary)),
         ("Seconds over the drain rate (fire late)",
          f"{_count(summary['seconds_over_drain_rate'], 'second')}, "
-         f"{_count(summary['timers_in_late_seconds'], 'timer')}"),
+         f"{_count(summary['timers_in_late_seconds'], 'timer')}",
+         f"{export}: pending seconds against the drain rate above"),
         ("Delay p50 / p90 / p99", " / ".join(
-            _duration(summary.get(f"delay_p{q}_ms")) for q in (50, 90, 99))),
-        ("SST bytes (export)", _bytes(summary["sst_bytes"])),
-        ("Storage per timer", f"{summary['bytes_per_timer']:,.1f} B"),
-        ("Observed send rate", f"{summary['send_rate_per_second']:,.2f} timers/s"),
-        ("Storage at steady state (observed rate)", _bytes(summary["steady_state_bytes"])),
+            _duration(summary.get(f"delay_p{q}_ms")) for q in (50, 90, 99)),
+         f"{export}: deliver time minus send time of the pending timers (2 % bins)"),
+        ("SST bytes (export)", _bytes(summary["sst_bytes"]), "export manifest"),
+        ("Storage per timer", f"{summary['bytes_per_timer']:,.1f} B",
+         f"{export}: SST bytes over records"),
+        ("Observed send rate", f"{summary['send_rate_per_second']:,.2f} timers/s",
+         f"{export}: records over the span of their send times, {sent}"),
+        ("Storage at steady state (observed rate)", _bytes(summary["steady_state_bytes"]),
+         "projection: observed send rate x (mean delay + retention, the default 3 d: "
+         "assumed) x SST bytes per timer"),
+        ("Data dir's disk at the cut",
+         "-" if free is None else f"{_bytes(free)} free of {_bytes(total)}",
+         "export manifest: the data dir's filesystem at the cut"
+         if free is not None else "not in the export (made before it recorded the disk)"),
+        ("Store on disk at the cut", _bytes(summary.get("store_bytes")),
+         f"export manifest: the data dir's files; {summary['disk_bytes_per_timer']:,.1f} B "
+         f"a record (from the {summary['disk_bytes_per_timer_source']})"),
+        ("Days until the disk is full", full,
+         "projection: free space over the growth at the observed send rate, "
+         f"{_bytes(summary['disk_growth_bytes_per_day'])} a day, the soonest it can fill; "
+         f"it levels off at {_bytes(summary['steady_state_disk_bytes'])}"),
     ]  # fmt: skip
-    body = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>" for k, v in rows)
-    return f"<table class='figures'>{body}</table>"
+    head = "<tr><th>figure</th><th>value</th><th>source</th></tr>"
+    body = "".join(
+        f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td>"
+        f"<td class='source'>{html.escape(source)}</td></tr>"
+        for k, v, source in rows
+    )
+    return f"<table class='figures'>{head}{body}</table>"
 
 
 def _table(table: pa.Table, total_rows: int, *, late_column: bool = False) -> str:
@@ -157,8 +267,8 @@ def _table(table: pa.Table, total_rows: int, *, late_column: bool = False) -> st
 def _heading(column: str) -> str:
     for suffix in _TIME_SUFFIXES:
         if column.endswith(suffix):
-            return column.removesuffix("_ms") + " (UTC)"
-    return column.replace("_utc", " (UTC)")
+            return column.removesuffix("_ms").replace("_", " ") + " (UTC)"
+    return column.replace("_utc", " (UTC)").replace("_", " ")  # spaces: a heading may wrap
 
 
 def _cell(value: object) -> str:

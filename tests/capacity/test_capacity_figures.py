@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from html import unescape
 
 import pytest
 
@@ -94,7 +95,9 @@ def test_an_export_without_the_disk_says_unknown_not_a_number():
         "export SST",
     )
     summary = {**_summary(), **got}
-    assert "free space is unknown" in html._headline(summary)
+    headline = unescape(html._headline(summary))
+    assert "free space is unknown" in headline and " days" not in headline
+    assert "levels off at 42.8 GiB of exported SST (the store's size on disk is not" in headline
 
 
 def test_the_export_records_the_data_dirs_filesystem(tmp_path):
@@ -144,7 +147,8 @@ def test_every_key_figure_says_where_it_comes_from():
 def test_the_headline_says_what_it_assumes():
     text = html._headline(_summary())
     assert "At steady state, assuming the send rate of 2023-11-14 22:13:20 UTC to " in text
-    assert "(5.0 s: 620.00 timers/s) continues" in text
+    assert "(5.0 s: 620.00 timers/s) continues, the store levels off at " in text
+    assert "12.9 GiB on disk (42.8 GiB of exported SST)" in text
     assert "full in " in text and " days at this rate" in text
     assert "over 5.0 s only: if that was a burst" in text  # a short window is called so
     hours = _summary(last_created_ms=1_700_000_000_000 + 6 * 3_600_000)
