@@ -1,11 +1,13 @@
 """The report's charts: one PNG per question, drawn with matplotlib's Agg backend.
 
-Each chart answers one question at a glance (its title says which), with time on the x
-axis in UTC. The time charts are zoomed to where the load is: the per-hour and per-minute
-charts show 48 hours from the first due timer in full (every hour and minute drawn, zero
-where nothing is due), and the whole horizon, however long its tail, has a per-day chart
-of its own on a log scale, so three timers a year away neither squeeze the next day into
-a sliver nor vanish. Counts are whole numbers with thousands separators.
+Each chart answers one question at a glance (its title says which), with times in UTC.
+The time charts are zoomed to where the load is: the per-hour and per-minute charts show
+48 hours from the first due timer in full (every hour and minute drawn, zero where nothing
+is due), and the whole horizon, however long its tail, has a per-day chart of its own on a
+log scale, so three timers a year away neither squeeze the next day into a sliver nor
+vanish. The 2,880 minutes are a heat map, a row per hour and a cell per minute, coloured
+on a log scale: as bars they were thinner than a pixel and one spike flattened the rest.
+Counts are whole numbers with thousands separators; every label stays inside its chart.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ matplotlib.use("Agg")  # no display: must come before pyplot is imported
 
 import matplotlib.dates as mdates
 import matplotlib.pyplot as plt
+import numpy as np
 import pyarrow as pa
+from matplotlib.colors import LogNorm
 from matplotlib.ticker import EngFormatter, FuncFormatter, MaxNLocator
 
 from timerwheel.capacity.seconds import DAY_MS, HOUR_MS, MINUTE_MS, ZOOM_MS
@@ -48,7 +52,7 @@ def draw_all(result, charts_dir: str) -> dict[str, Chart]:
     start = seconds.zoom_start_ms
     drawn = {
         "due_per_hour": _zoomed(seconds.zoom["due_per_hour"], start, HOUR_MS, "hour"),
-        "due_per_minute": _zoomed(seconds.zoom["due_per_minute"], start, MINUTE_MS, "minute"),
+        "due_per_minute": _minute_heat_map(seconds.zoom["due_per_minute"], start),
         "due_per_day": _per_day(seconds.per_day),
         "peak_seconds": _peaks(tables["peak_seconds"], summary["drain_rate"]),
         "topics": _topics(tables["topics"]),
@@ -120,6 +124,41 @@ def _zoomed(table: pa.Table, start_ms: int | None, step_ms: int, unit: str):
     return figure, (start_ms, until_ms, sum(counts))
 
 
+def _minute_heat_map(table: pa.Table, start_ms: int | None):
+    """The 48 h of minutes as 48 rows (hours) of 60 cells (minutes), coloured by the
+    timers due in each on a log scale; a minute with none is left blank."""
+    figure, axes = _figure(8.4)
+    if start_ms is None:
+        axes.set_title("Timers due per minute")
+        _empty(axes)
+        return figure, (None, None, 0)
+    hours = ZOOM_MS // HOUR_MS
+    counts = _zero_filled(table, start_ms, start_ms + ZOOM_MS, MINUTE_MS)
+    grid = np.ma.masked_equal(np.array(counts, dtype=float).reshape(hours, 60), 0)
+    busiest = int(np.argmax(counts))
+    axes.set_title(
+        f"Timers due per minute, the 48 h from {_when(start_ms):%Y-%m-%d %H:%M} UTC "
+        f"({sum(counts):,} timers)\na row per hour, a cell per minute; busiest minute "
+        f"{_when(start_ms + busiest * MINUTE_MS):%Y-%m-%d %H:%M} UTC: {counts[busiest]:,}"
+    )
+    if grid.count():
+        norm = LogNorm(vmin=1, vmax=max(2, grid.max()))
+        image = axes.imshow(grid, aspect="auto", cmap="viridis", norm=norm,
+                            interpolation="nearest")  # fmt: skip
+        bar = figure.colorbar(image, ax=axes, pad=0.02)
+        bar.set_label("timers due in the minute (log scale)")
+        bar.ax.yaxis.set_major_formatter(COUNT)
+    axes.set_facecolor("#f4f4f4")  # blank minutes: none due
+    rows = range(0, hours, 3)
+    axes.set_yticks(list(rows), [f"{_when(start_ms + r * HOUR_MS):%m-%d %H:00}" for r in rows])
+    axes.set_xticks(range(0, 60, 5))
+    axes.set_xlim(-0.5, 59.5)
+    axes.set_ylim(hours - 0.5, -0.5)
+    axes.set_xlabel("minute of the hour")
+    axes.set_ylabel("hour (UTC)")
+    return figure, (start_ms, start_ms + ZOOM_MS, sum(counts))
+
+
 def _per_day(table: pa.Table):
     figure, axes = _figure(3.6)
     axes.set_title("Timers due per day, the whole horizon (log scale: the long tail shows)")
@@ -154,6 +193,7 @@ def _peaks(table: pa.Table, drain_rate: int):
     axes.bar_label(bars, labels=[f"{c:,}" for c in counts], padding=3, fontsize=10)
     axes.set_yticks(range(len(labels)), [f"{label} UTC" for label in labels], fontsize=10)
     axes.axvline(drain_rate, color="black", linestyle="--", linewidth=1, label="drain rate")
+    axes.set_xlim(0, max(max(counts), drain_rate) * 1.15)  # room for the counts' labels
     axes.set_xlabel("timers due in the second")
     _counts_axis(axes.xaxis)
     axes.legend(loc="lower right")
@@ -222,14 +262,17 @@ def _storage(table: pa.Table):
         table.column("scenario").to_pylist(), rates, sizes, strict=True
     ):
         axes.plot([rate], [size], "o", color=LATE_COLOUR)
+        right = rate > top * 0.55  # a label right of the middle reads leftwards
         axes.annotate(f"{scenario}: {size / 2**30:,.2f} GiB", (rate, size),
-                      textcoords="offset points", xytext=(6, -12), fontsize=10)  # fmt: skip
+                      textcoords="offset points", xytext=(-8, 6) if right else (8, 6),
+                      ha="right" if right else "left", va="bottom", fontsize=10,
+                      annotation_clip=False)  # fmt: skip
     axes.set_xlabel("sustained send rate (timers/s)")
     axes.set_ylabel("SST bytes")
     axes.xaxis.set_major_formatter(COUNT)
     axes.yaxis.set_major_formatter(FuncFormatter(lambda value, _pos: f"{value / 2**30:,.1f} GiB"))
-    axes.set_xlim(left=0)
-    axes.set_ylim(bottom=0)
+    axes.set_xlim(0, top * 1.1)
+    axes.set_ylim(0, max(per_rate * top * 1.25, 1))  # room above the highest label
     return figure, (None, None, None)
 
 

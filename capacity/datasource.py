@@ -48,7 +48,7 @@ from timerwheel.store.export_location import ExportLocation
 SOURCE_NAME = "timerwheel_sst"
 SCHEMA = (
     "message_id string, topic string, deliver_at_ms bigint, created_at_ms bigint, "
-    "body_bytes bigint, state string, wheel string"
+    "body_bytes bigint, state string, wheel string, fired_at_ms bigint"
 )
 ARROW_SCHEMA = pa.schema(
     [
@@ -59,6 +59,7 @@ ARROW_SCHEMA = pa.schema(
         ("body_bytes", pa.int64()),
         ("state", pa.string()),
         ("wheel", pa.string()),
+        ("fired_at_ms", pa.int64()),  # null until the timer fired
     ]
 )
 BATCH_ROWS = 65_536

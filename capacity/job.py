@@ -3,10 +3,17 @@
 Reading the SST files is the expensive part (Python decodes every record), so the rows
 are read exactly once: a single ``GROUP BY GROUPING SETS`` aggregates them by
 (state, second), (state, topic), (state, wheel), (state, delay bucket), (state, fine
-delay bin) and (state) in one job, written by Spark as Parquet. The per-second rows can
-be as many as the timers, so they stay on disk for timerwheel.capacity.seconds (Spark again); the
-other groupings are bounded (topics, wheels, delay bins, states) and go to the driver as
-one Arrow table, from which timerwheel.capacity.tables derives the rest of the report.
+delay bin), (state, fired second) and (state) in one job, written by Spark as Parquet.
+The per-second rows can be as many as the timers, so they stay on disk for
+timerwheel.capacity.seconds (Spark again), and so do the fired seconds, which `fire_rates`
+sums up there; the other groupings are bounded (topics, wheels, delay bins, states) and go
+to the driver as one Arrow table, from which timerwheel.capacity.tables derives the rest.
+
+The drain rate is measured where the export shows it: the records kept after they fired
+(FIRED, ACKED, for the retention) carry their fire time, and in a second in which the
+service fired a timer `BEHIND_MS` or more after its deliver time, it had a backlog and
+fired as fast as it could. The most timers fired in one such second is the measured drain
+rate (`fire_rates`); an export with no such second has none.
 
 Delays are deliver_at_ms - created_at_ms. Besides the coarse histogram buckets, each
 pending timer's delay falls in a fine logarithmic bin (2 % wide) from which the delay
@@ -45,7 +52,10 @@ GROUPINGS: dict[str, str] = {
     "wheel": "wheel",
     "delay_bucket": "delay_bucket",
     "delay_bin": "delay_bin",
+    "fired_second": "fired_second_ms",
 }
+UNBOUNDED = ("second", "fired_second")  # groupings that stay on disk (Spark reads them)
+BEHIND_MS = SECOND_MS  # a timer fired this late: the service had a backlog
 
 
 @dataclass(frozen=True)
@@ -54,6 +64,7 @@ class Aggregated:
 
     grouped: pa.Table  # every grouping but the seconds: topics, wheels, delays, states
     seconds: DataFrame  # pending seconds: second_start_ms, timers, body_bytes (Parquet)
+    fired_seconds: DataFrame  # fired_second_ms, fired, max_fire_late_ms (Parquet)
 
 
 def read_rows(spark: SparkSession, export_dir: str, filesystem=None) -> DataFrame:
@@ -78,10 +89,36 @@ def aggregate(rows: DataFrame, work_dir: str) -> Aggregated:
         spark.catalog.dropTempView(view)
     written = spark.read.parquet(work_dir)
     seconds = written.filter((F.col("kind") == "second") & (F.col("state") == "SCHEDULED"))
+    fired = written.filter(
+        (F.col("kind") == "fired_second") & F.col("fired_second_ms").isNotNull()
+    ).groupBy("fired_second_ms")
     return Aggregated(
-        grouped=written.filter(F.col("kind") != "second").toArrow(),
+        grouped=written.filter(~F.col("kind").isin(*UNBOUNDED)).toArrow(),
         seconds=seconds.select("second_start_ms", "timers", "body_bytes"),
+        fired_seconds=fired.agg(
+            F.sum("timers").alias("fired"), F.max("max_fire_late_ms").alias("max_fire_late_ms")
+        ),
     )
+
+
+def fire_rates(fired_seconds: DataFrame) -> dict:
+    """What the export's fired records say of the drain rate, computed by Spark: the
+    seconds in which the service fired a timer `BEHIND_MS` or more late (it had a
+    backlog), the most fired in one of those (the measured drain rate; None without one)
+    and in any second."""
+    behind = F.col("max_fire_late_ms") >= BEHIND_MS
+    row = fired_seconds.agg(
+        F.count(F.when(behind, 1)).alias("behind_seconds"),
+        F.max(F.when(behind, F.col("fired"))).alias("behind_max"),
+        F.max("fired").alias("most"),
+        F.count(F.lit(1)).alias("fired_seconds"),
+    ).collect()[0]
+    return {
+        "behind_seconds": row["behind_seconds"] or 0,
+        "measured_drain_rate": row["behind_max"],
+        "most_fired_in_a_second": row["most"] or 0,
+        "fired_seconds": row["fired_seconds"] or 0,
+    }
 
 
 def delay_bin_upper_ms(delay_bin: int) -> int:
@@ -94,9 +131,14 @@ def _with_derived_columns(rows: DataFrame) -> DataFrame:
     pending = F.col("state") == "SCHEDULED"
     clamped = F.greatest(delay, F.lit(0))
     fine_bin = F.floor(F.log(clamped + 1) / math.log(DELAY_BIN_GROWTH)).cast("int")
+    # Rows without fire times (made by hand, or read before the column) fired nothing.
+    fired_at = F.col("fired_at_ms") if "fired_at_ms" in rows.columns else F.lit(None)
+    fired_at = fired_at.cast("bigint")
     return rows.select(
         "state", "topic", "wheel", "body_bytes", "deliver_at_ms", "created_at_ms",
         delay.alias("delay_ms"),
+        (fired_at - fired_at % SECOND_MS).alias("fired_second_ms"),
+        (fired_at - F.col("deliver_at_ms")).alias("fire_late_ms"),
         F.when(pending, F.col("deliver_at_ms") - F.col("deliver_at_ms") % SECOND_MS).alias(
             "second_start_ms"
         ),
@@ -124,7 +166,7 @@ def _grouping_sets_sql(view: str) -> str:
                min(deliver_at_ms) AS min_deliver_ms, max(deliver_at_ms) AS max_deliver_ms,
                min(created_at_ms) AS min_created_ms, max(created_at_ms) AS max_created_ms,
                min(delay_ms) AS min_delay_ms, max(delay_ms) AS max_delay_ms,
-               sum(delay_ms) AS sum_delay_ms
+               sum(delay_ms) AS sum_delay_ms, max(fire_late_ms) AS max_fire_late_ms
         FROM {view}
         GROUP BY GROUPING SETS ({sets}, (state))
     """

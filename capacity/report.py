@@ -15,6 +15,7 @@ before Spark starts. ``index.html`` is written last: a report without it is unfi
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -28,9 +29,14 @@ import pyarrow.parquet as pq
 import structlog
 
 from timerwheel.capacity import charts, html
-from timerwheel.capacity.job import aggregate, read_rows
+from timerwheel.capacity.job import aggregate, fire_rates, read_rows
 from timerwheel.capacity.seconds import SecondsResult, summarise
-from timerwheel.capacity.tables import ReportOptions, ReportTables, build_tables
+from timerwheel.capacity.tables import (
+    ReportOptions,
+    ReportTables,
+    build_tables,
+    resolve_drain_rate,
+)
 from timerwheel.store.export_files import load_manifest, verify_files
 from timerwheel.store.export_location import ExportLocation
 
@@ -100,7 +106,6 @@ def run_report(request: ReportRequest, *, spark=None, say: Say | None = None) ->
             spark.stop()
     result = build_tables(grouped, seconds, manifest, request.options)
     result.summary.update(
-        cut_at_ms=manifest["cut_at_ms"],
         service_now_ms=manifest.get("service_now_ms"),
         source=manifest.get("source", ""),
         export_dir=location.local_dir or location.text,
@@ -121,15 +126,17 @@ def summarise_rows(rows, out_dir: str, options: ReportOptions) -> tuple[pa.Table
     work_dir = os.path.join(os.path.abspath(out_dir), "spark-work")  # not hidden: Spark skips
     try:  # paths that start with '.' or '_'
         aggregated = aggregate(rows, work_dir)
+        rates = fire_rates(aggregated.fired_seconds)
+        drain = resolve_drain_rate(options, rates)
         seconds = summarise(
             aggregated.seconds,
             tables_dir,
-            drain_rate=options.drain_rate,
+            drain_rate=drain["drain_rate"],
             top_seconds=options.top_seconds,
         )
     finally:
         shutil.rmtree(work_dir, ignore_errors=True)
-    return aggregated.grouped, seconds
+    return aggregated.grouped, dataclasses.replace(seconds, fire_rates=rates)
 
 
 def write_outputs(result: ReportTables, out_dir: str, started: float) -> None:

@@ -1,7 +1,8 @@
 """Decoding exported ``messages`` records into report rows (an Arrow table per file).
 
 The record codec is timerwheel.store.records (`record_summary` reads just the fields the report
-needs). The per-row Python work is kept to that one call and a few appends; everything
+needs, and `record_fired_at_ms` the fire time). The per-row Python work is kept to those
+calls and a few appends; everything
 that can be done per column is done by Arrow in C++: the UTF-8 check of the ids, the
 state names, and finding which wheel holds each scheduled timer (one hash lookup of
 all the file's wheel keys in its slice's wheel keys).
@@ -40,9 +41,11 @@ def decode_messages(
     created: list[int] = []
     body: list[int] = []
     states: list[int] = []
-    summary = records.record_summary
+    fired: list[int] = []
+    summary, fired_at = records.record_summary, records.record_fired_at_ms
     for message_id, raw in items:
         state, deliver_at_ms, created_at_ms, topic, body_bytes = summary(raw)
+        fired.append(fired_at(raw))
         ids.append(message_id)
         topics.append(topic)
         deliver.append(deliver_at_ms)
@@ -59,8 +62,15 @@ def decode_messages(
             "body_bytes": pa.array(body, pa.int64()),
             "state": _STATE_NAMES.take(state_codes),
             "wheel": _wheels(keys.wheel_keys(deliver, ids), state_codes, wheel_keys, wheel_names),
+            "fired_at_ms": _fired(fired),
         }
     )
+
+
+def _fired(fired_at_ms: list[int]) -> pa.Array:
+    """The fire time of each record; null for one that never fired (a record keeps 0)."""
+    times = pa.array(fired_at_ms, pa.int64())
+    return pc.if_else(pc.greater(times, 0), times, pa.scalar(None, pa.int64()))
 
 
 def _wheels(

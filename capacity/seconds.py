@@ -16,7 +16,7 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 from pyspark.sql import DataFrame
@@ -49,6 +49,7 @@ class SecondsResult:
     zoom_start_ms: int | None  # the close-up window [start, start + ZOOM_MS)
     zoom: dict[str, pa.Table]  # due_per_minute / due_per_hour rows inside the window
     per_day: pa.Table  # day_start_ms, timers: the whole horizon
+    fire_rates: dict = field(default_factory=dict)  # timerwheel.capacity.job.fire_rates
 
 
 def summarise(

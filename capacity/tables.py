@@ -22,16 +22,22 @@ from timerwheel.store import keys
 DELAY_QUANTILES = (0.5, 0.9, 0.99)
 
 
+DEFAULT_DRAIN_RATE = 10_000  # timers/s, assumed when neither given nor measured
+DRAIN_RATE_FLAG = "--drain-rate"
+
+
 @dataclass(frozen=True)
 class ReportOptions:
-    drain_rate: int = 10_000  # timers the service can fire per second
+    # Timers the service can fire per second, as configured (`--drain-rate`); None: the
+    # rate measured in the export, else DEFAULT_DRAIN_RATE, said to be assumed.
+    drain_rate: int | None = None
     top_seconds: int = 20
     # How long fired records are kept after they are acked or cancelled: the service's
     # default `retention_ms`; the export does not record the server's setting.
     retention_ms: int = 3 * DAY_MS
 
     def __post_init__(self) -> None:
-        if self.drain_rate <= 0:
+        if self.drain_rate is not None and self.drain_rate <= 0:
             raise ValueError(f"drain_rate={self.drain_rate}: must be a positive timers/second")
         if self.top_seconds <= 0:
             raise ValueError(f"top_seconds={self.top_seconds}: must be positive")
@@ -46,13 +52,36 @@ class ReportTables:
     seconds: SecondsResult | None = None  # the per-second tables, written by Spark
 
 
+def resolve_drain_rate(options: ReportOptions, rates: dict) -> dict:
+    """The drain rate the report uses and where it comes from: `--drain-rate` when given
+    ("configured"), else the rate measured in the export (timerwheel.capacity.job.fire_rates:
+    the most fired in one second while the service was behind), else the default, said to
+    be "assumed". Never a default shown as if measured."""
+    measured = rates.get("measured_drain_rate")
+    if options.drain_rate is not None:
+        rate, source = options.drain_rate, "configured"
+    elif measured:
+        rate, source = int(measured), "measured"
+    else:
+        rate, source = DEFAULT_DRAIN_RATE, "assumed"
+    return {
+        "drain_rate": rate,
+        "drain_rate_source": source,
+        "drain_rate_flag": DRAIN_RATE_FLAG,
+        "measured_drain_rate": measured,
+        "behind_seconds": rates.get("behind_seconds", 0),
+        "most_fired_in_a_second": rates.get("most_fired_in_a_second", 0),
+    }
+
+
 def build_tables(
     grouped: pa.Table, seconds: SecondsResult, manifest: dict, options: ReportOptions
 ) -> ReportTables:
     """Every driver-side table from the bounded groupings and the per-second results."""
     pending = grouped.filter(pc.equal(grouped["state"], "SCHEDULED"))
+    drain = resolve_drain_rate(options, seconds.fire_rates)
     out = ReportTables(seconds=seconds)
-    out.tables["peak_seconds"] = _peak_seconds(seconds.peaks, options)
+    out.tables["peak_seconds"] = _peak_seconds(seconds.peaks, drain["drain_rate"])
     out.tables["topics"] = _topics(_kind(grouped, "topic"))
     out.tables["delay_distribution"] = _delay_buckets(_kind(pending, "delay_bucket"))
     out.tables["wheel_occupancy"] = _wheels(_kind(pending, "wheel"))
@@ -64,16 +93,18 @@ def build_tables(
     )
     delays = _delay_stats(_kind(pending, "state"), _kind(pending, "delay_bin"))
     out.tables["storage_projection"], storage = _projection(
-        states, manifest, options, delays["delay_avg_ms"] or 0
+        states, manifest, options, drain["drain_rate"], delays["delay_avg_ms"] or 0
     )
     out.summary = {
-        "drain_rate": options.drain_rate,
+        **drain,
+        "cut_at_ms": manifest.get("cut_at_ms"),
         "retention_ms": options.retention_ms,
         "seconds_over_drain_rate": seconds.late_seconds,
         "timers_in_late_seconds": seconds.timers_in_late_seconds,
         **_pending_summary(seconds, out.tables),
         **delays,
         **storage,
+        **_headroom(manifest, storage, delays["delay_avg_ms"] or 0, options.retention_ms),
     }
     return out
 
@@ -92,10 +123,9 @@ def _utc(millis: pa.ChunkedArray, pattern: str) -> pa.Array:
     return pc.strftime(seconds, format=pattern)
 
 
-def _peak_seconds(top: pa.Table, options: ReportOptions) -> pa.Table:
+def _peak_seconds(top: pa.Table, rate: int) -> pa.Table:
     """The busiest seconds (from Spark, busiest first); one whose timers exceed the drain
     rate fires partly late."""
-    rate = options.drain_rate
     timers = top["timers"].to_pylist()
     drain_ms = [-(-count * SECOND_MS // rate) for count in timers]  # ceiling division
     return (
@@ -183,7 +213,9 @@ def _wheels(by_wheel: pa.Table) -> pa.Table:
     ).sort_by("first_deliver_ms")
 
 
-def _projection(states: pa.Table, manifest: dict, options: ReportOptions, delay_avg_ms: int):
+def _projection(
+    states: pa.Table, manifest: dict, options: ReportOptions, drain_rate: int, delay_avg_ms: int
+):
     """Storage at steady state, by Little's law: a timer is stored from its send until it
     fires (the mean delay), then kept for the retention, so a sustained send rate R holds
     R x (delay + retention) timers of `bytes_per_timer` SST bytes each. Two scenarios: the
@@ -196,7 +228,7 @@ def _projection(states: pa.Table, manifest: dict, options: ReportOptions, delay_
     bytes_per_timer = sst_bytes / records if records else 0.0
     span_ms = (last_created or 0) - (first_created or 0)
     rate = records * SECOND_MS / span_ms if span_ms > 0 else 0.0
-    scenarios = [("observed send rate", rate), ("drain rate", float(options.drain_rate))]
+    scenarios = [("observed send rate", rate), ("drain rate", float(drain_rate))]
     stay_ms = delay_avg_ms + options.retention_ms
     stored = [round(r * stay_ms / SECOND_MS) for _, r in scenarios]
     table = pa.table(
@@ -221,6 +253,43 @@ def _projection(states: pa.Table, manifest: dict, options: ReportOptions, delay_
         "steady_state_bytes": table["bytes"][0].as_py(),
     }
     return table, storage
+
+
+def _headroom(manifest: dict, storage: dict, delay_avg_ms: int, retention_ms: int) -> dict:
+    """Days until the data dir's disk is full, if the observed send rate goes on.
+
+    From the free space of the data dir's filesystem at the cut (the manifest's
+    `data_dir_disk`; an older export has none: unknown). The store holds
+    `bytes_per_timer` on disk a record (the data dir's files over the records, else the
+    export's SST bytes) and grows by at most send rate x bytes per timer a second, since
+    nothing leaves it before its delay and retention are over; it levels off at the steady
+    state (send rate x (mean delay + retention) timers). So the disk is full in
+    free / growth days at the soonest, or never when the steady state fits in it."""
+    disk = manifest.get("data_dir_disk") or {}
+    free, total, store = disk.get("free_bytes"), disk.get("total_bytes"), disk.get("store_bytes")
+    records, rate = storage["records"], storage["send_rate_per_second"]
+    if store and records:
+        per_timer, per_timer_source = store / records, "data dir"
+    else:
+        per_timer, per_timer_source = storage["bytes_per_timer"], "export SST"
+    steady = rate * (delay_avg_ms + retention_ms) / SECOND_MS * per_timer
+    growth_per_day = rate * per_timer * DAY_MS / SECOND_MS
+    current = store if store is not None else storage["sst_bytes"]
+    days, fills = None, None
+    if free is not None and growth_per_day > 0:
+        fills = steady - current > free
+        days = round(free / growth_per_day, 1) if fills else None
+    return {
+        "disk_free_bytes": free,
+        "disk_total_bytes": total,
+        "store_bytes": store,
+        "disk_bytes_per_timer": round(per_timer, 1),
+        "disk_bytes_per_timer_source": per_timer_source,
+        "steady_state_disk_bytes": round(steady),
+        "disk_growth_bytes_per_day": round(growth_per_day),
+        "disk_fills": fills,
+        "days_until_disk_full": days,
+    }
 
 
 def _pending_summary(seconds: SecondsResult, tables: dict[str, pa.Table]) -> dict:

@@ -189,6 +189,7 @@ def export_database(
     try:
         Checkpoint(database.db).create_checkpoint(checkpoint_dir)
         cut_at_ms = now_ms()
+        disk = data_dir_disk(database.path)  # before the export's own files take space
         with CheckpointReader(checkpoint_dir) as cut:
             meta = cut.meta_summary()
             how = export_parallel.plan(cut, workers, parallel_min_rows)
@@ -200,6 +201,7 @@ def export_database(
             )
         shutil.rmtree(checkpoint_dir)
         meta["workers"] = how.workers if how is not None else 1
+        meta["data_dir_disk"] = disk
         manifest = _manifest(slices, meta, cut_at_ms, database.path, started)
         write_json(os.path.join(staging, MANIFEST_NAME), manifest)
         sync_tree(staging)
@@ -223,6 +225,28 @@ def export_database(
         cut_at_ms=cut_at_ms,
         seconds=manifest["seconds"],
     )
+
+
+def data_dir_disk(data_dir: str) -> dict:
+    """The data dir's filesystem at the cut, for the capacity report's headroom: bytes
+    free (to an unprivileged writer) and in all, and the store's own files (None: unknown)."""
+    try:
+        usage = shutil.disk_usage(data_dir)
+        free, total = usage.free, usage.total
+    except OSError:
+        free = total = None
+    store: int | None = 0
+    try:
+        with os.scandir(data_dir) as entries:  # RocksDB keeps its files in one folder
+            for entry in entries:
+                try:
+                    if entry.is_file(follow_symlinks=False):
+                        store += entry.stat(follow_symlinks=False).st_size
+                except FileNotFoundError:  # a live store compacted it away meanwhile
+                    pass
+    except OSError:
+        store = None
+    return {"free_bytes": free, "total_bytes": total, "store_bytes": store}
 
 
 def _write_in_process(

@@ -27,8 +27,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     engine.add_argument("--master", default="local[*]", help="Spark master URL (local[*])")
     engine.add_argument("--remote", help="a Spark Connect server, sc://HOST:PORT")
     parser.add_argument(
-        "--drain-rate", type=int, default=10_000,
-        help="timers/s the service fires; busier seconds are flagged late (10000)",
+        "--drain-rate", type=int, default=None, metavar="TIMERS_PER_S",
+        help="timers/s the service fires; busier seconds are flagged late (default: "
+        "measured in the export, the most fired in a second while behind; else 10000, "
+        "said to be assumed)",
     )  # fmt: skip
     parser.add_argument(
         "--top-seconds", type=int, default=20, help="how many peak seconds to list (20)"
@@ -78,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
         f"report written to {result.out_dir}/index.html in {result.seconds:.1f} s: "
         f"{_count(summary['pending_timers'], 'pending timer')}, peak second "
         f"{_count(summary['peak_second_timers'], 'timer')}, "
-        f"{_count(summary['seconds_over_drain_rate'], 'second')} over the drain rate"
+        f"{_count(summary['seconds_over_drain_rate'], 'second')} over the drain rate "
+        f"({summary['drain_rate']:,}/s, {summary['drain_rate_source']})"
     )
     return 0
 

@@ -87,6 +87,27 @@ def test_peak_seconds_against_the_drain_rate(report):
     assert result.summary["peak_second_timers"] == 700
     assert result.summary["seconds_over_drain_rate"] == 1
     assert result.summary["timers_in_late_seconds"] == 700
+    # --drain-rate 500 was given: configured, and the export's own measure is kept beside
+    # it: audit.log's 20 timers, due at T0 + 2 s, fired together 3 s late at T0 + 5 s.
+    assert result.summary["drain_rate_source"] == "configured"
+    assert (result.summary["measured_drain_rate"], result.summary["behind_seconds"]) == (20, 1)
+
+
+def test_without_a_drain_rate_the_measured_one_flags_the_seconds(spark, exported, tmp_path):
+    """No --drain-rate: the rate measured in the export (20/s, the most fired in a second
+    while behind) decides which seconds fire late, and the page says it was measured."""
+    export_dir, truth = exported
+    result = run_report(
+        ReportRequest(export_dir, str(tmp_path / "r"), options=ReportOptions(top_seconds=5)),
+        spark=spark,
+    )
+    summary = result.summary
+    assert (summary["drain_rate"], summary["drain_rate_source"]) == (20, "measured")
+    over = [count for count in truth.per_second().values() if count > 20]
+    assert summary["seconds_over_drain_rate"] == len(over) == 2
+    assert summary["timers_in_late_seconds"] == sum(over) == 1_000
+    page = (tmp_path / "r" / "index.html").read_text(encoding="utf-8")
+    assert "measured: the most timers fired in one second while the service was behind" in page
 
 
 def test_topics_counts_and_bytes(report):
@@ -132,6 +153,16 @@ def test_delays_wheels_states_and_storage(report):
             row["stored_timers"] * manifest["totals"]["bytes"] / len(truth.rows)
         )
     assert summary["steady_state_bytes"] == projection[0]["bytes"]
+    # The disk: the export recorded the data dir's filesystem at the cut.
+    disk = manifest["data_dir_disk"]
+    assert 0 < disk["free_bytes"] <= disk["total_bytes"] and disk["store_bytes"] > 0
+    per_timer = disk["store_bytes"] / len(truth.rows)
+    assert summary["disk_growth_bytes_per_day"] == round(rate * per_timer * 86_400)
+    steady = rate * stay_s * per_timer
+    assert summary["disk_fills"] == (steady - disk["store_bytes"] > disk["free_bytes"])
+    if summary["disk_fills"]:
+        days = disk["free_bytes"] / (rate * per_timer * 86_400)
+        assert summary["days_until_disk_full"] == round(days, 1)
     delays_ms = sorted(r.deliver_at_ms - r.created_at_ms for r in truth.pending())
     assert (summary["delay_min_ms"], summary["delay_max_ms"]) == (delays_ms[0], delays_ms[-1])
     for q in (50, 90, 99):  # percentiles from 2 %-wide bins: never below, at most 2 % above
@@ -209,7 +240,11 @@ def test_empty_export_gives_an_empty_report(spark, tmp_path):
     )
     assert result.summary["pending_timers"] == 0
     assert result.summary["peak_second_timers"] == 0
-    assert os.path.exists(tmp_path / "report" / "index.html")
+    # Nothing fired and no --drain-rate: the default, said to be assumed, never measured.
+    assert result.summary["drain_rate_source"] == "assumed"
+    assert result.summary["measured_drain_rate"] is None
+    page = (tmp_path / "report" / "index.html").read_text(encoding="utf-8")
+    assert "assumed: the default of --drain-rate, not measured" in page
 
 
 def test_report_refuses_a_used_output_and_bad_options(exported, tmp_path, capsys):
@@ -229,11 +264,31 @@ def test_report_refuses_a_used_output_and_bad_options(exported, tmp_path, capsys
     assert f"export dir {missing!r} does not exist" in capsys.readouterr().err
 
 
+# Every element that pokes out of its parent's box or whose content is wider than itself,
+# and a page wider than the window: what "overflows the page" means, measured by the browser.
+OVERFLOW_JS = """() => {
+  const bad = [];
+  const page = document.documentElement;
+  if (page.scrollWidth > page.clientWidth) bad.push(`page ${page.scrollWidth}px wide`);
+  for (const el of document.body.querySelectorAll('*')) {
+    const box = el.getBoundingClientRect();
+    if (!box.width && !box.height) continue;
+    const parent = el.parentElement.getBoundingClientRect();
+    const what = `${el.tagName} ${(el.textContent || el.getAttribute('src') || '').slice(0, 60)}`;
+    if (box.right > parent.right + 0.5 || box.left < parent.left - 0.5) bad.push(`out: ${what}`);
+    if (el.clientWidth && el.scrollWidth > el.clientWidth + 1) bad.push(`wider: ${what}`);
+  }
+  return bad;
+}"""
+
+
 def test_page_in_headless_chromium_is_zoomed_to_the_load(report, tmp_path):
     """The page as a planner sees it, rendered by a real headless Chromium (Debian's
     `chromium`, driven by Playwright): every chart loads, the 48-hour charts hold the bulk
     of the timers (and exactly the known timers of their window), the per-day chart spans
-    the whole horizon, tables lead with UTC text and figures read in correct English."""
+    the whole horizon, tables lead with UTC text and figures read in correct English;
+    nothing overflows its container at a wide or a narrow window; every key figure names
+    its source, the drain rate the flag that sets it; the headline says what it assumes."""
     from playwright.sync_api import sync_playwright
 
     result, truth, _ = report
@@ -256,9 +311,27 @@ def test_page_in_headless_chromium_is_zoomed_to_the_load(report, tmp_path):
             )
             cells = page.evaluate("[...document.querySelectorAll('td')].map(c => c.textContent)")
             figures_text = page.inner_text("table.figures")
+            sources = page.evaluate(
+                "Object.fromEntries([...document.querySelectorAll('table.figures tr')]"
+                ".slice(1).map(r => [r.cells[0].textContent, r.cells[2].textContent]))"
+            )
+            headline = page.inner_text("p.headline")
             page.screenshot(path=str(tmp_path / "page.png"))
+            overflow = {1200: page.evaluate(OVERFLOW_JS)}
+            page.set_viewport_size({"width": 800, "height": 1000})
+            overflow[800] = page.evaluate(OVERFLOW_JS)
         finally:
             browser.close()
+
+    assert overflow == {1200: [], 800: []}
+    assert len(sources) >= 15 and all(text.strip() for text in sources.values()), sources
+    assert sources["Drain rate"].startswith("configured: --drain-rate 500; measured in the ")
+    assert sources["Data dir's disk at the cut"].startswith("export manifest: the data dir")
+    assert sources["Days until the disk is full"].startswith("projection: free space over")
+    assert sources["Observed send rate"].startswith("export: records over the span")
+    assert headline.startswith("At steady state, assuming the send rate of ")
+    assert " continues, the store levels off at " in headline
+    assert "free of" in headline and "if that was a burst" in headline  # 5 s of sends
 
     assert len(images) == 8 and all(width >= 900 for width in images), images
     due = sorted(row.deliver_at_ms for row in truth.pending())
