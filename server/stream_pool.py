@@ -29,6 +29,11 @@ a place of that budget, not a thread of anyone else's. The pool has a thread for
 place and two more, so a call over its budget is refused at once (RESOURCE_EXHAUSTED,
 naming the setting) rather than queued, and health's calls can neither take the threads
 of TimerService nor pile up in a queue towards the server's global limit.
+
+grpcio reads a request whole, up to `max_request_bytes`, before anyone can look at it, and
+a probe's request is a service name or a reflection query. So probes read theirs
+`PROBE_READS` at once (one a connection), and one above `PROBE_REQUEST_BYTES` is refused
+INVALID_ARGUMENT undecoded: an open Watch no longer keeps a 15 MiB service name.
 """
 
 from __future__ import annotations
@@ -39,13 +44,20 @@ from dataclasses import dataclass
 import grpc
 
 from timerwheel.security.guard import REFLECTION_PREFIX
-from timerwheel.security.limits import CallBudget, connection_identity
+from timerwheel.security.limits import CallBudget, ReceiveGate, connection_identity
 from timerwheel.wheels.domain import Overloaded
 from timerwheel.wheels.settings import Settings
 
 HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 HEALTH_WATCH = "/grpc.health.v1.Health/Watch"
 SPARE_PROBE_THREADS = 2  # threads no admitted call can hold: refusals run on them
+# A probe's request is a service name or a reflection query: a few bytes. grpcio reads any
+# request whole, up to max_request_bytes, before it can be looked at; so probes read theirs
+# PROBE_READS at once (one a connection), and one above PROBE_REQUEST_BYTES is refused
+# undecoded: what callers without a token make the server hold stays a few MiB at rest
+# and PROBE_READS x max_request_bytes while read, however many calls they open.
+PROBE_READS = 4
+PROBE_REQUEST_BYTES = 4096
 
 _HANDLER_OF = {  # (request streaming, response streaming) -> factory, behaviour attribute
     (False, True): (grpc.unary_stream_rpc_method_handler, "unary_stream"),
@@ -80,6 +92,7 @@ class Probes:
     checks: CallBudget
     watches: CallBudget
     reflection: CallBudget
+    reads: ReceiveGate  # requests being read (below)
 
     @classmethod
     def of(cls, settings: Settings) -> Probes:
@@ -95,7 +108,7 @@ class Probes:
             streams, "max_reflection_streams", streams, "max_reflection_streams"
         )
         pool = ThreadPoolExecutor(probe_threads(settings), thread_name_prefix="grpc-probe")
-        return cls(pool, checks, watches, reflection)
+        return cls(pool, checks, watches, reflection, ReceiveGate(PROBE_READS, 1))
 
     def budget_of(self, method: str) -> tuple[CallBudget, str] | None:
         if method == HEALTH_CHECK:
@@ -115,7 +128,27 @@ def probe_threads(settings: Settings) -> int:
     )  # fmt: skip
 
 
-def admitted(handler: grpc.RpcMethodHandler, budget: CallBudget, what: str, pool):
+class TooBig:
+    """What a probe's deserializer returns for a request above PROBE_REQUEST_BYTES."""
+
+    __slots__ = ("size",)
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+
+def capped(deserializer):
+    def deserialize(data: bytes) -> object:
+        if len(data) > PROBE_REQUEST_BYTES:
+            return TooBig(len(data))  # not decoded: its bytes are dropped
+        return deserializer(data)
+
+    return deserialize
+
+
+def admitted(
+    handler: grpc.RpcMethodHandler, budget: CallBudget, what: str, pool, reads: ReceiveGate
+):
     """`handler` on `pool`, each call admitted by `budget` before anything else.
 
     The handler returned reads its request itself (grpcio gives a request-streaming
@@ -132,8 +165,28 @@ def admitted(handler: grpc.RpcMethodHandler, budget: CallBudget, what: str, pool
         if not context.add_callback(lambda: budget.release(key)):
             budget.release(key)  # the call has already ended
 
+    def each(requests, context):
+        """The requests, each read within a place of `reads` and within its size."""
+        key = connection_identity(context)
+        while True:
+            if not reads.acquire(key, context.is_active):
+                context.abort(grpc.StatusCode.CANCELLED, f"{what}: the call ended")
+            try:
+                request = next(requests, None)
+            finally:
+                reads.release(key)
+            if request is None:
+                return
+            if isinstance(request, TooBig):
+                context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"{what}: a request of {request.size} bytes; a probe's request is at "
+                    f"most {PROBE_REQUEST_BYTES} bytes",
+                )
+            yield request
+
     def only(requests, context):
-        for request in requests:
+        for request in each(requests, context):
             return request
         context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{what}: expects one request")
 
@@ -142,7 +195,7 @@ def admitted(handler: grpc.RpcMethodHandler, budget: CallBudget, what: str, pool
 
         def both(requests, context):
             admit(context)
-            yield from inner_both(requests, context)
+            yield from inner_both(each(requests, context), context)
 
         behaviour, factory = both, grpc.stream_stream_rpc_method_handler
     elif handler.response_streaming:
@@ -158,7 +211,7 @@ def admitted(handler: grpc.RpcMethodHandler, budget: CallBudget, what: str, pool
 
         def unary_of_stream(requests, context):
             admit(context)
-            return inner_unary_of_stream(requests, context)
+            return inner_unary_of_stream(each(requests, context), context)
 
         behaviour, factory = unary_of_stream, grpc.stream_unary_rpc_method_handler
     else:
@@ -170,8 +223,9 @@ def admitted(handler: grpc.RpcMethodHandler, budget: CallBudget, what: str, pool
 
         behaviour, factory = unary, grpc.stream_unary_rpc_method_handler
     return factory(
-        on_pool(behaviour, pool), handler.request_deserializer, handler.response_serializer
-    )
+        on_pool(behaviour, pool), capped(handler.request_deserializer),
+        handler.response_serializer,
+    )  # fmt: skip
 
 
 class StreamPool(grpc.ServerInterceptor):
@@ -188,7 +242,7 @@ class StreamPool(grpc.ServerInterceptor):
             return handler
         probe = self._probes.budget_of(details.method) if self._probes else None
         if probe is not None:
-            return admitted(handler, *probe, self._probes.pool)
+            return admitted(handler, *probe, self._probes.pool, self._probes.reads)
         if not (handler.request_streaming or handler.response_streaming):
             return handler
         factory, attribute = _HANDLER_OF[handler.request_streaming, handler.response_streaming]

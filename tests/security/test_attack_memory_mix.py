@@ -4,7 +4,8 @@ Issue 76 took a server past its 1 GiB promise with 48 concurrent SendBatch calls
 15 MiB (1,082 MiB: the byte budget was checked after grpcio had read and decoded each
 request) and with 16 concurrent List calls with bodies over 4 MiB bodies (1,389 MiB: List
 read its page before it checked). Here all of it runs at once, with Nacks of 15 MiB of
-ids, Gets of 4 MiB bodies and hundreds of idle Subscribe streams beside, while a client
+ids, Gets of 4 MiB bodies, health Checks without a token naming a 15 MiB service and
+hundreds of idle Subscribe streams beside, while a client
 with another token sends and gets small messages and a consumer with a third token waits
 for one. The server's peak RSS (the kernel's high-water mark, VmHWM, so no moment between
 samples is missed) is printed and must stay under the budget of docs/security.md
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from helpers.credentials import write_tokens
 from helpers.waits import WAIT_S
 
@@ -40,6 +42,7 @@ BATCHES = 48  # concurrent SendBatch calls of 15 MiB (issue 76: 1,082 MiB)
 LISTS = 16  # concurrent List calls with bodies over 4 MiB bodies (issue 76: 1,389 MiB)
 NACKS = 8  # concurrent Nacks of 15 MiB of ids
 GETS = 16  # concurrent Gets of a 4 MiB body
+PROBES = 16  # concurrent health Checks without a token, each naming a 15 MiB service
 IDLE_STREAMS = 300  # idle Subscribe streams of one token over 10 connections
 ROUNDS = 2  # each attacker repeats its call
 BODY = 4 * MIB - 64 * 1024  # the largest body that fits max_body_bytes with room to spare
@@ -106,6 +109,8 @@ def test_the_worst_concurrent_mix_stays_in_the_memory_budget_and_others_are_serv
     admin = Caller(server.target, tokens["admin"])
     orders = Caller(server.target, tokens["orders-consumer"])
     callers = [*producers, *consumers, admin, orders]
+    options = [("grpc.use_local_subchannel_pool", 1), ("grpc.max_send_message_length", -1)]
+    anonymous = [grpc.insecure_channel(server.target, options) for _ in range(8)]
     idle: list = []
     try:
         # What List reads: a dozen bodies of almost 4 MiB, due in an hour.
@@ -156,10 +161,11 @@ def test_the_worst_concurrent_mix_stays_in_the_memory_budget_and_others_are_serv
 
         codes: dict[str, Counter[grpc.StatusCode]] = {
             "SendBatch": Counter(), "List": Counter(), "Nack": Counter(), "Get": Counter(),
+            "Health.Check without a token": Counter(),
         }  # fmt: skip
         refused_batches: list[str] = []
         lock = threading.Lock()
-        start = threading.Barrier(BATCHES + LISTS + NACKS + GETS + 1)
+        start = threading.Barrier(BATCHES + LISTS + NACKS + GETS + PROBES + 1)
         nack_ids = [f"no-such-delivery-{i:012d}" for i in range(15 * MIB // 32)]
 
         def send_batches(index: int) -> None:
@@ -200,11 +206,25 @@ def test_the_worst_concurrent_mix_stays_in_the_memory_budget_and_others_are_serv
                 with lock:
                     codes["Get"][code] += 1
 
+        def probes(index: int) -> None:
+            health = health_pb2_grpc.HealthStub(anonymous[index % len(anonymous)])
+            request = health_pb2.HealthCheckRequest(service="s" * (15 * MIB))
+            start.wait()
+            for _ in range(ROUNDS):
+                try:
+                    health.Check(request, timeout=WAIT_S * 6)
+                    code = OK
+                except grpc.RpcError as error:
+                    code = error.code()
+                with lock:
+                    codes["Health.Check without a token"][code] += 1
+
         attackers = [
             *(threading.Thread(target=send_batches, args=(i,)) for i in range(BATCHES)),
             *(threading.Thread(target=lists, args=(i,)) for i in range(LISTS)),
             *(threading.Thread(target=nacks, args=(i,)) for i in range(NACKS)),
             *(threading.Thread(target=gets, args=(i,)) for i in range(GETS)),
+            *(threading.Thread(target=probes, args=(i,)) for i in range(PROBES)),
         ]
         for thread in attackers:
             thread.start()
@@ -243,6 +263,7 @@ def test_the_worst_concurrent_mix_stays_in_the_memory_budget_and_others_are_serv
         assert set(codes["List"]) <= {OK, EXHAUSTED} and OK in codes["List"]
         assert set(codes["Nack"]) <= {INVALID, EXHAUSTED}, codes["Nack"]
         assert set(codes["Get"]) <= {OK, EXHAUSTED} and OK in codes["Get"]
+        assert set(codes["Health.Check without a token"]) <= {INVALID, EXHAUSTED}
         assert set(light) == {OK}, light
         assert [d.body for d in got] == [b"pay #42"]
         for message_id in refused_batches:  # a refused batch stored nothing
@@ -254,3 +275,5 @@ def test_the_worst_concurrent_mix_stays_in_the_memory_budget_and_others_are_serv
             call.cancel()
         for caller in callers:
             caller.close()
+        for channel in anonymous:
+            channel.close()

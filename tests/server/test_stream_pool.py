@@ -7,10 +7,17 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from helpers.waits import WAIT_S
 
 from timerwheel.client import TimerClient
+from timerwheel.server.stream_pool import PROBE_REQUEST_BYTES
 from timerwheel.v1 import timerwheel_pb2 as pb
+
+MIB = 1024 * 1024
 
 
 def threads_named(prefix: str) -> int:
@@ -63,3 +70,34 @@ def test_open_subscribe_streams_hold_stream_threads_and_unary_calls_still_answer
         finally:
             for stream in streams:
                 stream.cancel()
+
+
+def test_a_probe_request_above_its_size_is_refused_undecoded_and_small_ones_answer(server):
+    """Health and reflection are open to callers without a token; their requests are a
+    few bytes, and one of megabytes is refused naming its size and the limit."""
+    with grpc.insecure_channel(server.target) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        with pytest.raises(grpc.RpcError) as refused:
+            health.Check(health_pb2.HealthCheckRequest(service="s" * MIB), timeout=WAIT_S)
+        assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        details = refused.value.details()
+        assert "Health.Check: a request of 1048580 bytes" in details
+        assert f"at most {PROBE_REQUEST_BYTES} bytes" in details
+        watch = health.Watch(health_pb2.HealthCheckRequest(service="w" * MIB), timeout=WAIT_S)
+        with pytest.raises(grpc.RpcError) as refused:
+            next(watch)
+        assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert "Health.Watch: a request of" in refused.value.details()
+        answer = health.Check(health_pb2.HealthCheckRequest(service=""), timeout=WAIT_S)
+        assert answer.status == health_pb2.HealthCheckResponse.SERVING
+        reflection = reflection_pb2_grpc.ServerReflectionStub(channel)
+        asked = reflection_pb2.ServerReflectionRequest(list_services="")
+        [listed] = list(reflection.ServerReflectionInfo(iter([asked]), timeout=WAIT_S))
+        assert "timerwheel.v1.TimerService" in {
+            s.name for s in listed.list_services_response.service
+        }
+        big = reflection_pb2.ServerReflectionRequest(file_by_filename="f" * MIB)
+        with pytest.raises(grpc.RpcError) as refused:
+            list(reflection.ServerReflectionInfo(iter([big]), timeout=WAIT_S))
+        assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert "reflection: a request of" in refused.value.details()
