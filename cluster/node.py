@@ -88,10 +88,12 @@ from timerwheel.wheels.validation import validate_message_ref, validate_sends
 if TYPE_CHECKING:
     from timerwheel.engine.api import TimerApi
     from timerwheel.engine.engine import Engine
+    from timerwheel.engine.series import SeriesPause
     from timerwheel.store.export import ExportSummary
 
 log = structlog.get_logger("timerwheel.cluster")
 
+END_OF_TIME_MS = 1 << 47  # beyond any deliver time a timer may have (year 6429)
 RESTORE_CHUNK = 1_000  # sends per engine batch while a takeover restores a partition
 JOURNAL_WAIT_S = 10.0  # a caller waits at most this for its entry to be in the log
 
@@ -269,7 +271,7 @@ class ClusterNode:
             if now - registered_at >= self.node.lease.renew_every_ms:
                 registered_at = now
                 await self._register()
-            await asyncio.gather(*(self._step(p, now) for p in list(self._views)))
+            await asyncio.gather(*(self._step_safely(p, now) for p in list(self._views)))
             self._check_gate()
             await asyncio.sleep(self.node.tick_ms / 1000)
 
@@ -291,6 +293,14 @@ class ClusterNode:
         """The live node a partition goes to first (rendezvous hashing: a node joining or
         leaving moves only its own share)."""
         return preferred_node(partition, self._live_nodes)
+
+    async def _step_safely(self, partition: int, now: int) -> None:
+        """One partition's step; whatever it raises is logged, never the end of the loop
+        (every other partition's lease depends on it)."""
+        try:
+            await self._step(partition, now)
+        except Exception as error:
+            log.error("cluster_step_failed", partition=partition, error=repr(error))
 
     async def _step(self, partition: int, now: int) -> None:
         for _ in range(2):  # a read that finds the key absent leads to a create
@@ -469,10 +479,17 @@ class ClusterNode:
     def _purge(self, partition: int) -> None:
         """Remove a partition's timers from the local engine (another node owns them now).
         Until it is done the node neither delivers nor takes the partition again: a restore
-        running beside it would see its timers retired."""
+        running beside it would see its timers retired. Retried until it succeeds (a
+        writer refusing for a moment must not leave the partition's timers here)."""
         self._purging.add(partition)
         try:
-            self._purge_engine(partition)
+            for attempt in range(1, 100):
+                try:
+                    self._purge_engine(partition)
+                    return
+                except Exception as error:
+                    log.error("cluster_purge_failed", partition=partition, error=repr(error))
+                    time.sleep(min(0.05 * attempt, 1.0))
         finally:
             self._purging.discard(partition)
 
@@ -481,7 +498,9 @@ class ClusterNode:
         for topic, _, _ in self.engine.topics():
             token = ""
             while True:
-                timers, token = self.engine.list_pending(topic, 0, 0, 1000, token, False)
+                timers, token = self.engine.list_pending(
+                    topic, 0, END_OF_TIME_MS, 1000, token, False
+                )
                 for timer in timers:
                     if partition_of(timer.message_id, count) == partition:
                         with contextlib.suppress(Exception):
@@ -682,6 +701,10 @@ class ClusterNode:
         self, dlq_topic: str, timer_filter: TimerFilter, limit: int = 0, page_token: str = ""
     ) -> RedriveResult:
         raise FailedPrecondition("Redrive is not served in cluster mode yet")
+
+    def pause_series(self, series_id: str, paused: bool) -> SeriesPause:
+        name = "PauseSeries" if paused else "ResumeSeries"
+        raise FailedPrecondition(f"{name} is not served in cluster mode yet")
 
     def list_pending(
         self, topic: str, from_ms: int, to_ms: int, limit: int, page_token: str = "",

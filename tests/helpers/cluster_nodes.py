@@ -43,6 +43,7 @@ class Consumer:
     lock: threading.Lock
     stop: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
+    errors: list[str] = field(default_factory=list)  # what ended each stream, for reports
 
     def start(self) -> Consumer:
         self.thread = threading.Thread(target=self._run, name=f"consume-{self.name}", daemon=True)
@@ -68,8 +69,8 @@ class Consumer:
                             client.ack(self.topic, [d.message_id for d in batch])
                         if self.stop.is_set():
                             break
-            except (RemoteError, OSError, ValueError):
-                pass
+            except (RemoteError, OSError, ValueError) as error:
+                self.errors.append(f"{time.strftime('%H:%M:%S')} {error}"[:200])
             self.stop.wait(0.2)  # the node is down or restarting: try again
 
     def close(self) -> None:
