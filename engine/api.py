@@ -20,6 +20,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Protocol
 
 from timerwheel.common import State
+from timerwheel.engine.series import SeriesPause
 from timerwheel.engine.trace_ops import DeliveryEvents
 from timerwheel.engine.writer import FiredListener
 from timerwheel.store.records import FiredRecord
@@ -53,6 +54,10 @@ class TimerApi(Protocol):
         ...
 
     def get(self, message_id: str, include_trace: bool = False) -> Timer: ...
+
+    def pause_series(self, series_id: str, paused: bool) -> SeriesPause:
+        """Pause (`paused`) or resume a SCHEDULED recurring series (timerwheel.engine.series)."""
+        ...
 
     def bulk_cancel(
         self, timer_filter: TimerFilter, limit: int = 0, page_token: str = "",

@@ -29,6 +29,7 @@ from timerwheel.engine.move_ops import DeadLetterOp, RescheduleOp
 from timerwheel.engine.ops import AckOp, CancelOp
 from timerwheel.engine.prepare import prepare_sends
 from timerwheel.engine.send_op import SendOp
+from timerwheel.engine.series import PauseOp, SeriesPause
 from timerwheel.engine.store_health import StoreHealth
 from timerwheel.engine.trace_ops import DeliveryEvents, TraceBarrier, TraceOp
 from timerwheel.engine.writer import FiredListener, Writer
@@ -160,7 +161,8 @@ class Engine(EngineApi):
     def unacked(self) -> int:
         """Fired, not yet acked messages, kept without scans: the `ready` entries found at
         open, plus fire sequences handed out since, minus acks since."""
-        fired = self._scheduler.state.fire_seq - self._fire_seq_base
+        state = self._scheduler.state
+        fired = state.fire_seq - state.unused_fire_seqs - self._fire_seq_base
         with self._acked_lock:
             return max(self._unacked_base + fired - self._acked, 0)
 
@@ -173,6 +175,12 @@ class Engine(EngineApi):
         validate_message_ref(message_id)
         deliver_at_ms = resolve_deliver_at_ms(when, self.now_ms(), self.settings)
         op = RescheduleOp(message_id=message_id, when=when, deliver_at_ms=deliver_at_ms)
+        return self._writer.wait(self._writer.submit(op))
+
+    def pause_series(self, series_id: str, paused: bool) -> SeriesPause:
+        """Pause (`paused`) or resume a SCHEDULED series, atomically (PauseOp)."""
+        validate_message_ref(series_id, "series_id")
+        op = PauseOp(series_id=series_id, paused=paused)
         return self._writer.wait(self._writer.submit(op))
 
     def ack(

@@ -82,8 +82,8 @@ class TimerLookups:
             raw = self._store.get_record(message_id)
             extras = extras_cf.get_extras(self._store, None, message_id.encode())
             if raw is not None and records.is_series(raw) and extras is not None:
-                options, number, _ = extras_cf.decode_series(extras)
-                timer = replace(timer, repeat=options.repeat, next_occurrence=number)
+                options, number, _, paused = extras_cf.decode_series_state(extras)
+                timer = replace(timer, repeat=options.repeat, next_occurrence=number, paused=paused)
         return timer
 
     def topic_of(self, message_id: str) -> str | None:

@@ -43,10 +43,10 @@ class RescheduleOp(Op):
             )
         assert self.when is not None
         unschedule(ctx, batch, self.message_id, raw)
-        if records.is_series(raw):  # its next occurrence moves: keep its number
+        if records.is_series(raw):  # its next occurrence moves: keep its number (and pause)
             extras = extras_cf.get_extras(ctx.store, batch, self.message_id.encode())
-            options, number, _ = extras_cf.decode_series(extras or b"{}")
-            moved = extras_cf.encode_extras(options, number, self.deliver_at_ms)
+            options, number, _, paused = extras_cf.decode_series_state(extras or b"{}")
+            moved = extras_cf.encode_extras(options, number, self.deliver_at_ms, paused)
             extras_cf.stage_extras(batch, self.message_id.encode(), moved)
         record = records.with_schedule(raw, self.when, self.deliver_at_ms)
         topic = records.record_topic(raw)

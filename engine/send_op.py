@@ -29,7 +29,7 @@ from timerwheel.wheels.domain import (
     When,
     WhenKind,
 )
-from timerwheel.wheels.trace import TraceEvent, TraceKind
+from timerwheel.wheels.trace import TraceEvent, TraceKind, fire_stored
 
 
 class PreparedSend(NamedTuple):
@@ -49,7 +49,7 @@ class PreparedSend(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class _Replacement:
-    """A send with IfExists.REPLACE that found a SCHEDULED timer under its id."""
+    """A send with IfExists.REPLACE that found a SCHEDULED or CANCELLED timer under its id."""
 
     send: PreparedSend
     old_record: bytes
@@ -116,14 +116,9 @@ class SendOp(Op):
             plan.append(previous if previous is not None else send)
         results = []
         for item in plan:
-            if isinstance(item, _Replacement):  # REPLACE of a SCHEDULED timer: old key out
-                unschedule(ctx, batch, item.send.message_id, item.old_record)
-                replaced = TraceEvent(
-                    TraceKind.REPLACED, now_ms, deliver_at_ms=item.send.deliver_at_ms
-                )
-                trace_cf.stage_event(batch, item.send.message_id, replaced)
-                item = _replace_extras(ctx, batch, item)
-            if isinstance(item, PreparedSend):
+            if isinstance(item, _Replacement):
+                item = _stage_replacement(ctx, batch, item, now_ms)
+            elif isinstance(item, PreparedSend):
                 stage_new(ctx, batch, item, now_ms)
                 item = SendResult(item.message_id, item.deliver_at_ms)
             results.append(item)
@@ -219,10 +214,10 @@ def _existing_result(
     if if_exists is IfExists.KEEP or if_exists is IfExists.RESTORE:
         return SendResult(timer.message_id, timer.deliver_at_ms, True, timer.state)
     if if_exists is IfExists.REPLACE:
-        if timer.state is not State.SCHEDULED:
+        if timer.state not in _REPLACEABLE:
             raise FailedPrecondition(
                 f"message_id={send.message_id!r}: already {timer.state.name}; "
-                "only a SCHEDULED timer can be replaced"
+                "only a SCHEDULED or CANCELLED timer can be replaced"
             )
         return _Replacement(send, raw)
     if not timer.same_request(send.spec):
@@ -235,18 +230,64 @@ def _existing_result(
     return SendResult(timer.message_id, timer.deliver_at_ms, True, timer.state)
 
 
+# REPLACE stores the new version over these. A CANCELLED timer will never be delivered,
+# so storing a new one under its id cannot deliver anything twice: that is what makes a
+# cancelled series id (or any cancelled id) usable again before its retention ends.
+# FIRED and ACKED ones were (or are being) delivered: a REPLACE of those stays refused.
+_REPLACEABLE = (State.SCHEDULED, State.CANCELLED)
+
+
+def _stage_replacement(
+    ctx: WriterContext, batch: StagedBatch, item: _Replacement, now_ms: int
+) -> SendResult:
+    """Store a new version under a SCHEDULED (debounce) or CANCELLED id, in this batch.
+
+    The new record's times start again (created now, not cancelled), so what the old
+    version's record said about its life is written down as events first: its SENT (when
+    and where it was first placed) and, for a cancelled one, its CANCELLED (and its
+    FIRED, for one a purge cancelled). The trace of the id then reads SENT, ..., REPLACED,
+    SENT (the new version), ...: the first send time survives any number of REPLACEs."""
+    send, old = item.send, item.old_record
+    message_id = send.message_id
+    if records.is_scheduled(old):
+        unschedule(ctx, batch, message_id, old)
+    else:  # CANCELLED: its retention entry goes (the new version makes its own)
+        cancelled_at_ms = records.trace_facts(old).cancelled_at_ms
+        ctx.store.stage_unexpire(batch, cancelled_at_ms + ctx.retention_ms, message_id.encode())
+    for event in _record_events(ctx, message_id, old):
+        trace_cf.stage_event(batch, message_id, event)
+    send = _replace_extras(ctx, batch, item)
+    wheel = stage_new(ctx, batch, send, now_ms)
+    replaced = TraceEvent(TraceKind.REPLACED, now_ms, wheel=wheel, deliver_at_ms=send.deliver_at_ms)
+    trace_cf.stage_event(batch, message_id, replaced)
+    return SendResult(send.message_id, send.deliver_at_ms)
+
+
+def _record_events(ctx: WriterContext, message_id: str, raw: bytes) -> list[TraceEvent]:
+    """The events a replaced record's header holds, which its new version's would lose."""
+    facts = records.trace_facts(raw)
+    events = [TraceEvent(TraceKind.SENT, facts.created_at_ms, wheel=facts.placed_in)]
+    if facts.fired_at_ms and not fire_stored(ctx.store.trace.read(message_id), facts.fired_at_ms):
+        events.append(TraceEvent(TraceKind.FIRED, facts.fired_at_ms))
+    if facts.cancelled_at_ms:
+        events.append(TraceEvent(TraceKind.CANCELLED, facts.cancelled_at_ms))
+    return events
+
+
 def _replace_extras(ctx: WriterContext, batch: StagedBatch, item: _Replacement) -> PreparedSend:
     """The old timer's `extras` go; a series replacing a series continues its numbering,
-    so a new occurrence never takes the id of one still kept."""
+    so a new occurrence never takes the id of one still kept, and a paused series stays
+    paused (a cancelled one is no longer paused: it starts again)."""
     send, message_id = item.send, item.send.message_id.encode()
     if not records.has_extras(item.old_record):
         return send
     old_extras = extras_cf.get_extras(ctx.store, batch, message_id)
     extras_cf.stage_extras(batch, message_id, None)
     if records.is_series(item.old_record) and records.is_series(send.record) and old_extras:
-        number = extras_cf.decode_series(old_extras)[1]
+        _, number, _, paused = extras_cf.decode_series_state(old_extras)
+        paused = paused and records.is_scheduled(item.old_record)
         options, _, at_ms = extras_cf.decode_series(send.extras or b"{}")
-        return send._replace(extras=extras_cf.encode_extras(options, number, at_ms))
+        return send._replace(extras=extras_cf.encode_extras(options, number, at_ms, paused))
     return send
 
 

@@ -44,7 +44,7 @@ log = structlog.get_logger("timerwheel.engine_host")
 REMOTE_CALLS = frozenset(
     {"now_ms", "cancel", "reschedule", "get", "list_pending", "count", "topic_of", "stats",
      "topics", "fire_lateness", "export", "ready_topics", "fetch_fired_raw",
-     "delivery_options_of", "bulk_cancel", "redrive",
+     "delivery_options_of", "bulk_cancel", "redrive", "pause_series",
      "ack", "unacked", "dead_letter", "record_trace", "delivery_attempts", "metrics_gauges"}
 )  # fmt: skip
 

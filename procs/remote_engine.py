@@ -26,6 +26,7 @@ from timerwheel.common import State
 from timerwheel.engine.api import EngineApi, FiredListener
 from timerwheel.engine.ids import MessageIds
 from timerwheel.engine.prepare import prepare_sends
+from timerwheel.engine.series import SeriesPause
 from timerwheel.procs.ipc import CallClient, PeerUnavailable
 from timerwheel.procs.send_funnel import SendFunnel
 from timerwheel.store import records
@@ -74,6 +75,9 @@ class RemoteEngine(EngineApi):
 
     def get(self, message_id: str, include_trace: bool = False) -> Timer:
         return self._calls.call("get", message_id, include_trace)
+
+    def pause_series(self, series_id: str, paused: bool) -> SeriesPause:
+        return self._calls.call("pause_series", series_id, paused)
 
     def bulk_cancel(
         self, timer_filter: TimerFilter, limit: int = 0, page_token: str = "",

@@ -53,9 +53,12 @@ def stage_dead_letter(
     store.stage_fire_new(batch, message_id, record, topic, seq)
 
 
-def encode_extras(options: SendOptions, next_number: int = 1, next_at_ms: int = 0) -> bytes:
+def encode_extras(
+    options: SendOptions, next_number: int = 1, next_at_ms: int = 0, paused: bool = False
+) -> bytes:
     """Send options as stored in `extras`: compact JSON (few messages have them). A series
-    also keeps the number and schedule time of its next occurrence there."""
+    also keeps the number and schedule time of its next occurrence there, and whether it
+    is paused (`timerwheel.engine.series`)."""
     data: dict = {}
     if options.max_attempts is not None:
         data["max_attempts"] = options.max_attempts
@@ -67,6 +70,8 @@ def encode_extras(options: SendOptions, next_number: int = 1, next_at_ms: int = 
         repeat = dataclasses.asdict(options.repeat)
         repeat["missed"] = int(options.repeat.missed)
         data.update(repeat={k: v for k, v in repeat.items() if v}, n=next_number, at=next_at_ms)
+        if paused:
+            data["paused"] = True
     return json.dumps(data, separators=(",", ":")).encode()
 
 
@@ -76,6 +81,11 @@ def decode_extras(raw: bytes) -> SendOptions:
 
 def decode_series(raw: bytes) -> tuple[SendOptions, int, int]:
     """(options, number of the next occurrence, its schedule time) from `extras`."""
+    return decode_series_state(raw)[:3]
+
+
+def decode_series_state(raw: bytes) -> tuple[SendOptions, int, int, bool]:
+    """`decode_series`, and whether the series is paused."""
     data = json.loads(raw)
     repeat = data.get("repeat")
     if repeat is not None:
@@ -85,7 +95,7 @@ def decode_series(raw: bytes) -> tuple[SendOptions, int, int]:
         data.get("max_attempts"), data.get("dead_letter_topic", ""), repeat,
         None if retry is None else decode_retry(retry),
     )  # fmt: skip
-    return options, data.get("n", 0), data.get("at", 0)
+    return options, data.get("n", 0), data.get("at", 0), bool(data.get("paused"))
 
 
 def encode_retry(policy: RetryPolicy) -> list:

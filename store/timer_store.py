@@ -186,6 +186,21 @@ class TimerStore(TimerReads):
             _, value = keys.expiry_entry(expire_at_ms, list(kept))
         staged[key] = value
 
+    def stage_unexpire(self, batch: StagedBatch, expire_at_ms: int, message_id: bytes) -> None:
+        """Take `message_id` out of its `expiry` entry at `expire_at_ms` (a final record
+        that is live again: a cancelled id sent again with REPLACE), so that entry cannot
+        sweep a later version, finished again before then, ahead of its own retention.
+        Nothing when there is no such entry (the retention setting changed since)."""
+        key, _ = keys.expiry_entry(expire_at_ms, [message_id])
+        staged = batch.writes[keys.CF_EXPIRY]
+        value = staged[key] if key in staged else self._expiry.get(key)
+        if value is None:
+            return
+        others = [other for other in keys.expiry_entry_ids(key, value) if other != message_id]
+        staged[key] = None
+        if others:
+            self.stage_expiry(batch, expire_at_ms, others)
+
     def stage_unschedule(
         self, batch: StagedBatch, message_id: str, raw: bytes, wheels: Iterable[str]
     ) -> None:

@@ -67,6 +67,11 @@ class Repeat:
     end_at_ms: int = 0  # 0: no end; else no occurrence after this time
     max_count: int = 0  # 0: unlimited; else at most this many occurrences
     missed: MissedPolicy = MissedPolicy.FIRE_ONCE
+    # Catch-up bounds (timerwheel.wheels.recurrence.catch_up): missed occurrences older
+    # than this before now are skipped (0: no window) ...
+    catch_up_window_ms: int = 0
+    # ... and of those left, at most this many fire (0: no bound; FIRE_EACH only)
+    max_catch_up: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +124,7 @@ class Timer:
     wheel: str = ""  # "hour" / "minute" / "second" while SCHEDULED, else ""
     repeat: Repeat | None = None  # a series (Get fills these in)
     next_occurrence: int = 0  # of a series: the number of its next occurrence
+    paused: bool = False  # of a series: paused (its occurrences skipped until resumed)
     trace: tuple[TraceEvent, ...] = ()  # its life so far (Get with include_trace)
     attempts: int = 0  # delivery attempts so far (Get with include_trace)
 

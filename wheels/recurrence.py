@@ -5,7 +5,12 @@ its schedule after occurrence n's time: `every_ms` later, or the next match of i
 expression in its time zone (croniter; daylight-saving changes: see `next_after`). Missed
 occurrences (their time passed before the writer got to them, e.g. while the server was
 down) follow `Repeat.missed`: FIRE_EACH fires each of them, FIRE_ONCE fires the overdue
-one and continues with the first time after now.
+one and continues with the first time after now. Two bounds narrow that catch-up
+(`catch_up_from`, `next_occurrence_ms`): `catch_up_window_ms` skips the missed occurrences
+older than that before now (Temporal's catchup window), under either policy;
+`max_catch_up` fires at most that many of the rest, the oldest first, then continues with
+the first time after now (FIRE_EACH only: FIRE_ONCE is FIRE_EACH with a bound of 1).
+Skipped occurrences take no number: `max_count` counts the ones that fired.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ def validate_repeat(repeat: Repeat, start_ms: int, settings: Settings, prefix: s
             field + "end_at_ms", repeat.end_at_ms,
             f"ends before the first occurrence at {first} (0: no end)",
         )  # fmt: skip
+    _validate_catch_up(repeat, settings, field)
     if first - start_ms > settings.max_delay_ms:
         raise InvalidArgument(
             field + "cron", repeat.cron, f"first matches at {first}, beyond the maximum delay"
@@ -112,12 +118,58 @@ def _end_of_repeat_ms(zone: tzinfo, inside_ms: int, beyond_ms: int) -> int:
     return beyond_ms
 
 
-def next_occurrence_ms(repeat: Repeat, at_ms: int, now_ms: int) -> int:
-    """When the occurrence after the one at `at_ms` is due, by the missed policy."""
+MIN_CATCH_UP_WINDOW_MS = 1_000
+MAX_CATCH_UP = 1_000  # the most `max_catch_up` may be: one writer batch fires them all
+
+
+def _validate_catch_up(repeat: Repeat, settings: Settings, field: str) -> None:
+    window = repeat.catch_up_window_ms
+    if window and not MIN_CATCH_UP_WINDOW_MS <= window <= settings.max_delay_ms:
+        raise InvalidArgument(
+            field + "catch_up_window_ms", window,
+            f"must be 0 (no window) or {MIN_CATCH_UP_WINDOW_MS}..{settings.max_delay_ms}: "
+            "a shorter one would skip occurrences that are merely late",
+        )  # fmt: skip
+    if not 0 <= repeat.max_catch_up <= MAX_CATCH_UP:
+        raise InvalidArgument(
+            field + "max_catch_up", repeat.max_catch_up, f"must be 0 (no bound) to {MAX_CATCH_UP}"
+        )
+    if repeat.max_catch_up and repeat.missed is not MissedPolicy.FIRE_EACH:
+        raise InvalidArgument(
+            field + "max_catch_up", repeat.max_catch_up,
+            "applies to missed=MISSED_FIRE_EACH (MISSED_FIRE_ONCE fires one)",
+        )  # fmt: skip
+
+
+def catch_up_from(repeat: Repeat, at_ms: int, now_ms: int) -> int:
+    """The first occurrence, from the one due at `at_ms`, that may fire at `now_ms`: `at_ms`
+    itself, or (past the catch-up window) the first time of the schedule inside the
+    window, which is after `now_ms` when none of the missed ones is inside it."""
+    window = repeat.catch_up_window_ms
+    if not window or at_ms >= now_ms - window:
+        return at_ms
+    oldest_ms = now_ms - window
+    if not repeat.cron:  # the interval's own grid, not a new one from `oldest_ms`
+        return at_ms + repeat.every_ms * -(-(oldest_ms - at_ms) // repeat.every_ms)
+    return next_after(repeat, oldest_ms - 1)
+
+
+def next_occurrence_ms(repeat: Repeat, at_ms: int, now_ms: int, fired: int = 1) -> int:
+    """When the occurrence after the one at `at_ms` is due, by the missed policy and its
+    bound, `fired` occurrences having fired in this catch-up so far."""
     following = next_after(repeat, at_ms)
-    if following > now_ms or repeat.missed is MissedPolicy.FIRE_EACH:
+    if following > now_ms:
         return following
-    if not repeat.cron:  # skip whole intervals at once
+    bound = repeat.max_catch_up if repeat.missed is MissedPolicy.FIRE_EACH else 1
+    if not bound or fired < bound:
+        return following
+    return first_after(repeat, at_ms, now_ms)
+
+
+def first_after(repeat: Repeat, at_ms: int, now_ms: int) -> int:
+    """The schedule's first time after `now_ms`, from an occurrence at `at_ms` (an interval
+    keeps its grid: whole intervals are skipped at once)."""
+    if not repeat.cron:
         return at_ms + repeat.every_ms * ((now_ms - at_ms) // repeat.every_ms + 1)
     return next_after(repeat, now_ms)
 

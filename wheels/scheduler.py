@@ -126,6 +126,10 @@ class SchedulerState:
     cascades: tuple[CascadeState, ...]  # cascades[i] moves LEVELS[i+1] -> LEVELS[i]
     fire_from: TimerKey
     fire_seq: int = 0  # last fire sequence handed out
+    # Fire sequences handed out since the scheduler was made that fired nothing (a due
+    # series that skipped its occurrence: paused, or outside its catch-up window), so the
+    # engine's count of fired, un-acked messages leaves them out. Not persisted.
+    unused_fire_seqs: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,6 +313,10 @@ class Scheduler:
         self._state = replace(self._state, fire_seq=self._state.fire_seq + count)
         self._last_fire_ms = self._state.now_ms
         return first
+
+    def fire_seq_unused(self) -> None:
+        """One fire sequence taken fired nothing (see `SchedulerState.unused_fire_seqs`)."""
+        self._state = replace(self._state, unused_fire_seqs=self._state.unused_fire_seqs + 1)
 
     # -- waking ------------------------------------------------------------------------
     def busy(self) -> bool:

@@ -12,7 +12,8 @@ and dead-lettering. `assemble` merges the two into one ordered list:
 1. the stored events in time order (in one millisecond, moves and fires before
    deliveries, else in the order they were written);
 2. SENT at created_at, before everything after it (only what a REPLACE left of the
-   version it replaced is older);
+   versions it replaced is older: their SENT, and CANCELLED for a cancelled one, are
+   stored events, so the first send time is never lost);
 3. FIRED at fired_at, unless a stored FIRED already says so, after the events that led
    up to it (cascades, a reschedule, an earlier fire of a dead letter) and before those
    that followed (deliveries), even within the same millisecond;
@@ -39,8 +40,10 @@ class TraceKind(IntEnum):
     CANCELLED = 7
     RESCHEDULED = 8  # deliver_at_ms: the new time; wheel: the wheel placed in
     DEAD_LETTERED = 9  # detail: the dead-letter topic
-    REPLACED = 10  # a send with if_exists REPLACE stored a new version under the id
+    REPLACED = 10  # a send with if_exists REPLACE stored a new version; wheel: its placement
     REDRIVEN = 11  # a dead letter moved back; detail: the topic it went back to
+    PAUSED = 12  # a series was paused: its occurrences are skipped until it is resumed
+    RESUMED = 13  # a paused series was resumed
 
 
 # Moves to another topic, after which the message fires anew there: its attempts start
@@ -60,7 +63,12 @@ class TraceEvent:
     deliver_at_ms: int = 0
 
 
-_MOVES = frozenset({TraceKind.CASCADED, TraceKind.RESCHEDULED, TraceKind.REPLACED, TraceKind.FIRED})
+# SENT and CANCELLED are stored only for a version a REPLACE superseded (its record held
+# them), written in the order they happened, before the REPLACED that followed.
+_MOVES = frozenset(
+    {TraceKind.CASCADED, TraceKind.RESCHEDULED, TraceKind.REPLACED, TraceKind.FIRED,
+     TraceKind.SENT, TraceKind.CANCELLED}
+)  # fmt: skip
 # Stored kinds that, within the same millisecond, happened before a synthesized event.
 _BEFORE_SENT = frozenset({TraceKind.REPLACED})
 _BEFORE_FIRE = frozenset(
@@ -180,6 +188,8 @@ def _wheel_at(facts: RecordFacts, events: list[TraceEvent], fired_at_ms: int) ->
             break
         if event.kind in (TraceKind.CASCADED, TraceKind.RESCHEDULED):
             wheel = event.wheel
+        elif event.kind is TraceKind.REPLACED:  # the new version's placement (older
+            wheel = event.wheel or facts.placed_in  # events did not store it)
         elif event.kind in TOPIC_MOVES:
             wheel = ""
     return wheel

@@ -101,7 +101,8 @@ def arguments_for(method: Any) -> list[object]:
         "include_body": True, "out_dir": "/nonexistent", "max_rows_per_file": 0,
         "reserve_bytes": 0, "after_seq": 0, "max_bytes": 0, "first_deliveries": None,
         "attempts": 1, "reason": "", "groups": [], "specs": [], "listener": lambda topics: None,
-        "timer_filter": TimerFilter(topic="t"), "dlq_topic": "t.dlq",
+        "timer_filter": TimerFilter(topic="t"), "dlq_topic": "t.dlq", "series_id": "s",
+        "paused": True,
     }  # fmt: skip
     parameters = list(inspect.signature(method).parameters.values())
     return [samples[p.name] for p in parameters if p.default is inspect.Parameter.empty]

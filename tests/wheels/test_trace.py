@@ -107,3 +107,31 @@ def test_a_first_delivery_the_record_holds_is_in_place_among_the_stored_events()
     ]  # fmt: skip
     assert (trace[3].attempt, trace[3].subscriber) == (1, "a")
     assert attempts_made(trace) == 1
+
+
+def test_replacements_keep_every_versions_send_and_the_fire_names_the_last_ones_wheel():
+    # v1 sent at 100 into the hour wheel, cascaded; replaced at 600 (v2 into the second
+    # wheel) and at 700 (v3, into the second wheel); the record is v3's
+    stored = [
+        TraceEvent(K.CASCADED, 400, wheel="minute", from_wheel="hour"),
+        TraceEvent(K.SENT, 100, wheel="hour"),
+        TraceEvent(K.REPLACED, 600, wheel="second", deliver_at_ms=900),
+        TraceEvent(K.SENT, 600, wheel="second"),
+        TraceEvent(K.REPLACED, 700, wheel="second", deliver_at_ms=800),
+    ]
+    trace = assemble(RecordFacts(700, "second", fired_at_ms=800), stored)
+    assert kinds(trace) == [
+        (K.SENT, 100), (K.CASCADED, 400), (K.REPLACED, 600), (K.SENT, 600),
+        (K.REPLACED, 700), (K.SENT, 700), (K.FIRED, 800),
+    ]  # fmt: skip
+    assert trace[-1].wheel == "second"  # not the first version's minute wheel
+
+
+def test_a_cancelled_version_sent_again_in_the_same_millisecond_reads_in_order():
+    stored = [
+        TraceEvent(K.SENT, 100, wheel="minute"),
+        TraceEvent(K.CANCELLED, 300),
+        TraceEvent(K.REPLACED, 300, wheel="minute", deliver_at_ms=9_000),
+    ]
+    trace = assemble(RecordFacts(300, "minute"), stored)
+    assert kinds(trace) == [(K.SENT, 100), (K.CANCELLED, 300), (K.REPLACED, 300), (K.SENT, 300)]
