@@ -679,6 +679,15 @@ class ClusterNode:
             return None
         return self.engine.topic_of(message_id)
 
+    def peer_addresses(self) -> list[str]:
+        """Every other node that owns a partition, as this node last read the leases (the
+        nodes a Subscribe is fanned in from: server.fan_in)."""
+        return sorted({
+            view.seen.value.address for view in self._views.values()
+            if view.seen is not None and view.seen.value.holder != self.holder
+            and view.seen.value.address and view.seen.value.address != self.address
+        })  # fmt: skip
+
     def owner_address(self, message_id: str) -> str | None:
         """Where the id's partition is owned when that is another node (server.forwarding)."""
         partition = self.partition_of(message_id)

@@ -55,7 +55,8 @@ from timerwheel.security.protection import (
 from timerwheel.security.settings import SecuritySettings
 from timerwheel.server import reflection
 from timerwheel.server.admin_service import TimerAdmin
-from timerwheel.server.forwarding import Forwarding, OwnerLookup
+from timerwheel.server.fan_in import FanIn, PeerLookup
+from timerwheel.server.forwarding import Forwarding
 from timerwheel.server.memory import receive_options, return_freed_memory
 from timerwheel.server.rpc_metrics import RpcMetrics
 from timerwheel.server.service import TimerService
@@ -105,7 +106,7 @@ class GrpcServer:
 def build_grpc_server(
     settings: Settings, engine: TimerApi, hub: DeliveryApi[Any], *, reuse_port: bool = False,
     stats_root_pid: int | None = None, protection: Protection = UNPROTECTED,
-    worker: tuple[int, int] = (0, 1), owners: OwnerLookup | None = None,
+    worker: tuple[int, int] = (0, 1), owners: PeerLookup | None = None,
 ) -> GrpcServer:  # fmt: skip
     """The gRPC server with every service on it, not yet bound: TimerService and TimerAdmin
     over `engine` and `hub` (in-process objects, or the remote ones of a worker process),
@@ -159,7 +160,7 @@ def interceptors(
     engine: TimerApi, protection: Protection,
     stream_pool: ThreadPoolExecutor, settle_pool: ThreadPoolExecutor, probes: Probes,
     budget: ByteBudget | None = None, gate: ReceiveGate | None = None,
-    owners: OwnerLookup | None = None,
+    owners: PeerLookup | None = None,
 ) -> list[grpc.ServerInterceptor]:  # fmt: skip
     """Outermost first. The pools before the guard: they wrap what the guard returns, so
     the pool they set is seen. The RPC metrics (only while metrics are on) before all:
@@ -170,7 +171,8 @@ def interceptors(
         RequestGuard(protection.tokens, engine.topic_of, budget, gate),
     ]
     if owners is not None and not protection.security.tls_cert_file:
-        chain.append(Forwarding(owners))  # innermost: after the guard
+        forwarding = Forwarding(owners)  # innermost: after the guard
+        chain += [forwarding, FanIn(owners, forwarding)]
     recorder = metrics.recorder()
     if isinstance(recorder, metrics.Recorder):
         chain.insert(0, RpcMetrics(recorder))

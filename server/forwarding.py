@@ -34,6 +34,11 @@ ROUTED: dict[str, Callable[[Any], list[str]]] = {
 }
 
 
+def is_forwarded(invocation_metadata) -> bool:
+    """The call came from another node (one hop: it is answered where it lands)."""
+    return any(key == FORWARDED for key, _ in invocation_metadata or ())
+
+
 class OwnerLookup(Protocol):
     def owner_address(self, message_id: str) -> str | None:
         """HOST:PORT of the node that owns the id's partition when that is another node;
@@ -52,15 +57,11 @@ class Forwarding(grpc.ServerInterceptor):
         ids_of = ROUTED.get(details.method)
         if handler is None or ids_of is None or handler.unary_unary is None:
             return handler
-        if any(key == FORWARDED for key, _ in details.invocation_metadata or ()):
+        if is_forwarded(details.invocation_metadata):
             return handler  # one hop: answered here
         behaviour = handler.unary_unary
         method = details.method
-        metadata = [
-            (key, value) for key, value in details.invocation_metadata or ()
-            if not key.startswith(":") and not key.startswith("grpc-") and key != "user-agent"
-        ]  # fmt: skip
-        metadata.append((FORWARDED, "1"))
+        metadata = self.passed_on(details.invocation_metadata)
 
         def forwarding(request, context: grpc.ServicerContext):
             address = self._owner_of(ids_of(request))
@@ -92,8 +93,19 @@ class Forwarding(grpc.ServerInterceptor):
             return None
         return addresses.pop()
 
+    @staticmethod
+    def passed_on(invocation_metadata) -> list[tuple[str, str]]:
+        """The caller's metadata as a forwarded call carries it (its token included),
+        marked forwarded."""
+        metadata = [
+            (key, value) for key, value in invocation_metadata or ()
+            if not key.startswith(":") and not key.startswith("grpc-") and key != "user-agent"
+        ]  # fmt: skip
+        metadata.append((FORWARDED, "1"))
+        return metadata
+
     def _forward(self, address: str, method: str, request, context, metadata) -> bytes:
-        call = self._channel(address).unary_unary(method)
+        call = self.channel(address).unary_unary(method)
         remaining = context.time_remaining()
         try:
             return call(request.SerializeToString(), timeout=remaining, metadata=metadata)
@@ -101,7 +113,8 @@ class Forwarding(grpc.ServerInterceptor):
             context.abort(error.code(), error.details() or "")
             raise  # abort raised already
 
-    def _channel(self, address: str) -> grpc.Channel:
+    def channel(self, address: str) -> grpc.Channel:
+        """One channel a peer, kept for the life of the server."""
         with self._lock:
             channel = self._channels.get(address)
             if channel is None:

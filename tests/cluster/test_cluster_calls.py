@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
-from helpers.cluster_nodes import ClusterRun
+from helpers.cluster_nodes import ClusterRun, Consumer
 
 from timerwheel.client import RemoteError, TimerClient
 from timerwheel.cluster.partitions import partition_of
@@ -95,3 +96,34 @@ def owners_holder(line: str, name: str) -> str:
     """The owner column of a stats row when it is `name`'s holder (name/incarnation)."""
     holder = line.split()[1]
     return holder if holder.split("/")[0] == name else ""
+
+
+def test_one_consumer_on_one_node_gets_every_partition(tmp_path):
+    """A plain client's Subscribe to one node is fanned in from every node, and its Acks
+    reach each message's owner: every message is delivered to it once and ends ACKED."""
+    with ClusterRun(tmp_path) as run:
+        run.wait_all_owned()
+        ids = ids_in_every_partition(run.partitions, per_partition=5)
+        consumer = Consumer(
+            "only", run.servers["n2"].target, run.topic, run.received, run.lock, own_only=False
+        ).start()
+        run.consumers.append(consumer)
+        with TimerClient(run.servers["n3"].target, timeout_s=10) as client:
+            for message_id in ids:
+                client.send(run.topic, b"b", delay_ms="1s", message_id=message_id)
+        deadline = time.monotonic() + 30
+        while True:
+            with run.lock:
+                got = [r.message_id for r in run.received]
+            if set(got) >= set(ids) or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert sorted(got) == sorted(ids)  # all of them, each once
+        with TimerClient(run.servers["n1"].target, timeout_s=10) as client:
+            deadline = time.monotonic() + 10
+            while True:
+                states = {i: client.get(i).state.name for i in ids}
+                if set(states.values()) == {"ACKED"}:
+                    break
+                assert time.monotonic() < deadline, f"acks did not reach the owners: {states}"
+                time.sleep(0.1)

@@ -13,10 +13,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import grpc
+
 from helpers.nats import NatsCluster
 from helpers.serve_process import ServeProcess
 from timerwheel.client import RemoteError, TimerClient
 from timerwheel.cluster.partitions import preferred_node
+from timerwheel.server.forwarding import FORWARDED
+from timerwheel.v1 import timerwheel_pb2 as pb
+from timerwheel.v1 import timerwheel_pb2_grpc as pb_grpc
 
 # the log events that end a node's ownership of a partition (timerwheel.cluster.node)
 GONE = ("cluster_partition_lost", "cluster_partition_fenced", "cluster_partition_handed_off")
@@ -44,6 +49,7 @@ class Consumer:
     stop: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
     errors: list[str] = field(default_factory=list)  # what ended each stream, for reports
+    own_only: bool = True
 
     def start(self) -> Consumer:
         self.thread = threading.Thread(target=self._run, name=f"consume-{self.name}", daemon=True)
@@ -51,25 +57,34 @@ class Consumer:
         return self
 
     def _run(self) -> None:
+        """`own_only`: subscribe as a relaying node does (marked forwarded), so this stream
+        gets only the deliveries of the node it is connected to: what the fault suite
+        needs to tell which node delivered what. Otherwise a plain client's stream, fanned
+        in from every node (server.fan_in)."""
+        metadata = [(FORWARDED, "1")] if self.own_only else None
+        request = pb.SubscribeRequest(topic=self.topic, max_in_flight=500)
         while not self.stop.is_set():
             try:
                 with TimerClient(self.target, timeout_s=5) as client:
-                    subscription = client.subscribe(self.topic, max_in_flight=500)
-                    self._subscription = subscription
-                    for batch in subscription:
+                    call = pb_grpc.TimerServiceStub(client.channel).Subscribe(
+                        request, metadata=metadata
+                    )
+                    self._subscription = call
+                    for batch in call:
                         now = int(time.time() * 1000)
+                        deliveries = list(batch.deliveries)
                         with self.lock:
                             self.received.extend(
                                 Received(
                                     d.message_id, d.deliver_at_ms, now, self.name, d.fired_at_ms
                                 )
-                                for d in batch
+                                for d in deliveries
                             )
-                        if batch:
-                            client.ack(self.topic, [d.message_id for d in batch])
+                        if deliveries:
+                            client.ack(self.topic, [d.message_id for d in deliveries])
                         if self.stop.is_set():
                             break
-            except (RemoteError, OSError, ValueError) as error:
+            except (grpc.RpcError, RemoteError, OSError, ValueError) as error:
                 self.errors.append(f"{time.strftime('%H:%M:%S')} {error}"[:200])
             self.stop.wait(0.2)  # the node is down or restarting: try again
 
