@@ -16,6 +16,15 @@ A refusal does not wait for the request: it is answered from a request-streaming
 which grpcio runs without reading the request first (a unary handler's thread waits for
 it), so a caller without a token who sends headers and never the request holds no thread.
 
+Reading (with a byte budget and a receive gate: every server; unit tests of the access
+rules go without). An admitted call is handed on request-streaming, so grpcio runs it
+before reading its request; it reads the request itself within a place of the gate
+(timerwheel.security.limits.ReceiveGate: a few at once, one place fewer per caller), and
+the request's wire bytes are charged to `max_inflight_request_bytes` before protobuf
+decodes them (`charging`): over the budget it is refused RESOURCE_EXHAUSTED undecoded.
+The charge is given back when the call ends. The caller a call counts against (its
+token's name) is set for the call (`set_caller`), for Subscribe's per-token limit.
+
 Health is not guarded: an orchestrator's probe carries no token. Reflection describes
 only the public API (proto/), which holds nothing secret, but each stream holds a thread
 while open, so with a token file it needs a known token (any role); without one it is
@@ -79,24 +88,44 @@ class Charged:
         self.size = size
 
 
+# Requests that are a few fields of bounded size, and that a call keeps for as long as it
+# runs: a Subscribe stream holds its request (and its charge) while open, so a request
+# padded to megabytes (unknown fields) would hold that much for hours, up to
+# max_subscribers times. Above its bound such a request is refused undecoded.
+SMALL_REQUESTS = {
+    # a topic of at most max_topic_len (127) and a consumer name of at most 128 characters
+    "/timerwheel.v1.TimerService/Subscribe": 4096,
+}
+
+
 class Refused:
-    """What the charging deserializer returns for a request over the byte budget."""
+    """What the charging deserializer returns for a request over the byte budget, or one
+    over its method's bound (`code` says which)."""
 
-    __slots__ = ("reason",)
+    __slots__ = ("code", "reason")
 
-    def __init__(self, reason: str) -> None:
+    def __init__(
+        self, reason: str, code: grpc.StatusCode = grpc.StatusCode.RESOURCE_EXHAUSTED
+    ) -> None:
+        self.code = code
         self.reason = reason
 
 
 def charging(
-    deserializer: Callable[[bytes], object], budget: ByteBudget, what: str
-) -> Callable[[bytes], object]:
+    deserializer: Callable[[bytes], object], budget: ByteBudget, what: str,
+    largest: int | None = None,
+) -> Callable[[bytes], object]:  # fmt: skip
     """`deserializer` that first charges the request's wire bytes to `budget`: over it, the
     request is refused undecoded (its bytes are dropped at once); an undecodable one gives
     its bytes back. The call gives a Charged request's bytes back when it ends."""
 
     def deserialize(data: bytes) -> object:
         size = len(data)
+        if largest is not None and size > largest:
+            return Refused(
+                f"{what}: a request of {size} bytes; at most {largest}",
+                grpc.StatusCode.INVALID_ARGUMENT,
+            )
         try:
             budget.take(size, f"{what} request")
         except Overloaded as exc:
@@ -240,7 +269,7 @@ def _admitted(
     request-streaming, so grpcio runs it before reading anything; `one_request` on the
     behaviour tells the pools (timerwheel.server.stream_pool) it is a unary call still."""
     name = short_name(method)
-    deserialize = charging(handler.request_deserializer, budget, name)
+    deserialize = charging(handler.request_deserializer, budget, name, SMALL_REQUESTS.get(method))
 
     def receive(requests, context) -> Charged:
         if principal is not None:
@@ -259,8 +288,8 @@ def _admitted(
         if got is None:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{name}: expects one request")
         if isinstance(got, Refused):
-            metrics.recorder().refused(name, "RESOURCE_EXHAUSTED")
-            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, got.reason)
+            metrics.recorder().refused(name, got.code.name)
+            context.abort(got.code, got.reason)
         _refuse_undecodable(got, name, context)
         raise AssertionError(f"unexpected request {got!r}")  # pragma: no cover
 

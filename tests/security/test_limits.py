@@ -288,3 +288,22 @@ def test_a_token_stalled_in_its_requests_holds_its_share_of_reading_and_no_more(
         assert same.send("jobs", b"later", delay_ms=60_000).message_id
     finally:
         same.close()
+
+
+def test_a_subscribe_request_padded_to_a_megabyte_is_refused_before_it_is_decoded(server):
+    """An open stream keeps its request: padded with unknown fields it would hold a
+    megabyte (and its charge of the byte budget) for as long as it stays open."""
+    padded = pb.SubscribeRequest(topic="orders").SerializeToString()
+    padded += b"\x7a" + b"\x80\x80\x40" + b"\x00" * MIB  # field 15, bytes, 1 MiB: unknown
+    with grpc.insecure_channel(server.target) as channel:
+        subscribe = channel.unary_stream(
+            "/timerwheel.v1.TimerService/Subscribe",
+            request_serializer=lambda raw: raw,
+            response_deserializer=pb.DeliveryBatch.FromString,
+        )
+        with pytest.raises(grpc.RpcError) as refused:
+            next(subscribe(padded, timeout=WAIT_S))
+    assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    expected = f"TimerService.Subscribe: a request of {len(padded)} bytes; at most 4096"
+    assert refused.value.details() == expected
+    assert server.hub.subscriber_count() == 0
