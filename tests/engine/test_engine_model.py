@@ -6,7 +6,8 @@ Properties checked after every clock step:
   that reached its time (one `run_until_idle` drain);
 - cancelled timers never fire; `get` reports the state the model expects;
 - a rescheduled timer fires once, at its new time (never its old one); a replaced one
-  (IfExists.REPLACE) delivers its new body once; KEEP changes nothing;
+  (IfExists.REPLACE) delivers its new body once, a cancelled one replaced too (then kept
+  for its own retention once finished again); KEEP changes nothing;
 - a dead-lettered message appears exactly once on its topic's DLQ;
 - the pending counters (Count) match the model: totals exactly, ranges by whole minutes;
 - a recurring series fires each occurrence once, in order, at its schedule's time (by
@@ -285,13 +286,16 @@ class EngineModel(RuleBasedStateMachine):
             kept = self.engine.send(spec)
             assert kept[:2] == (message_id, self.deliver_at[message_id])
             assert kept.existed and kept.existing_state is expected
-        elif expected is not State.SCHEDULED:
+        elif expected not in (State.SCHEDULED, State.CANCELLED):
             with pytest.raises(FailedPrecondition, match=expected.name):
                 self.engine.send(spec)
-        else:
+        else:  # REPLACE: a pending timer debounced, or a cancelled id used again
             result = self.engine.send(spec)
             assert result.deliver_at_ms == self.engine.now_ms() + delay_ms
-            self.pending.remove((self.deliver_at[message_id], message_id))
+            if expected is State.SCHEDULED:
+                self.pending.remove((self.deliver_at[message_id], message_id))
+            else:
+                del self.finished_at[message_id]  # live again: its old retention is void
             self.body[message_id] = body
             self._record_send(message_id, topic, result.deliver_at_ms)
         self._collect_fired()
