@@ -230,7 +230,10 @@ class ClusterNode:
             self._loop, await lease_bucket(js, ttl, self.node.replicas),  # type: ignore[arg-type]
             self.node.call_timeout_ms / 1000,
         )  # fmt: skip
-        self._nodes_kv = await node_bucket(js, ttl, self.node.replicas)
+        # A node vanishes from the registry two renewals after its last put: sooner than
+        # its leases expire, so its partitions' next preferred node is known when they do.
+        registry_ttl = 2 * self.node.lease.renew_every_ms
+        self._nodes_kv = await node_bucket(js, registry_ttl, self.node.replicas)
         self._logs = {p: PartitionLog(js, p, self.node.replicas) for p in self._views}
         for partition_log in self._logs.values():
             await partition_log.ensure()
