@@ -21,7 +21,12 @@ Only the measured part is counted: callgrind starts with collection off
 (`--instr-atstart=no`); the bench calls `collect(True)` where its CPU clock starts and
 `collect(False)` where it stops, which ask callgrind to switch (`callgrind_control -i`).
 What RocksDB's own threads execute in that span (flushes, compactions) is counted too,
-as it is real work of the engine. Outside such a run `collect` does nothing.
+as it is real work of the engine. Outside such a run `collect` does nothing. The bench
+runs with PYTHONHASHSEED=0, so string hashes do not change from run to run (other seeds
+moved `burst --timers 10000` by no more than runs of one seed differ: one cause fewer);
+what still moves the count is the message ids' random part (their order within a
+millisecond) and when RocksDB's threads run, a few hundredths of a percent between runs.
+`python -m bench.ceiling` checks one shape's count against a committed ceiling.
 """
 
 from __future__ import annotations
@@ -42,6 +47,9 @@ _PER_UNIT = {"burst": ("timers", "instructions_per_timer"),
 # Under valgrind a bench runs tens of times slower than natively (`burst --timers 50000`
 # takes minutes). The bound is for runs left hanging.
 TIMEOUT_S = 3_600
+# str hashes, and with them the order of sets and the probes of dicts, change from process
+# to process by default: one seed for every counted run, whatever the caller's environment.
+HASH_SEED = "0"
 
 
 def collect(on: bool) -> None:
@@ -90,8 +98,8 @@ def run(bench_args: list[str], timeout_s: float = TIMEOUT_S) -> dict:
     with tempfile.TemporaryDirectory(prefix="timerwheel-callgrind-") as scratch:
         done = subprocess.run(
             command(bench_args, os.path.join(scratch, "callgrind.out")), cwd=repo,
-            env={**os.environ, UNDER_CALLGRIND: "1"}, capture_output=True, text=True,
-            timeout=timeout_s,
+            env={**os.environ, UNDER_CALLGRIND: "1", "PYTHONHASHSEED": HASH_SEED},
+            capture_output=True, text=True, timeout=timeout_s,
         )  # fmt: skip
     if done.returncode != 0:
         raise RuntimeError(f"the bench failed under valgrind:\n{done.stderr[-2000:]}")
