@@ -1,8 +1,10 @@
 """What the delivery hub sees of a cluster node: the engine's fired messages, but only while
 the node may deliver, and acks that reach the partition's log before they are answered.
 
-`DeliveryGate` implements `FiredSource` explicitly, method by method. It hands out nothing
-while the node's gate is closed (a lease past its local deadline, a takeover restoring,
+`DeliveryGate` implements `FiredSource` explicitly, method by method. It hands out only
+messages of partitions the node owns now (a message of a partition given up, fired by the
+engine before the purge reached it, is retired instead), and nothing at all while the
+node's gate is closed (a lease past its local deadline, a takeover restoring,
 a partition being given up: `ClusterNode.deliverable`); the hub's cursors do not move
 meanwhile, and when the gate opens the node tells the hub's fired-listeners about every
 topic with fired messages, so delivery resumes where it stopped.
@@ -48,7 +50,29 @@ class DeliveryGate:
         if not self._node.gate_open:
             self._node.starved()  # the hub waits now: wake it when the gate is open again
             return []
-        return self._engine.fetch_deliveries(topic, after_seq, limit, max_bytes)
+        owned = set(self._node.owned())
+        kept: list[FiredRecord] = []
+        after = after_seq
+        while len(kept) < limit:
+            asked = limit - len(kept)
+            rows = self._engine.fetch_deliveries(topic, after, asked, max_bytes)
+            if not rows:
+                break
+            foreign = [
+                r.message_id for r in rows if self._node.partition_of(r.message_id) not in owned
+            ]
+            if not foreign:
+                kept.extend(rows)
+                break
+            # Fired here after the partition went to another node (the engine fires on while
+            # the node gives it up): never delivered from here; retired, as the purge does.
+            self._engine.ack(topic, foreign)
+            foreign_ids = set(foreign)
+            kept.extend(r for r in rows if r.message_id not in foreign_ids)
+            after = rows[-1].seq
+            if len(rows) < asked:
+                break
+        return kept
 
     def delivery_options_of(self, message_ids: list[str]) -> dict[str, DeliveryOptions]:
         return self._engine.delivery_options_of(message_ids)

@@ -23,6 +23,10 @@ from timerwheel.server.forwarding import FORWARDED
 from timerwheel.v1 import timerwheel_pb2 as pb
 from timerwheel.v1 import timerwheel_pb2_grpc as pb_grpc
 
+# A node starts once it has agreed the cluster's config and made (or found) its buckets
+# and streams: JetStream API calls that queue behind a fault suite's load on 2 cores.
+START_S = 90.0
+
 # the log events that end a node's ownership of a partition (timerwheel.cluster.node)
 GONE = ("cluster_partition_lost", "cluster_partition_fenced", "cluster_partition_handed_off")
 
@@ -127,7 +131,7 @@ class ClusterRun:
         assert self.nats is not None
         server = ServeProcess(
             self.base_dir / name, "--cluster", ",".join(self.nats.urls), "--node-name", name,
-            "--partitions", str(self.partitions),
+            "--partitions", str(self.partitions), start_s=START_S,
         )  # fmt: skip
         self.servers[name] = server
         return server

@@ -27,7 +27,9 @@ TIMERWHEEL = str(Path(sys.executable).parent / "timerwheel")
 class ServeProcess:
     """`timerwheel serve --port 0` as a subprocess; its JSON log lines are parsed as they come."""
 
-    def __init__(self, data_dir: Path, *extra: str, tmp_dir: str | None = None) -> None:
+    def __init__(
+        self, data_dir: Path, *extra: str, tmp_dir: str | None = None, start_s: float = 30
+    ) -> None:
         self.args = [
             TIMERWHEEL, "serve", "--data-dir", str(data_dir), "--host", "127.0.0.1",
             "--port", "0", "--log-format", "json", *extra,
@@ -49,7 +51,7 @@ class ServeProcess:
         # it runs in one process (or did not start: `kill` below needs it then too).
         self.children: dict[str, int] = {}
         try:
-            started = self.wait_event("server_started", timeout_s=30)
+            started = self.wait_event("server_started", timeout_s=start_s)
         except BaseException:
             self.kill()
             raise
