@@ -54,9 +54,13 @@ log = structlog.get_logger("timerwheel.metrics")
 class ScrapeGauges:
     """A prometheus_client collector: the gauges, read at scrape time."""
 
-    def __init__(self, engine_gauges: Callable[[], dict], subscribers: Callable[[], int]) -> None:
+    def __init__(
+        self, engine_gauges: Callable[[], dict], subscribers: Callable[[], int],
+        cluster: Callable[[], dict] | None = None,
+    ) -> None:  # fmt: skip
         self._engine_gauges = engine_gauges
         self._subscribers = subscribers
+        self._cluster = cluster  # a cluster node's map (timerwheel.cluster.node.cluster_map)
 
     def collect(self):
         try:
@@ -72,6 +76,44 @@ class ScrapeGauges:
             yield _gauge("timerwheel_subscribers", "Open Subscribe streams", self._subscribers())
         except Exception as exc:  # the delivery process is restarting
             log.warning("metrics_delivery_unreachable", error=str(exc))
+        if self._cluster is not None:
+            yield from cluster_families(self._cluster())
+
+
+def cluster_families(cluster: dict):
+    """Cluster mode (docs/cluster.md): this node's share, and every partition as it sees it."""
+    yield _gauge(
+        "timerwheel_cluster_partitions", "Partitions of the cluster", cluster["partitions"]
+    )
+    yield _gauge(
+        "timerwheel_cluster_partitions_owned", "Partitions this node owns (verdict OWN)",
+        len(cluster["owned"]),
+    )  # fmt: skip
+    yield _gauge(
+        "timerwheel_cluster_live_nodes", "Nodes in the registry", len(cluster["live_nodes"])
+    )
+    yield _gauge(
+        "timerwheel_cluster_delivering", "1 while this node may deliver (every lease OWN)",
+        1 if cluster["delivering"] else 0,
+    )  # fmt: skip
+    yield _gauge(
+        "timerwheel_cluster_takeovers", "Partitions this process took over since it started",
+        cluster["takeovers"],
+    )  # fmt: skip
+    rows = cluster["map"]
+    yield _labelled(
+        "timerwheel_cluster_partition_epoch", "Each partition's lease epoch as this node read it",
+        "partition", {str(r["partition"]): r["epoch"] for r in rows},
+    )  # fmt: skip
+    yield _labelled(
+        "timerwheel_cluster_partition_owned", "1 for each partition this node owns",
+        "partition", {str(r["partition"]): 1 if r["verdict"] == "own" else 0 for r in rows},
+    )  # fmt: skip
+    yield _labelled(
+        "timerwheel_cluster_log_sequence",
+        "The stream sequence of the last log record this node appended, per owned partition",
+        "partition", {str(r["partition"]): r["last_sequence"] for r in rows if r["last_sequence"]},
+    )  # fmt: skip
 
 
 def _engine_families(values: dict):

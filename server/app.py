@@ -261,7 +261,10 @@ class TimerServer:
         """/metrics of this process (docs/metrics.md): metrics are turned on here."""
         metrics.enable()
         top = self.settings.metrics_top_topics
-        gauges = ScrapeGauges(lambda: self.engine.metrics_gauges(top), self.hub.subscriber_count)
+        cluster = self.node.cluster_map if self.node is not None else None
+        gauges = ScrapeGauges(
+            lambda: self.engine.metrics_gauges(top), self.hub.subscriber_count, cluster
+        )
         return MetricsEndpoint(self.settings.metrics_host, self.settings.metrics_port, gauges)
 
     @property

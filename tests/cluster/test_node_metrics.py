@@ -1,0 +1,50 @@
+"""A cluster node's /metrics families (observability.metrics_http.cluster_families) from
+its own map (ClusterNode.cluster_map), over a real engine; leases set as the lease logic
+leaves them (no NATS: the map is the node's own view)."""
+
+from __future__ import annotations
+
+from helpers.engines import T0, engine_factory
+
+from timerwheel.cluster.appender import monotonic_ms
+from timerwheel.cluster.lease import Held, LeaseEntry, LeaseValue, LeaseView
+from timerwheel.cluster.node import ClusterNode, NodeSettings
+from timerwheel.observability.metrics_http import cluster_families
+from timerwheel.wheels.clock import VirtualClock
+
+
+def samples(families) -> dict[str, dict[tuple, float]]:
+    found: dict[str, dict[tuple, float]] = {}
+    for family in families:
+        for sample in family.samples:
+            found.setdefault(sample.name, {})[tuple(sample.labels.values())] = sample.value
+    return found
+
+
+def test_the_metrics_show_each_partitions_owner_epoch_and_this_nodes_share(tmp_path):
+    with engine_factory(tmp_path, VirtualClock(T0)) as make:
+        node = ClusterNode(NodeSettings("n1", ("nats://127.0.0.1:1",), 3), make())
+        node.address = "127.0.0.1:7071"
+        node._views = {p: LeaseView(p, node.holder, node.node.lease) for p in range(3)}
+        other = LeaseEntry(LeaseValue("n2/abcd", 0, 1, "127.0.0.1:7072"), 41)
+        node._views[1] = LeaseView(1, node.holder, node.node.lease, seen=other)
+        mine = LeaseEntry(LeaseValue(node.holder, 0, 1, node.address), 57)
+        # renewed "now" on the lease clock, so its verdict is OWN
+        held = Held(epoch=57, revision=57, renewed_at_ms=monotonic_ms(), marker_sequence=3)
+        node._views[2] = LeaseView(2, node.holder, node.node.lease, held=held, seen=mine)
+        node._owned[2] = FakeAppender()  # type: ignore[assignment]
+
+        found = samples(cluster_families(node.cluster_map()))
+
+    assert found["timerwheel_cluster_partitions"][()] == 3
+    assert found["timerwheel_cluster_partitions_owned"][()] == 1
+    assert found["timerwheel_cluster_partition_epoch"] == {("0",): 0, ("1",): 41, ("2",): 57}
+    assert found["timerwheel_cluster_partition_owned"] == {("0",): 0, ("1",): 0, ("2",): 1}
+    assert found["timerwheel_cluster_log_sequence"] == {("2",): 12}
+
+
+class FakeAppender:
+    """What the map reads of an owned partition's appender."""
+
+    appended = 9
+    last_sequence = 12
