@@ -46,6 +46,8 @@ class TraceKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TRACE_DEAD_LETTERED: _ClassVar[TraceKind]
     TRACE_REPLACED: _ClassVar[TraceKind]
     TRACE_REDRIVEN: _ClassVar[TraceKind]
+    TRACE_PAUSED: _ClassVar[TraceKind]
+    TRACE_RESUMED: _ClassVar[TraceKind]
 STATE_UNSPECIFIED: State
 SCHEDULED: State
 FIRED: State
@@ -71,6 +73,8 @@ TRACE_RESCHEDULED: TraceKind
 TRACE_DEAD_LETTERED: TraceKind
 TRACE_REPLACED: TraceKind
 TRACE_REDRIVEN: TraceKind
+TRACE_PAUSED: TraceKind
+TRACE_RESUMED: TraceKind
 
 class SendRequest(_message.Message):
     __slots__ = ("topic", "body", "properties", "deliver_at_ms", "delay_ms", "delay_level", "message_id", "if_exists", "max_attempts", "dead_letter_topic", "repeat", "retry")
@@ -122,20 +126,24 @@ class RetryPolicy(_message.Message):
     def __init__(self, kind: _Optional[_Union[RetryKind, str]] = ..., initial_ms: _Optional[int] = ..., max_ms: _Optional[int] = ..., multiplier: _Optional[float] = ..., jitter_percent: _Optional[int] = ...) -> None: ...
 
 class Repeat(_message.Message):
-    __slots__ = ("every_ms", "cron", "time_zone", "end_at_ms", "max_count", "missed")
+    __slots__ = ("every_ms", "cron", "time_zone", "end_at_ms", "max_count", "missed", "catch_up_window_ms", "max_catch_up")
     EVERY_MS_FIELD_NUMBER: _ClassVar[int]
     CRON_FIELD_NUMBER: _ClassVar[int]
     TIME_ZONE_FIELD_NUMBER: _ClassVar[int]
     END_AT_MS_FIELD_NUMBER: _ClassVar[int]
     MAX_COUNT_FIELD_NUMBER: _ClassVar[int]
     MISSED_FIELD_NUMBER: _ClassVar[int]
+    CATCH_UP_WINDOW_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_CATCH_UP_FIELD_NUMBER: _ClassVar[int]
     every_ms: int
     cron: str
     time_zone: str
     end_at_ms: int
     max_count: int
     missed: MissedPolicy
-    def __init__(self, every_ms: _Optional[int] = ..., cron: _Optional[str] = ..., time_zone: _Optional[str] = ..., end_at_ms: _Optional[int] = ..., max_count: _Optional[int] = ..., missed: _Optional[_Union[MissedPolicy, str]] = ...) -> None: ...
+    catch_up_window_ms: int
+    max_catch_up: int
+    def __init__(self, every_ms: _Optional[int] = ..., cron: _Optional[str] = ..., time_zone: _Optional[str] = ..., end_at_ms: _Optional[int] = ..., max_count: _Optional[int] = ..., missed: _Optional[_Union[MissedPolicy, str]] = ..., catch_up_window_ms: _Optional[int] = ..., max_catch_up: _Optional[int] = ...) -> None: ...
 
 class SendResponse(_message.Message):
     __slots__ = ("message_id", "deliver_at_ms", "existed", "existing_state")
@@ -285,7 +293,7 @@ class NackResponse(_message.Message):
     def __init__(self, nacked: _Optional[int] = ..., dead_lettered: _Optional[int] = ...) -> None: ...
 
 class TimerMessage(_message.Message):
-    __slots__ = ("message_id", "topic", "body", "properties", "deliver_at_ms", "created_at_ms", "state", "wheel", "fired_at_ms", "acked_at_ms", "cancelled_at_ms", "repeat", "next_occurrence", "trace", "attempts")
+    __slots__ = ("message_id", "topic", "body", "properties", "deliver_at_ms", "created_at_ms", "state", "wheel", "fired_at_ms", "acked_at_ms", "cancelled_at_ms", "repeat", "next_occurrence", "trace", "attempts", "paused")
     class PropertiesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -308,6 +316,7 @@ class TimerMessage(_message.Message):
     NEXT_OCCURRENCE_FIELD_NUMBER: _ClassVar[int]
     TRACE_FIELD_NUMBER: _ClassVar[int]
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
     message_id: str
     topic: str
     body: bytes
@@ -323,7 +332,8 @@ class TimerMessage(_message.Message):
     next_occurrence: int
     trace: _containers.RepeatedCompositeFieldContainer[TraceEvent]
     attempts: int
-    def __init__(self, message_id: _Optional[str] = ..., topic: _Optional[str] = ..., body: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., deliver_at_ms: _Optional[int] = ..., created_at_ms: _Optional[int] = ..., state: _Optional[_Union[State, str]] = ..., wheel: _Optional[str] = ..., fired_at_ms: _Optional[int] = ..., acked_at_ms: _Optional[int] = ..., cancelled_at_ms: _Optional[int] = ..., repeat: _Optional[_Union[Repeat, _Mapping]] = ..., next_occurrence: _Optional[int] = ..., trace: _Optional[_Iterable[_Union[TraceEvent, _Mapping]]] = ..., attempts: _Optional[int] = ...) -> None: ...
+    paused: bool
+    def __init__(self, message_id: _Optional[str] = ..., topic: _Optional[str] = ..., body: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., deliver_at_ms: _Optional[int] = ..., created_at_ms: _Optional[int] = ..., state: _Optional[_Union[State, str]] = ..., wheel: _Optional[str] = ..., fired_at_ms: _Optional[int] = ..., acked_at_ms: _Optional[int] = ..., cancelled_at_ms: _Optional[int] = ..., repeat: _Optional[_Union[Repeat, _Mapping]] = ..., next_occurrence: _Optional[int] = ..., trace: _Optional[_Iterable[_Union[TraceEvent, _Mapping]]] = ..., attempts: _Optional[int] = ..., paused: _Optional[bool] = ...) -> None: ...
 
 class TraceEvent(_message.Message):
     __slots__ = ("kind", "at_ms", "wheel", "from_wheel", "attempt", "subscriber", "detail", "deliver_at_ms")
@@ -516,6 +526,34 @@ class RescheduleResponse(_message.Message):
     DELIVER_AT_MS_FIELD_NUMBER: _ClassVar[int]
     deliver_at_ms: int
     def __init__(self, deliver_at_ms: _Optional[int] = ...) -> None: ...
+
+class PauseSeriesRequest(_message.Message):
+    __slots__ = ("series_id",)
+    SERIES_ID_FIELD_NUMBER: _ClassVar[int]
+    series_id: str
+    def __init__(self, series_id: _Optional[str] = ...) -> None: ...
+
+class PauseSeriesResponse(_message.Message):
+    __slots__ = ("changed", "deliver_at_ms")
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    DELIVER_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    changed: bool
+    deliver_at_ms: int
+    def __init__(self, changed: _Optional[bool] = ..., deliver_at_ms: _Optional[int] = ...) -> None: ...
+
+class ResumeSeriesRequest(_message.Message):
+    __slots__ = ("series_id",)
+    SERIES_ID_FIELD_NUMBER: _ClassVar[int]
+    series_id: str
+    def __init__(self, series_id: _Optional[str] = ...) -> None: ...
+
+class ResumeSeriesResponse(_message.Message):
+    __slots__ = ("changed", "deliver_at_ms")
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    DELIVER_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    changed: bool
+    deliver_at_ms: int
+    def __init__(self, changed: _Optional[bool] = ..., deliver_at_ms: _Optional[int] = ...) -> None: ...
 
 class CountRequest(_message.Message):
     __slots__ = ("topic", "from_ms", "to_ms")

@@ -85,6 +85,16 @@ class TimerServiceStub:
                 request_serializer=timerwheel_dot_v1_dot_timerwheel__pb2.CountRequest.SerializeToString,
                 response_deserializer=timerwheel_dot_v1_dot_timerwheel__pb2.CountResponse.FromString,
                 _registered_method=True)
+        self.PauseSeries = channel.unary_unary(
+                '/timerwheel.v1.TimerService/PauseSeries',
+                request_serializer=timerwheel_dot_v1_dot_timerwheel__pb2.PauseSeriesRequest.SerializeToString,
+                response_deserializer=timerwheel_dot_v1_dot_timerwheel__pb2.PauseSeriesResponse.FromString,
+                _registered_method=True)
+        self.ResumeSeries = channel.unary_unary(
+                '/timerwheel.v1.TimerService/ResumeSeries',
+                request_serializer=timerwheel_dot_v1_dot_timerwheel__pb2.ResumeSeriesRequest.SerializeToString,
+                response_deserializer=timerwheel_dot_v1_dot_timerwheel__pb2.ResumeSeriesResponse.FromString,
+                _registered_method=True)
 
 
 class TimerServiceServicer:
@@ -160,6 +170,22 @@ class TimerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PauseSeries(self, request, context):
+        """Pause a SCHEDULED recurring series without deleting it: its occurrences are skipped
+        (none fire, none are caught up later) until ResumeSeries. FAILED_PRECONDITION for a
+        one-shot timer or a series no longer SCHEDULED, NOT_FOUND for an unknown id.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeSeries(self, request, context):
+        """Resume a paused series at its next time after now.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TimerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -212,6 +238,16 @@ def add_TimerServiceServicer_to_server(servicer, server):
                     servicer.Count,
                     request_deserializer=timerwheel_dot_v1_dot_timerwheel__pb2.CountRequest.FromString,
                     response_serializer=timerwheel_dot_v1_dot_timerwheel__pb2.CountResponse.SerializeToString,
+            ),
+            'PauseSeries': grpc.unary_unary_rpc_method_handler(
+                    servicer.PauseSeries,
+                    request_deserializer=timerwheel_dot_v1_dot_timerwheel__pb2.PauseSeriesRequest.FromString,
+                    response_serializer=timerwheel_dot_v1_dot_timerwheel__pb2.PauseSeriesResponse.SerializeToString,
+            ),
+            'ResumeSeries': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeSeries,
+                    request_deserializer=timerwheel_dot_v1_dot_timerwheel__pb2.ResumeSeriesRequest.FromString,
+                    response_serializer=timerwheel_dot_v1_dot_timerwheel__pb2.ResumeSeriesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -485,6 +521,60 @@ class TimerService:
             '/timerwheel.v1.TimerService/Count',
             timerwheel_dot_v1_dot_timerwheel__pb2.CountRequest.SerializeToString,
             timerwheel_dot_v1_dot_timerwheel__pb2.CountResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PauseSeries(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/timerwheel.v1.TimerService/PauseSeries',
+            timerwheel_dot_v1_dot_timerwheel__pb2.PauseSeriesRequest.SerializeToString,
+            timerwheel_dot_v1_dot_timerwheel__pb2.PauseSeriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeSeries(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/timerwheel.v1.TimerService/ResumeSeries',
+            timerwheel_dot_v1_dot_timerwheel__pb2.ResumeSeriesRequest.SerializeToString,
+            timerwheel_dot_v1_dot_timerwheel__pb2.ResumeSeriesResponse.FromString,
             options,
             channel_credentials,
             insecure,
