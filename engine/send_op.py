@@ -258,7 +258,12 @@ def _stage_replacement(
         trace_cf.stage_event(batch, message_id, event)
     send = _replace_extras(ctx, batch, item)
     wheel = stage_new(ctx, batch, send, now_ms)
-    replaced = TraceEvent(TraceKind.REPLACED, now_ms, wheel=wheel, deliver_at_ms=send.deliver_at_ms)
+    # At the new version's send time, which its SENT shows: the writer applies the send a
+    # moment after it was received, and REPLACED must not read as after that SENT.
+    sent_at_ms = records.trace_facts(send.record).created_at_ms
+    replaced = TraceEvent(
+        TraceKind.REPLACED, sent_at_ms, wheel=wheel, deliver_at_ms=send.deliver_at_ms
+    )
     trace_cf.stage_event(batch, message_id, replaced)
     return SendResult(send.message_id, send.deliver_at_ms)
 
