@@ -7,6 +7,8 @@ call, and the API's refusals come back with its message, as HTTP statuses:
 
     GET  /api/timer?id=ID                       Get with body and trace
     POST /api/cancel      {"message_id": ID}    Cancel, then the timer as Get shows it
+    POST /api/pause       {"series_id": ID}     PauseSeries, then the series as Get shows it
+    POST /api/resume      {"series_id": ID}     ResumeSeries, then the series as Get shows it
     POST /api/purge       {"topic": T}          TimerAdmin.Purge of the topic (one call)
     POST /api/redrive     {"dead_letter_topic": T}  TimerAdmin.Redrive of all its dead letters
     GET  /api/pending?topic=T[&from_ms=&limit=&page_token=]   List (one page)
@@ -18,9 +20,9 @@ An error answer is `{"error": message, "code": gRPC code name}`: NOT_FOUND 404,
 INVALID_ARGUMENT 400, UNAUTHENTICATED 401, PERMISSION_DENIED 403, FAILED_PRECONDITION
 409, RESOURCE_EXHAUSTED 429, UNAVAILABLE 503, anything else 502.
 
-Browser hardening: a cancel, purge or redrive must be sent as JSON (a cross-site form
-cannot, and the console answers no CORS preflight), a loopback console accepts only
-loopback Host headers (no DNS rebinding), and every answer carries a strict
+Browser hardening: a cancel, pause, resume, purge or redrive must be sent as JSON (a
+cross-site form cannot, and the console answers no CORS preflight), a loopback console
+accepts only loopback Host headers (no DNS rebinding), and every answer carries a strict
 Content-Security-Policy.
 Endpoints are plain functions: Starlette runs them on its thread pool, where the
 blocking gRPC calls belong.
@@ -141,6 +143,30 @@ def build_app(backend: ApiBackend, host: str) -> Starlette:
         )
         return await run_in_threadpool(_cancel, message_id, token_of(request))
 
+    async def pause(request: Request) -> JSONResponse:
+        series_id = await _json_field(request, "pause", "series_id", "the series to pause")
+        return await run_in_threadpool(_pause, series_id, True, token_of(request))
+
+    async def resume(request: Request) -> JSONResponse:
+        series_id = await _json_field(request, "resume", "series_id", "the series to resume")
+        return await run_in_threadpool(_pause, series_id, False, token_of(request))
+
+    def _pause(series_id: str, paused: bool, token: str) -> JSONResponse:
+        if paused:
+            answer = backend.call(
+                service.PauseSeries, pb.PauseSeriesRequest(series_id=series_id), token
+            )
+        else:
+            request = pb.ResumeSeriesRequest(series_id=series_id)
+            answer = backend.call(service.ResumeSeries, request, token)
+        lookup = pb.GetRequest(message_id=series_id, include_body=True, include_trace=True)
+        message = backend.call(service.Get, lookup, token)
+        now_ms = backend.now_ms()
+        return _json({
+            "changed": answer.changed, "now": moment(now_ms, now_ms),
+            "timer": timer_json(message, now_ms),
+        })  # fmt: skip
+
     async def purge(request: Request) -> JSONResponse:
         topic = await _json_field(request, "purge", "topic", "the topic to purge")
         return await run_in_threadpool(_purge, topic, token_of(request))
@@ -229,6 +255,8 @@ def build_app(backend: ApiBackend, host: str) -> Starlette:
         Route("/", page),
         Route("/api/timer", get_timer),
         Route("/api/cancel", cancel, methods=["POST"]),
+        Route("/api/pause", pause, methods=["POST"]),
+        Route("/api/resume", resume, methods=["POST"]),
         Route("/api/purge", purge, methods=["POST"]),
         Route("/api/redrive", redrive, methods=["POST"]),
         Route("/api/pending", pending),

@@ -40,6 +40,8 @@ def describe_event(
         return f"back to {event.detail}"
     if kind == "REPLACED":
         return f"a new version, due {format_ms(event.deliver_at_ms)}"
+    if kind == "PAUSED":
+        return "occurrences skipped until resumed"
     return ""
 
 
@@ -80,28 +82,36 @@ def schedule_text(repeat: pb.Repeat, format_ms: Callable[[int], str]) -> str:
     if repeat.max_count:
         parts.append(f"at most {repeat.max_count} occurrence(s)")
     parts.append(f"missed: fire {_missed(repeat)}")
+    if repeat.max_catch_up:
+        parts[-1] += f" (at most {repeat.max_catch_up})"
+    if repeat.catch_up_window_ms:
+        parts.append(f"within {format_duration_ms(repeat.catch_up_window_ms)}")
     return ", ".join(parts)
 
 
 def next_occurrence_text(message: pb.TimerMessage, format_ms: Callable[[int], str]) -> str:
-    """`#3 (nightly#3) at <UTC ISO 8601 time>`: its number, the id it fires as, when."""
+    """`#3 (nightly#3) at <UTC ISO 8601 time>`: its number, the id it fires as, when;
+    a paused series says so (the time is when it would be)."""
     number = message.next_occurrence
     occurrence_id = f"{message.message_id}#{number}"
-    return f"#{number} ({occurrence_id}) at {format_ms(message.deliver_at_ms)}"
+    text = f"#{number} ({occurrence_id}) at {format_ms(message.deliver_at_ms)}"
+    return text + " (paused: skipped until resumed)" if message.paused else text
 
 
 def schedule_dict(message: pb.TimerMessage) -> dict:
-    """`repeat` and `next_occurrence` for scripts (both None when not a series)."""
+    """`repeat`, `paused` and `next_occurrence` for scripts (None when not a series)."""
     if not is_series(message):
-        return {"repeat": None, "next_occurrence": None}
+        return {"repeat": None, "paused": None, "next_occurrence": None}
     repeat = message.repeat
     return {
         "repeat": {
             "every_ms": repeat.every_ms, "cron": repeat.cron,
             "time_zone": repeat.time_zone or ("UTC" if repeat.cron else ""),
             "end_at_ms": repeat.end_at_ms, "max_count": repeat.max_count,
-            "missed": _missed(repeat),
+            "missed": _missed(repeat), "catch_up_window_ms": repeat.catch_up_window_ms,
+            "max_catch_up": repeat.max_catch_up,
         },
+        "paused": message.paused,
         "next_occurrence": {
             "number": message.next_occurrence,
             "message_id": f"{message.message_id}#{message.next_occurrence}",

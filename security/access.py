@@ -3,7 +3,7 @@
 | method    | producer        | consumer        | admin |
 |-----------|-----------------|-----------------|-------|
 | Send, SendBatch, List, Count | its topics | - | yes  |
-| Cancel, Reschedule | its topics (by id) | -   | yes   |
+| Cancel, Reschedule, PauseSeries, ResumeSeries | its topics (by id) | - | yes |
 | Get       | its topics (by id) | its topics (by id) | yes |
 | Subscribe, Ack, Nack | -    | its topics      | yes   |
 | TimerAdmin BulkCancel | its topics (`filter.topic`, required with prefixes) | - | yes |
@@ -11,13 +11,14 @@
 
 "Its topics" is a token's `topics` prefixes (no prefixes: every topic). A request that
 names a topic is checked before it runs; for a send that is its topic and, when given,
-its dead-letter topic. Cancel, Get and Reschedule name only an id, so the stored timer's
-topic is looked up: when it is outside the token's prefixes the answer is the same
-NOT_FOUND an unknown id gets, so nothing about other topics' messages leaks, not even
-that the id exists. A send with a client-chosen id that another topic's message holds is
-refused with the ALREADY_EXISTS a conflicting resend gets (so if_exists REPLACE or KEEP
-cannot overwrite or read it). An Ack or Nack for another topic's ids needs no look-up:
-the engine acts only on ids in flight on the request's topic, which is checked here.
+its dead-letter topic. Cancel, Get, Reschedule, PauseSeries and ResumeSeries name only
+an id, so the stored timer's topic is looked up: when it is outside the token's prefixes
+the answer is the same NOT_FOUND an unknown id gets, so nothing about other topics'
+messages leaks, not even that the id exists. A send with a client-chosen id that another
+topic's message holds is refused with the ALREADY_EXISTS a conflicting resend gets (so
+if_exists REPLACE or KEEP cannot overwrite or read it). An Ack or Nack for another
+topic's ids needs no look-up: the engine acts only on ids in flight on the request's
+topic, which is checked here.
 """
 
 from __future__ import annotations
@@ -85,6 +86,15 @@ def _message_id(request) -> list[tuple[str, str]]:
     return [("message_id", request.message_id)]
 
 
+def _series_id(request) -> list[tuple[str, str]]:
+    return [("series_id", request.series_id)]
+
+
+def _unknown_series(series_id: str) -> Denied:
+    """Word for word what the engine answers for a series id it does not hold."""
+    return Denied(grpc.StatusCode.NOT_FOUND, f"series_id={series_id!r}: no such timer")
+
+
 def _sends(request) -> list:
     """(field prefix, SendRequest) of a Send or SendBatch request."""
     if not hasattr(request, "messages"):
@@ -109,11 +119,15 @@ def _send_ids(request) -> list[tuple[str, str]]:
 _P, _C, _A = Role.PRODUCER, Role.CONSUMER, Role.ADMIN
 _SENDS = Rule(frozenset({_P, _A}), _send_topics, _send_ids, _taken)
 _BY_ID = {"ids": _message_id}
+_BY_SERIES_ID = {"ids": _series_id, "foreign_id": _unknown_series}
 RULES: dict[str, Rule] = {
     TIMER_SERVICE + "Send": _SENDS,
     TIMER_SERVICE + "SendBatch": _SENDS,
     TIMER_SERVICE + "Cancel": Rule(frozenset({_P, _A}), **_BY_ID),
     TIMER_SERVICE + "Reschedule": Rule(frozenset({_P, _A}), **_BY_ID),
+    # Pausing a series is a producer's, as cancelling or rescheduling it is.
+    TIMER_SERVICE + "PauseSeries": Rule(frozenset({_P, _A}), **_BY_SERIES_ID),
+    TIMER_SERVICE + "ResumeSeries": Rule(frozenset({_P, _A}), **_BY_SERIES_ID),
     TIMER_SERVICE + "Get": Rule(frozenset({_P, _C, _A}), **_BY_ID),
     TIMER_SERVICE + "List": Rule(frozenset({_P, _A}), _topic),
     TIMER_SERVICE + "Count": Rule(frozenset({_P, _A}), _topic),

@@ -146,6 +146,7 @@ def _repeat(message: pb.Repeat) -> Repeat:
     return Repeat(
         every_ms=message.every_ms, cron=message.cron, time_zone=message.time_zone,
         end_at_ms=message.end_at_ms, max_count=message.max_count, missed=missed,
+        catch_up_window_ms=message.catch_up_window_ms, max_catch_up=message.max_catch_up,
     )  # fmt: skip
 
 
@@ -154,6 +155,7 @@ def repeat_message(repeat: Repeat) -> pb.Repeat:
         every_ms=repeat.every_ms, cron=repeat.cron, time_zone=repeat.time_zone,
         end_at_ms=repeat.end_at_ms, max_count=repeat.max_count,
         missed=int(repeat.missed),  # type: ignore[arg-type]  # an IntEnum's value is the proto enum's
+        catch_up_window_ms=repeat.catch_up_window_ms, max_catch_up=repeat.max_catch_up,
     )  # fmt: skip
 
 
@@ -190,6 +192,7 @@ def timer_message(timer: Timer, include_body: bool = True) -> pb.TimerMessage:
         cancelled_at_ms=timer.cancelled_at_ms,
         repeat=repeat_message(timer.repeat) if timer.repeat is not None else None,
         next_occurrence=timer.next_occurrence,
+        paused=timer.paused,
         trace=[trace_event(event) for event in timer.trace],
         attempts=timer.attempts,
     )
@@ -329,6 +332,20 @@ class TimerService(pb_grpc.TimerServiceServicer):
         with rpc_errors(context, "Reschedule"):
             deliver_at_ms = self._engine.reschedule(request.message_id, when_from_proto(request))
             return pb.RescheduleResponse(deliver_at_ms=deliver_at_ms)
+
+    def PauseSeries(
+        self, request: pb.PauseSeriesRequest, context: grpc.ServicerContext
+    ) -> pb.PauseSeriesResponse:
+        with rpc_errors(context, "PauseSeries"):
+            changed, deliver_at_ms = self._engine.pause_series(request.series_id, True)
+            return pb.PauseSeriesResponse(changed=changed, deliver_at_ms=deliver_at_ms)
+
+    def ResumeSeries(
+        self, request: pb.ResumeSeriesRequest, context: grpc.ServicerContext
+    ) -> pb.ResumeSeriesResponse:
+        with rpc_errors(context, "ResumeSeries"):
+            changed, deliver_at_ms = self._engine.pause_series(request.series_id, False)
+            return pb.ResumeSeriesResponse(changed=changed, deliver_at_ms=deliver_at_ms)
 
     def Count(self, request: pb.CountRequest, context: grpc.ServicerContext) -> pb.CountResponse:
         with rpc_errors(context, "Count"):

@@ -196,6 +196,16 @@ class AsyncClient:
         retry = reschedule_is_idempotent(request)
         return (await self._unary(self.service.Reschedule, request, retry=retry)).deliver_at_ms
 
+    async def pause_series(self, series_id: str) -> pb.PauseSeriesResponse:
+        """As `Client.pause_series`."""
+        request = pb.PauseSeriesRequest(series_id=series_id)
+        return await self._unary(self.service.PauseSeries, request)
+
+    async def resume_series(self, series_id: str) -> pb.ResumeSeriesResponse:
+        """As `Client.resume_series`."""
+        request = pb.ResumeSeriesRequest(series_id=series_id)
+        return await self._unary(self.service.ResumeSeries, request)
+
     async def count(self, topic: str, from_ms: int = 0, to_ms: int = 0) -> pb.CountResponse:
         request = pb.CountRequest(topic=topic, from_ms=from_ms, to_ms=to_ms)
         return await self._unary(self.service.Count, request)

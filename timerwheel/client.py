@@ -227,6 +227,19 @@ class Client:
         retry = reschedule_is_idempotent(request)
         return self._unary(self.service.Reschedule, request, retry=retry).deliver_at_ms
 
+    def pause_series(self, series_id: str) -> pb.PauseSeriesResponse:
+        """Pause a recurring series without deleting it: its occurrences are skipped until
+        `resume_series` (none caught up then). `.changed` is False when it was paused
+        already; `.deliver_at_ms` is when its next occurrence would be."""
+        request = pb.PauseSeriesRequest(series_id=series_id)
+        return self._unary(self.service.PauseSeries, request)
+
+    def resume_series(self, series_id: str) -> pb.ResumeSeriesResponse:
+        """Resume a paused series at its next time (`.deliver_at_ms`); `.changed` is False
+        when it was not paused."""
+        request = pb.ResumeSeriesRequest(series_id=series_id)
+        return self._unary(self.service.ResumeSeries, request)
+
     def count(self, topic: str, from_ms: int = 0, to_ms: int = 0) -> pb.CountResponse:
         """Pending timers of `topic`: the exact total, or those due in [from_ms, to_ms)
         counted in whole minutes (the response says which range was counted)."""

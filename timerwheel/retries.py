@@ -6,7 +6,8 @@ the outcome is retried with backoff, so a restart is invisible to the caller:
 
 * gRPC's own retry policy (the channel's service config, `SERVICE_CONFIG`) retries the
   methods that are idempotent whatever the request: Get, List, Count, Ack (an id already
-  acked is skipped), Cancel (a cancelled timer answers CANCELLED again), Stats, Topics.
+  acked is skipped), Cancel (a cancelled timer answers CANCELLED again), PauseSeries and
+  ResumeSeries (a repeat finds it so already: `changed` False), Stats, Topics.
 * A send is idempotent only when every message carries a client-chosen message_id (a
   repeat answers as the first, `existed` True if the first was stored) and none asks
   IF_EXISTS_REPLACE (a repeat would replace again, a relative delay counted anew). A
@@ -54,7 +55,15 @@ RETRYABLE = grpc.StatusCode.UNAVAILABLE
 
 # Idempotent whatever the request: retried by gRPC itself.
 IDEMPOTENT_METHODS = {
-    "timerwheel.v1.TimerService": ["Get", "List", "Count", "Ack", "Cancel"],
+    "timerwheel.v1.TimerService": [
+        "Get",
+        "List",
+        "Count",
+        "Ack",
+        "Cancel",
+        "PauseSeries",
+        "ResumeSeries",
+    ],
     "timerwheel.v1.TimerAdmin": ["Stats", "Topics"],
 }
 

@@ -59,6 +59,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="once",
         help="occurrences missed while down: fire once, or each",
     )
+    send.add_argument(
+        "--catch-up-window",
+        help="skip missed occurrences older than this before now (1s..; e.g. 1h)",
+    )
+    send.add_argument(
+        "--max-catch-up", type=int, default=0,
+        help="with --missed each: fire at most this many missed occurrences (1..1000)",
+    )  # fmt: skip
 
 
 def _send(client, args: argparse.Namespace) -> int:
@@ -116,7 +124,8 @@ def _check_series_id(args: argparse.Namespace) -> None:
 
 def _send_options(args: argparse.Namespace) -> dict[str, object]:
     """The SendRequest fields of --if-exists, --max-attempts, --dead-letter-topic and the
-    repeat flags (--every / --cron with --tz, --until, --max-count, --missed)."""
+    repeat flags (--every / --cron with --tz, --until, --max-count, --missed,
+    --catch-up-window, --max-catch-up)."""
     from timerwheel.v1 import timerwheel_pb2 as pb
 
     fields: dict[str, object] = {"if_exists": ["reject", "replace", "keep"].index(args.if_exists)}
@@ -130,6 +139,11 @@ def _send_options(args: argparse.Namespace) -> dict[str, object]:
             cron=args.cron or "", time_zone=args.tz,
             end_at_ms=parse_time_ms(args.until, "--until") if args.until else 0,
             max_count=args.max_count, missed=["once", "each"].index(args.missed),
+            catch_up_window_ms=(
+                parse_duration_ms(args.catch_up_window, "--catch-up-window")
+                if args.catch_up_window else 0
+            ),
+            max_catch_up=args.max_catch_up,
         )  # fmt: skip
     return fields
 

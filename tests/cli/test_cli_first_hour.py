@@ -120,7 +120,7 @@ def test_get_shows_a_series_schedule_and_next_occurrence(cli, client):
     answer = json.loads(out)
     assert answer["repeat"] == {
         "every_ms": 90_000, "cron": "", "time_zone": "", "end_at_ms": 0, "max_count": 5,
-        "missed": "each",
+        "missed": "each", "catch_up_window_ms": 0, "max_catch_up": 0,
     }  # fmt: skip
     assert answer["next_occurrence"] == {
         "number": number, "message_id": f"tick#{number}", "deliver_at_ms": stored.deliver_at_ms,
