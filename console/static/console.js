@@ -153,6 +153,7 @@ function renderTimer(timer) {
   if (timer.cancelled_at) add("cancelled at", when(timer.cancelled_at));
   if (timer.schedule) add("schedule", timer.schedule);
   if (timer.next) add("next occurrence", timer.next);
+  if (timer.paused) add("paused", "yes: its occurrences are skipped until it is resumed");
   add("attempts", String(timer.attempts));
   const properties = Object.entries(timer.properties).map(([k, v]) => `${k}=${v}`);
   add("properties", properties.length ? properties.join("\n") : "–");
@@ -164,6 +165,9 @@ function renderTimer(timer) {
   );
   $("trace-empty").hidden = timer.trace.length > 0;
   $("cancel-button").hidden = timer.state !== "SCHEDULED";
+  const series = timer.state === "SCHEDULED" && Boolean(timer.repeat);
+  $("pause-button").hidden = !series || timer.paused;
+  $("resume-button").hidden = !series || !timer.paused;
   $("cancel-confirm").hidden = true;
   $("cancel-id").textContent = timer.message_id;
   $("timer").hidden = false;
@@ -184,6 +188,26 @@ $("cancel-no").addEventListener("click", () => {
   $("cancel-confirm").hidden = true;
   $("cancel-button").hidden = false;
 });
+
+// Pause or resume the series shown (no confirmation: either is undone by the other).
+async function pauseOrResume(action) {
+  const seriesId = $("cancel-id").textContent;
+  try {
+    const answer = await panelApi("timer", `/api/${action}`, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ series_id: seriesId }),
+    });
+    if (!answer) return;
+    renderTimer(answer.timer);
+    refresh();
+  } catch (error) {
+    showError("lookup-error", error);
+  }
+}
+
+$("pause-button").addEventListener("click", () => pauseOrResume("pause"));
+$("resume-button").addEventListener("click", () => pauseOrResume("resume"));
 
 $("cancel-yes").addEventListener("click", async () => {
   const messageId = $("cancel-id").textContent;
