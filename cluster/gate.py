@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from timerwheel.cluster import journal
-from timerwheel.cluster.node import ClusterNode, NoOwner, NotOwner
+from timerwheel.cluster.errors import NoOwner, NotOwner
+from timerwheel.cluster.node import ClusterNode
 from timerwheel.engine.api import FiredSource
 from timerwheel.engine.engine import Engine
 from timerwheel.engine.trace_ops import DeliveryEvents

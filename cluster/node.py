@@ -1,24 +1,23 @@
-"""A cluster node: the single node's engine as the index of the partitions this node owns,
-their leases, their logs, and the engine's API routed by partition (docs/cluster.md).
+"""A cluster node: the leases of its partitions, their logs and their takeovers, with the
+single node's engine as the index of the partitions it owns (docs/cluster.md).
 
-    gRPC front ──TimerApi──> ClusterNode ──(owned partition)──> Engine (local index)
-                                  │                                  │ applied, then
-                                  │                                  ▼
-                                  └──── Appender(p) ──publish──> JetStream tw.p<N>.log
-    delivery hub ──FiredSource──> DeliveryGate ──> Engine    (closed unless every lease is OWN)
+    ClusterApi (cluster/api.py) ──owned? require_owner, journal──> ClusterNode
+                                                                      │ Appender(p)
+                                                                      ▼
+                                                     JetStream tw.p<N>.log (fenced appends)
+    delivery hub ──FiredSource──> DeliveryGate ──> Engine   (closed unless every lease is OWN)
 
-A change is applied to the local engine first, then its entry is appended to the
-partition's log, and the caller is answered only once the log has it: so the log holds
-everything a caller was told, and a node that dies between the two left only its own
-index ahead of the log, and that index is never reused (a node's engine starts empty at
-every start: `index_dir`). A node that takes a partition over writes its epoch marker,
-folds the partition's whole log (`timerwheel.cluster.journal.Fold`) and sends the live
-timers into its engine; timers already due fire at once.
+A node that takes a partition over writes its epoch marker, folds the partition's whole
+log (`timerwheel.cluster.journal.Fold`) and sends the live timers into its engine (which
+starts empty at every start: `timerwheel.cluster.settings.index_dir`); timers already due
+fire at once. A node that gives one up retires its timers from the engine
+(`timerwheel.cluster.purge`).
 
 Ownership is `timerwheel.cluster.lease` over the NATS lease bucket, stepped every
 `tick_ms` by one task on the node's NATS loop. A partition whose preferred node (highest
 crc32 of "<node>:<partition>" among the live nodes) is another live node is left to it
-for `takeover_grace_ms`, so partitions spread over the nodes that are up.
+for `takeover_grace_ms`, so partitions spread over the nodes that are up; an owner hands
+a partition to its preferred node once that node has been up for the grace.
 """
 
 from __future__ import annotations
@@ -26,26 +25,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import itertools
 import secrets
-import shutil
 import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from timerwheel.cluster import journal
 from timerwheel.cluster.appender import Appender, LogUnavailable, monotonic_ms
+from timerwheel.cluster.errors import NoOwner, NotOwner
 from timerwheel.cluster.fencing import EpochMarker, MarkerStep, marker_step
 from timerwheel.cluster.lease import (
     Create,
-    LeaseTerms,
     LeaseView,
     Read,
     Release,
@@ -64,94 +60,23 @@ from timerwheel.cluster.nats_io import (
     node_bucket,
 )
 from timerwheel.cluster.partitions import (
-    DEFAULT_PARTITIONS,
-    check_partition_count,
     partition_of,
     preferred_node,
-    with_partition,
 )
-from timerwheel.common import SendResult, State
-from timerwheel.engine.ids import MessageIds
-from timerwheel.wheels.bulk import BulkResult, RedriveResult, TimerFilter
+from timerwheel.cluster.purge import purge_partition
+from timerwheel.cluster.settings import NodeSettings
 from timerwheel.wheels.domain import (
-    FailedPrecondition,
-    InvalidArgument,
     SendSpec,
-    ShuttingDown,
-    Timer,
-    When,
 )
-from timerwheel.wheels.lateness import LatenessMinute
 from timerwheel.wheels.settings import Settings, SettingsError
-from timerwheel.wheels.validation import validate_message_ref, validate_sends
 
 if TYPE_CHECKING:
-    from timerwheel.engine.api import TimerApi
     from timerwheel.engine.engine import Engine
-    from timerwheel.engine.series import SeriesPause
-    from timerwheel.store.export import ExportSummary
 
 log = structlog.get_logger("timerwheel.cluster")
 
-END_OF_TIME_MS = 1 << 47  # beyond any deliver time a timer may have (year 6429)
 RESTORE_CHUNK = 1_000  # sends per engine batch while a takeover restores a partition
 JOURNAL_WAIT_S = 10.0  # a caller waits at most this for its entry to be in the log
-
-
-class NotOwner(FailedPrecondition):
-    """The call names an id of a partition another node owns: the message names it, so a
-    client can go there (`timerwheel.Client` does)."""
-
-    def __init__(self, partition: int, holder: str, address: str, epoch: int) -> None:
-        super().__init__(
-            f"not owner of partition {partition}: owner is {holder} at {address}, epoch {epoch}"
-        )
-        self.partition = partition
-        self.address = address
-
-
-class NoOwner(ShuttingDown):
-    """The partition has no owner at this moment (a takeover is under way): UNAVAILABLE,
-    so the caller retries."""
-
-
-@dataclass(frozen=True)
-class NodeSettings:
-    """How this node joins the cluster; validated once, the bad value in the message."""
-
-    name: str
-    nats_urls: tuple[str, ...]
-    partitions: int = DEFAULT_PARTITIONS
-    replicas: int = 3
-    lease: LeaseTerms = field(default_factory=LeaseTerms)
-    tick_ms: int = 100
-    call_timeout_ms: int = 2_000
-    takeover_grace_ms: int = 3_000
-
-    def __post_init__(self) -> None:
-        if not self.name or "/" in self.name or "." in self.name:
-            raise SettingsError(f"node name {self.name!r}: non-empty, without '/' or '.'")
-        if not self.nats_urls:
-            raise SettingsError("cluster: at least one NATS url (--cluster nats://host:4222)")
-        try:
-            check_partition_count(self.partitions)
-        except ValueError as error:
-            raise SettingsError(str(error)) from error
-        if self.replicas not in (1, 3, 5):
-            raise SettingsError(f"replicas {self.replicas}: 1, 3 or 5")
-        if not 10 <= self.tick_ms <= self.lease.renew_every_ms:
-            raise SettingsError(
-                f"tick_ms {self.tick_ms}: 10 to the renewal interval "
-                f"({self.lease.renew_every_ms} ms)"
-            )
-
-
-def index_dir(data_dir: str) -> str:
-    """Where a cluster node keeps its engine: emptied at every start (the log is the truth;
-    what an earlier process left may be ahead of it)."""
-    path = Path(data_dir) / "cluster-index"
-    shutil.rmtree(path, ignore_errors=True)
-    return str(path)
 
 
 @dataclass
@@ -173,8 +98,6 @@ class ClusterNode:
         self.settings: Settings = engine.settings
         self.holder = f"{node.name}/{secrets.token_hex(4)}"
         self.address = ""
-        self._ids = MessageIds()
-        self._round_robin = itertools.count()
         self._views: dict[int, LeaseView] = {}
         self._owned: dict[int, Appender] = {}
         self._taking: set[int] = set()
@@ -488,39 +411,13 @@ class ClusterNode:
         try:
             for attempt in range(1, 100):
                 try:
-                    self._purge_engine(partition)
+                    purge_partition(self.engine, partition, self.node.partitions)
                     return
                 except Exception as error:
                     log.error("cluster_purge_failed", partition=partition, error=repr(error))
                     time.sleep(min(0.05 * attempt, 1.0))
         finally:
             self._purging.discard(partition)
-
-    def _purge_engine(self, partition: int) -> None:
-        count = self.node.partitions
-        for topic, _, _ in self.engine.topics():
-            token = ""
-            while True:
-                timers, token = self.engine.list_pending(
-                    topic, 0, END_OF_TIME_MS, 1000, token, False
-                )
-                for timer in timers:
-                    if partition_of(timer.message_id, count) == partition:
-                        with contextlib.suppress(Exception):
-                            self.engine.cancel(timer.message_id)
-                if not token:
-                    break
-            after = 0
-            while True:
-                rows = self.engine.fetch_deliveries(topic, after, 1000)
-                if not rows:
-                    break
-                after = rows[-1].seq
-                mine = [
-                    r.message_id for r in rows if partition_of(r.message_id, count) == partition
-                ]
-                if mine:
-                    self.engine.ack(topic, mine)
 
     # == the delivery gate ================================================================
     def deliverable(self) -> bool:
@@ -600,88 +497,6 @@ class ClusterNode:
         for future in done:
             future.result()
 
-    # == TimerApi =========================================================================
-    def now_ms(self) -> int:
-        return self.engine.now_ms()
-
-    def send_batch_async(self, specs: Iterable[SendSpec]) -> Future:
-        specs = list(specs)
-        for index, spec in enumerate(specs):
-            if spec.options is not None and spec.options.repeat is not None:
-                name = "repeat" if len(specs) == 1 else f"messages[{index}].repeat"
-                raise InvalidArgument(
-                    name, "<a recurring series>", "recurring series are not served in cluster "
-                    "mode yet; send one-shot timers"
-                )  # fmt: skip
-        deliver_times = validate_sends(specs, self.engine.now_ms(), self.settings)
-        owned = self.owned()
-        named: list[SendSpec] = []
-        partitions: list[int] = []
-        made = [i for i, spec in enumerate(specs) if not spec.message_id]
-        home = owned[next(self._round_robin) % len(owned)] if owned else None
-        new_ids = self._ids.take([deliver_times[i] for i in made]) if made else []
-        made_ids = dict(zip(made, new_ids, strict=True))
-        for index, spec in enumerate(specs):
-            if spec.message_id:
-                partition = self.partition_of(spec.message_id)
-            else:
-                if home is None:
-                    raise NoOwner("this node owns no partition at the moment; retry")
-                partition = home
-                spec = spec._replace(message_id=with_partition(made_ids[index], home))
-            named.append(spec)
-            partitions.append(partition)
-        for partition in sorted(set(partitions)):
-            self.require_owner(partition)
-        result: Future = Future()
-        stored = self.engine.send_batch_async(named)
-
-        def stored_done(done: Future) -> None:
-            try:
-                results: list[SendResult] = done.result()
-                by_partition: dict[int, list[journal.Entry]] = {}
-                for spec, partition, sent in zip(named, partitions, results, strict=True):
-                    if not sent.existed:
-                        entry = journal.sent_of(spec, sent.message_id, sent.deliver_at_ms)
-                        by_partition.setdefault(partition, []).append(entry)
-                logged = [self.journal(p, entries) for p, entries in by_partition.items()]
-            except BaseException as error:
-                result.set_exception(error)
-                return
-            _when_all(logged, result, results)
-
-        stored.add_done_callback(stored_done)
-        return result
-
-    def cancel(self, message_id: str) -> State:
-        validate_message_ref(message_id)
-        partition = self.partition_of(message_id)
-        self.require_owner(partition)
-        state = self.engine.cancel(message_id)
-        self.wait_logged([self.journal(partition, [journal.Cancelled((message_id,))])])
-        return state
-
-    def reschedule(self, message_id: str, when: When) -> int:
-        validate_message_ref(message_id)
-        partition = self.partition_of(message_id)
-        self.require_owner(partition)
-        deliver_at_ms = self.engine.reschedule(message_id, when)
-        entry = journal.Rescheduled(message_id, deliver_at_ms)
-        self.wait_logged([self.journal(partition, [entry])])
-        return deliver_at_ms
-
-    def get(self, message_id: str, include_trace: bool = False) -> Timer:
-        validate_message_ref(message_id)
-        self.require_owner(self.partition_of(message_id))
-        return self.engine.get(message_id, include_trace)
-
-    def topic_of(self, message_id: str) -> str | None:
-        """The id's topic if this node owns its partition; None otherwise (the request
-        guard then leaves the topic check to the owner the call is forwarded to)."""
-        if self.partition_of(message_id) not in self._owned:
-            return None
-        return self.engine.topic_of(message_id)
-
     def peer_addresses(self) -> list[str]:
         """Every other node that owns a partition, as this node last read the leases (the
         nodes a Subscribe is fanned in from: server.fan_in)."""
@@ -700,48 +515,6 @@ class ClusterNode:
         if seen is None or seen.value.holder == self.holder or not seen.value.address:
             return None
         return seen.value.address
-
-    def bulk_cancel(
-        self, timer_filter: TimerFilter, limit: int = 0, page_token: str = "",
-        purge: bool = False,
-    ) -> BulkResult:  # fmt: skip
-        raise FailedPrecondition(
-            "BulkCancel and Purge are not served in cluster mode yet: cancel by id"
-        )
-
-    def redrive(
-        self, dlq_topic: str, timer_filter: TimerFilter, limit: int = 0, page_token: str = ""
-    ) -> RedriveResult:
-        raise FailedPrecondition("Redrive is not served in cluster mode yet")
-
-    def pause_series(self, series_id: str, paused: bool) -> SeriesPause:
-        name = "PauseSeries" if paused else "ResumeSeries"
-        raise FailedPrecondition(f"{name} is not served in cluster mode yet")
-
-    def list_pending(
-        self, topic: str, from_ms: int, to_ms: int, limit: int, page_token: str = "",
-        include_body: bool = True,
-    ) -> tuple[list[Timer], str]:  # fmt: skip
-        return self.engine.list_pending(topic, from_ms, to_ms, limit, page_token, include_body)
-
-    def count(self, topic: str, from_ms: int = 0, to_ms: int = 0) -> tuple[int, int, int]:
-        return self.engine.count(topic, from_ms, to_ms)
-
-    def stats(self) -> dict[str, Any]:
-        stats = dict(self.engine.stats())
-        stats["cluster"] = self.cluster_map()
-        return stats
-
-    def topics(self) -> list[tuple[str, int, int]]:
-        return self.engine.topics()
-
-    def fire_lateness(self) -> list[LatenessMinute]:
-        return self.engine.fire_lateness()
-
-    def export(
-        self, out_dir: str, max_rows_per_file: int = 0, reserve_bytes: int = 0
-    ) -> ExportSummary:
-        return self.engine.export(out_dir, max_rows_per_file, reserve_bytes)
 
     def cluster_map(self) -> dict[str, Any]:
         """Partition -> owner, address, epoch as this node last read them; its own role."""
@@ -766,29 +539,6 @@ class ClusterNode:
             "takeovers": len(self.takeovers), "map": partitions,
         }  # fmt: skip
 
-
-def _when_all(futures: list[Future], result: Future, value: object) -> None:
-    """Complete `result` with `value` once every future is done, or with the first error."""
-    if not futures:
-        result.set_result(value)
-        return
-    remaining = [len(futures)]
-    lock = threading.Lock()
-
-    def one_done(done: Future) -> None:
-        error = done.exception()
-        with lock:
-            remaining[0] -= 1
-            if result.done():
-                return
-            if error is not None:
-                result.set_exception(error)
-            elif remaining[0] == 0:
-                result.set_result(value)
-
-    for future in futures:
-        future.add_done_callback(one_done)
-
-
-def _is_a_timer_api(node: ClusterNode) -> TimerApi:
-    return node  # the type checker holds ClusterNode to TimerApi, method by method
+    def owns(self, partition: int) -> bool:
+        """This node holds the partition's appender (its verdict may still be STOP)."""
+        return partition in self._owned

@@ -33,8 +33,10 @@ import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from timerwheel.cluster.api import ClusterApi
 from timerwheel.cluster.gate import DeliveryGate
-from timerwheel.cluster.node import ClusterNode, NodeSettings, index_dir
+from timerwheel.cluster.node import ClusterNode
+from timerwheel.cluster.settings import NodeSettings, index_dir
 from timerwheel.console.http import ConsoleEndpoint, api_target
 from timerwheel.delivery.api import DeliveryApi
 from timerwheel.delivery.hub import DeliveryHub
@@ -142,7 +144,13 @@ def build_grpc_server(
             ("grpc.so_reuseport", 1 if reuse_port else 0),
         ],
         interceptors=interceptors(
-            engine, protection, stream_pool, settle_pool, probes, budget, receive_gate(settings),
+            engine,
+            protection,
+            stream_pool,
+            settle_pool,
+            probes,
+            budget,
+            receive_gate(settings),
             owners,
         ),
     )
@@ -225,7 +233,8 @@ class TimerServer:
             api: TimerApi = self.engine
             source: FiredSource = self.engine
             if cluster is not None:
-                api = self.node = ClusterNode(cluster, self.engine)
+                self.node = ClusterNode(cluster, self.engine)
+                api = ClusterApi(self.node)
                 source = DeliveryGate(self.node, self.engine)
             self.hub = DeliveryHub(source, settings)
             if settings.metrics_port >= 0:

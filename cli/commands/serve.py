@@ -173,7 +173,7 @@ def cluster_from_args(args: argparse.Namespace, settings):
     if settings.workers:
         raise SettingsError("--cluster runs in one process: leave --workers out")
     try:
-        from timerwheel.cluster.node import NodeSettings
+        from timerwheel.cluster.settings import NodeSettings
     except ImportError as error:  # nats-py missing
         raise SettingsError(
             f"--cluster needs the cluster extra: pip install 'timerwheel[cluster]' ({error})"

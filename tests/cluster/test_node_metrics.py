@@ -8,7 +8,8 @@ from helpers.engines import T0, engine_factory
 
 from timerwheel.cluster.appender import monotonic_ms
 from timerwheel.cluster.lease import Held, LeaseEntry, LeaseValue, LeaseView
-from timerwheel.cluster.node import ClusterNode, NodeSettings
+from timerwheel.cluster.node import ClusterNode
+from timerwheel.cluster.settings import NodeSettings
 from timerwheel.observability.metrics_http import cluster_families
 from timerwheel.wheels.clock import VirtualClock
 

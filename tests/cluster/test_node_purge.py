@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from helpers.engines import T0, engine_factory
 
-from timerwheel.cluster.node import ClusterNode, NodeSettings
+from timerwheel.cluster.node import ClusterNode
 from timerwheel.cluster.partitions import partition_of
+from timerwheel.cluster.settings import NodeSettings
 from timerwheel.common import State
 from timerwheel.wheels.clock import VirtualClock
 from timerwheel.wheels.domain import SendSpec, When, WhenKind

@@ -1,0 +1,23 @@
+"""What a node answers when a call is not its to answer (mapped to gRPC codes by
+server/errors.py through their bases)."""
+
+from __future__ import annotations
+
+from timerwheel.wheels.domain import FailedPrecondition, ShuttingDown
+
+
+class NotOwner(FailedPrecondition):
+    """The call names an id of a partition another node owns: the message names it, so a
+    client can go there (`timerwheel.Client` does)."""
+
+    def __init__(self, partition: int, holder: str, address: str, epoch: int) -> None:
+        super().__init__(
+            f"not owner of partition {partition}: owner is {holder} at {address}, epoch {epoch}"
+        )
+        self.partition = partition
+        self.address = address
+
+
+class NoOwner(ShuttingDown):
+    """The partition has no owner at this moment (a takeover is under way): UNAVAILABLE,
+    so the caller retries."""
