@@ -51,7 +51,9 @@ class DeliveryGate:
         if not self._node.gate_open:
             self._node.starved()  # the hub waits now: wake it when the gate is open again
             return []
-        owned = set(self._node.owned())
+        # held, not only OWN: a partition whose lease is past its deadline for a moment is
+        # still this node's (its rows wait for the gate); only a partition given up is not
+        owned = self._node.held_partitions()
         kept: list[FiredRecord] = []
         after = after_seq
         while len(kept) < limit:

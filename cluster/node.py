@@ -539,6 +539,10 @@ class ClusterNode:
             "takeovers": len(self.takeovers), "map": partitions,
         }  # fmt: skip
 
+    def held_partitions(self) -> set[int]:
+        """The partitions whose appender this node holds (their verdicts may be STOP)."""
+        return set(self._owned)
+
     def owns(self, partition: int) -> bool:
         """This node holds the partition's appender (its verdict may still be STOP)."""
         return partition in self._owned

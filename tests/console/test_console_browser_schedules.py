@@ -20,9 +20,12 @@ HOUR_MS = 3_600_000
 
 
 def _look_up(page, message_id: str) -> None:
+    """Look `message_id` up and wait until the page shows it: the view of the timer looked
+    up before stays visible until the new answer is drawn."""
     page.fill("#lookup-id", message_id)
     page.click("#lookup-form button")
     page.wait_for_selector("#timer:not([hidden])")
+    expect(page.locator("#cancel-id")).to_have_text(message_id)
 
 
 def test_pause_and_resume_a_series_in_the_browser(make_server):
