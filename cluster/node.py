@@ -75,6 +75,7 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("timerwheel.cluster")
 
+CLOSE_STEP_S = 3.0  # each step of a node's stop (leases handed back, NATS closed) at most
 RESTORE_CHUNK = 1_000  # sends per engine batch while a takeover restores a partition
 JOURNAL_WAIT_S = 10.0  # a caller waits at most this for its entry to be in the log
 
@@ -169,13 +170,13 @@ class ClusterNode:
         self._closing = True
         self._set_gate(False)
         try:
-            self._loop.run(self._release_all(), 5.0)
+            self._loop.run(self._release_all(), CLOSE_STEP_S)
         except Exception as error:
             log.warning("cluster_release_failed", error=str(error))
         if self._task is not None:
             self._task.cancel()
         with contextlib.suppress(Exception):
-            self._loop.run(self._nc.close(), 5.0)
+            self._loop.run(self._nc.close(), CLOSE_STEP_S)
         self._loop.close()
 
     async def _release_all(self) -> None:
@@ -406,10 +407,13 @@ class ClusterNode:
         """Remove a partition's timers from the local engine (another node owns them now).
         Until it is done the node neither delivers nor takes the partition again: a restore
         running beside it would see its timers retired. Retried until it succeeds (a
-        writer refusing for a moment must not leave the partition's timers here)."""
+        writer refusing for a moment must not leave the partition's timers here), unless
+        the node is stopping (its engine closes; the next start begins empty)."""
         self._purging.add(partition)
         try:
             for attempt in range(1, 100):
+                if self._closing:  # the engine closes with the node: nothing left to purge
+                    return
                 try:
                     purge_partition(self.engine, partition, self.node.partitions)
                     return

@@ -191,6 +191,7 @@ def biggest_owner(run: ClusterRun) -> tuple[str, set[int]]:
     return victim, set(owned[victim])
 
 
+STOP_S = 60  # a node's graceful stop under load: leases handed back, calls' grace, RocksDB
 MAX_IN_FLIGHT = 500  # each consumer's (helpers.cluster_nodes.Consumer)
 
 
@@ -311,7 +312,7 @@ def test_a_rolling_restart_loses_nothing(tmp_path):
             moved |= set(run.owned().get(name, []))
             server = run.servers[name]
             server.signal(signal.SIGTERM)
-            assert server.wait_exit(30) == 0
+            assert server.wait_exit(STOP_S) == 0
             run.restart_node(name)
             run.wait_all_owned(bound_s=60)
         return {"partitions": moved}
