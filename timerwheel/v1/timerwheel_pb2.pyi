@@ -450,7 +450,7 @@ class ClusterStats(_message.Message):
     def __init__(self, node: _Optional[str] = ..., holder: _Optional[str] = ..., address: _Optional[str] = ..., partitions: _Optional[int] = ..., owned: _Optional[_Iterable[int]] = ..., live_nodes: _Optional[_Iterable[str]] = ..., delivering: _Optional[bool] = ..., takeovers: _Optional[int] = ..., map: _Optional[_Iterable[_Union[ClusterPartition, _Mapping]]] = ...) -> None: ...
 
 class ClusterPartition(_message.Message):
-    __slots__ = ("partition", "owner", "address", "epoch", "verdict", "appended", "last_sequence")
+    __slots__ = ("partition", "owner", "address", "epoch", "verdict", "appended", "last_sequence", "stream_leader", "replicas_current", "replica_lag")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
@@ -458,6 +458,9 @@ class ClusterPartition(_message.Message):
     VERDICT_FIELD_NUMBER: _ClassVar[int]
     APPENDED_FIELD_NUMBER: _ClassVar[int]
     LAST_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    STREAM_LEADER_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_CURRENT_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_LAG_FIELD_NUMBER: _ClassVar[int]
     partition: int
     owner: str
     address: str
@@ -465,7 +468,10 @@ class ClusterPartition(_message.Message):
     verdict: str
     appended: int
     last_sequence: int
-    def __init__(self, partition: _Optional[int] = ..., owner: _Optional[str] = ..., address: _Optional[str] = ..., epoch: _Optional[int] = ..., verdict: _Optional[str] = ..., appended: _Optional[int] = ..., last_sequence: _Optional[int] = ...) -> None: ...
+    stream_leader: str
+    replicas_current: int
+    replica_lag: int
+    def __init__(self, partition: _Optional[int] = ..., owner: _Optional[str] = ..., address: _Optional[str] = ..., epoch: _Optional[int] = ..., verdict: _Optional[str] = ..., appended: _Optional[int] = ..., last_sequence: _Optional[int] = ..., stream_leader: _Optional[str] = ..., replicas_current: _Optional[int] = ..., replica_lag: _Optional[int] = ...) -> None: ...
 
 class LatenessMinute(_message.Message):
     __slots__ = ("minute_ms", "fires", "p50_ms", "p99_ms", "max_ms")
