@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Protocol, TypeVar
 
+from timerwheel.delivery.inspect import InFlightRow
 from timerwheel.delivery.subscriber import DeliveryRow
 
 
@@ -60,5 +61,18 @@ class DeliveryApi(Protocol[Handle]):
     def unacked(self) -> int: ...
 
     def subscriber_count(self) -> int: ...
+
+    def in_flight(self, topic: str, limit: int) -> tuple[list[InFlightRow], int, int]:
+        """(messages the hub tracks for `topic`, at most `limit`; how many it tracks; the
+        topic's subscribers): TimerAdmin.InFlight."""
+        ...
+
+    def consumers(self, topic: str = "") -> list[dict]:
+        """The live Subscribe streams of `topic`, or of all (TimerAdmin.Consumers)."""
+        ...
+
+    def oldest_fired_at(self, topics: list[str]) -> dict[str, int]:
+        """When each topic's oldest fired, un-acked message fired (its lag)."""
+        ...
 
     def close(self) -> None: ...

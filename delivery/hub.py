@@ -40,6 +40,7 @@ from timerwheel.delivery import attempts
 from timerwheel.delivery.api import DeliveryApi
 from timerwheel.delivery.budget import DeliveryBudget
 from timerwheel.delivery.dispatcher import Entry, TopicDispatcher
+from timerwheel.delivery.inspect import InFlightRow, consumer_row, in_flight_rows
 from timerwheel.delivery.subscriber import Delivered, DeliveryRow, Subscriber, as_rows
 from timerwheel.delivery.trace import DeliveryTrace
 from timerwheel.engine.api import FiredSource
@@ -86,6 +87,7 @@ class DeliveryHub(DeliveryApi[Subscriber]):
         self._lock = threading.Lock()
         self._topics: dict[str, TopicDispatcher] = {}
         self._subscribers = 0
+        self._streams: dict[Subscriber, None] = {}  # live streams, in order, for Consumers
         limit = settings.max_subscribers_per_peer
         self._per_caller = PerKeyLimit(limit, "max_subscribers_per_peer")
         self._closed = False
@@ -127,6 +129,7 @@ class DeliveryHub(DeliveryApi[Subscriber]):
             )
         default = self.settings.max_in_flight_default
         subscriber = Subscriber(topic, max_in_flight or default, identity, name or identity)
+        subscriber.connected_at_ms = self.engine.local_now_ms()
         with self._lock:
             if self._closed:
                 raise ShuttingDown("the server is shutting down")
@@ -137,6 +140,7 @@ class DeliveryHub(DeliveryApi[Subscriber]):
                 )
             self._per_caller.acquire(identity, "Subscribe")
             self._subscribers += 1
+            self._streams[subscriber] = None
             dispatcher = self._topic(topic)
             with dispatcher.cond:  # under _lock: an idle dispatcher is not freed meanwhile
                 dispatcher.subscribers += 1
@@ -219,6 +223,7 @@ class DeliveryHub(DeliveryApi[Subscriber]):
                 dispatcher.cond.notify_all()
         with self._lock:
             self._subscribers -= 1
+            self._streams.pop(subscriber, None)
             self._per_caller.release(subscriber.identity)
             self._free_if_idle(dispatcher)
         self.trace.flush()
@@ -360,6 +365,34 @@ class DeliveryHub(DeliveryApi[Subscriber]):
     def subscriber_count(self) -> int:
         with self._lock:
             return self._subscribers
+
+    # -- for an operator (timerwheel.delivery.inspect) --------------------------------------
+    def in_flight(self, topic: str, limit: int) -> tuple[list[InFlightRow], int, int]:
+        """(up to `limit` messages the hub tracks for `topic`, how many it tracks, the
+        topic's subscribers)."""
+        validate_topic(topic, self.settings)
+        with self._lock:
+            dispatcher = self._topics.get(topic)
+        if dispatcher is None:
+            return [], 0, 0
+        rows = in_flight_rows(dispatcher, self._now_ms(), limit)
+        with dispatcher.cond:
+            return rows, len(dispatcher.entries), dispatcher.subscribers
+
+    def consumers(self, topic: str = "") -> list[dict]:
+        """The live Subscribe streams of `topic` (empty: of every topic)."""
+        with self._lock:
+            streams = [s for s in self._streams if not topic or s.topic == topic]
+        return [consumer_row(s) for s in streams]
+
+    def oldest_fired_at(self, topics: list[str]) -> dict[str, int]:
+        """When each topic's oldest fired, un-acked message fired (topics with one)."""
+        oldest = {}
+        for topic in topics:
+            first = self.engine.fetch_deliveries(topic, 0, 1)
+            if first:
+                oldest[topic] = records.record_fired_at_ms(first[0].record)
+        return oldest
 
     # -- lifecycle --------------------------------------------------------------------------
     def close(self) -> None:

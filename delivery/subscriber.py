@@ -52,6 +52,7 @@ class Subscriber:
     # Its consumer released messages (a Nack with `release`): it is stopping, so it is
     # handed no more and its stream ends once it holds none (`DeliveryHub.next_batch`).
     draining: bool = False
+    connected_at_ms: int = 0  # when it subscribed (the service's clock), for Consumers
     # Set by DeliveryHub.subscribe, cleared by DeliveryHub.release; None before and after.
     _dispatcher: TopicDispatcher | None = field(default=None, repr=False)
 

@@ -15,6 +15,7 @@ import contextlib
 import threading
 from collections.abc import Iterable
 from concurrent.futures import Future
+from functools import partial
 
 import structlog
 
@@ -110,6 +111,7 @@ class Engine(EngineApi):
         self._unacked_by_topic = UnackedByTopic(ready)
         self._lateness = RecentLateness()
         self._acked = 0
+        self._sent = 0  # messages of sends stored since start (Stats: sends_total)
         self._acked_lock = threading.Lock()
         self._closed = False
         log.info(
@@ -146,7 +148,14 @@ class Engine(EngineApi):
         """Queue prepared sends (see `prepare_sends`) for the writer, unless the fired,
         un-acked backlog is at its limit."""
         self.check_backlog()
-        return self._writer.submit(op)
+        future = self._writer.submit(op)
+        future.add_done_callback(partial(self._count_sent, len(op.message_ids)))
+        return future
+
+    def _count_sent(self, count: int, future: Future) -> None:
+        if not future.cancelled() and future.exception() is None:
+            with self._acked_lock:
+                self._sent += count
 
     def check_backlog(self) -> None:
         """Refuse sends (Overloaded) while the fired, un-acked backlog is at `max_unacked`."""
@@ -424,7 +433,15 @@ class Engine(EngineApi):
         return {
             "now_ms": state.now_ms, "fire_seq": state.fire_seq, "queued_ops": queued, **counts,
             **self._clock_watch.stats(), "thread_cpu_s": thread_cpu_seconds(),
+            **self._throughput(state),
         }  # fmt: skip
+
+    def _throughput(self, state) -> dict[str, int]:
+        """Counters since the engine started, for rates (the console's throughput chart)."""
+        with self._acked_lock:
+            sent, acked = self._sent, self._acked
+        fired = state.fire_seq - state.unused_fire_seqs - self._fire_seq_base
+        return {"sends_total": sent, "fires_total": fired, "acks_total": acked}
 
     @property
     def store(self) -> TimerStore:

@@ -55,7 +55,10 @@ class DeliveryHost:
         if method == "release":
             self._release(args[0])
             return None
-        if method in ("ack", "nack", "unacked", "subscriber_count", "write_trace"):
+        if method in (
+            "ack", "nack", "unacked", "subscriber_count", "write_trace", "in_flight",
+            "consumers", "oldest_fired_at",
+        ):  # fmt: skip
             return getattr(self._hub, method)(*args)
         raise AttributeError(f"delivery method {method!r} is not callable remotely")
 

@@ -15,6 +15,7 @@ from collections.abc import Generator
 
 from timerwheel.delivery.api import DeliveryApi
 from timerwheel.delivery.hub import IDLE_WAKE_S
+from timerwheel.delivery.inspect import InFlightRow
 from timerwheel.delivery.subscriber import DeliveryRow
 from timerwheel.procs.ipc import CallClient, PeerUnavailable, PendingCall
 from timerwheel.wheels.domain import ShuttingDown
@@ -101,6 +102,15 @@ class RemoteHub(DeliveryApi[RemoteSubscriber]):
 
     def subscriber_count(self) -> int:
         return self._unary.call("subscriber_count")
+
+    def in_flight(self, topic: str, limit: int) -> tuple[list[InFlightRow], int, int]:
+        return self._unary.call("in_flight", topic, limit)
+
+    def consumers(self, topic: str = "") -> list[dict]:
+        return self._unary.call("consumers", topic)
+
+    def oldest_fired_at(self, topics: list[str]) -> dict[str, int]:
+        return self._unary.call("oldest_fired_at", topics)
 
     def close(self) -> None:
         """End this worker's streams: a stream waiting for a batch sees ShuttingDown.

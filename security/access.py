@@ -7,7 +7,7 @@
 | Get       | its topics (by id) | its topics (by id) | yes |
 | Subscribe, Ack, Nack | -    | its topics      | yes   |
 | TimerAdmin BulkCancel | its topics (`filter.topic`, required with prefixes) | - | yes |
-| TimerAdmin Purge, Redrive, Export, Stats, Topics and any method not listed | - | - | yes |
+| TimerAdmin Purge, Redrive, Export, Stats, Topics, InFlight, Consumers, any other | - | - | yes |
 
 "Its topics" is a token's `topics` prefixes (no prefixes: every topic). A request that
 names a topic is checked before it runs; for a send that is its topic and, when given,
@@ -139,6 +139,9 @@ RULES: dict[str, Rule] = {
     TIMER_ADMIN + "BulkCancel": Rule(frozenset({_P, _A}), _filter_topic),
     TIMER_ADMIN + "Purge": Rule(frozenset({_A})),
     TIMER_ADMIN + "Redrive": Rule(frozenset({_A})),
+    # Who consumes what, and which message each holds, spans every token's topics.
+    TIMER_ADMIN + "InFlight": Rule(frozenset({_A})),
+    TIMER_ADMIN + "Consumers": Rule(frozenset({_A})),
 }
 ADMIN_ONLY = Rule(frozenset({_A}))  # TimerAdmin, and any method added without a rule
 

@@ -1,4 +1,5 @@
-"""TimerAdmin: operator endpoints (Stats, Topics, Export, BulkCancel, Purge, Redrive), proto
+"""TimerAdmin: operator endpoints (Stats, Topics, Export, BulkCancel, Purge, Redrive,
+InFlight and Consumers: server/admin_views.py), proto
 <-> engine translation only.
 
 Export writes only below the server's export root (timerwheel.store.export_root): switched off
@@ -17,6 +18,7 @@ import psutil
 from timerwheel.delivery.api import DeliveryApi
 from timerwheel.engine.api import TimerApi
 from timerwheel.security.settings import SecuritySettings
+from timerwheel.server import admin_views
 from timerwheel.server.errors import rpc_errors
 from timerwheel.store import keys
 from timerwheel.store.export import ExportError, OutputRefused
@@ -110,6 +112,9 @@ class TimerAdmin(pb_grpc.TimerAdminServicer):
                 last_clock_step_at_ms=stats["last_clock_step_at_ms"],
                 thread_cpu_seconds=stats["thread_cpu_s"],
                 cluster=_cluster(stats.get("cluster")),
+                sends_total=stats.get("sends_total", 0),
+                fires_total=stats.get("fires_total", 0),
+                acks_total=stats.get("acks_total", 0),
             )
 
     def Topics(self, request: pb.TopicsRequest, context: grpc.ServicerContext) -> pb.TopicsResponse:
@@ -160,6 +165,18 @@ class TimerAdmin(pb_grpc.TimerAdminServicer):
                 moved=len(result.moved), next_page_token=result.next_token,
                 more=bool(result.next_token),
             )  # fmt: skip
+
+    def InFlight(
+        self, request: pb.InFlightRequest, context: grpc.ServicerContext
+    ) -> pb.InFlightResponse:
+        with rpc_errors(context, "InFlight"):
+            return admin_views.in_flight(self._engine, self._hub, request)
+
+    def Consumers(
+        self, request: pb.ConsumersRequest, context: grpc.ServicerContext
+    ) -> pb.ConsumersResponse:
+        with rpc_errors(context, "Consumers"):
+            return admin_views.consumers(self._engine, self._hub, request)
 
     def _forget(self, topic: str, message_ids: list[str]) -> None:
         """Messages that left `topic` by a purge or a redrive: a subscriber that holds

@@ -25,6 +25,7 @@ from timerwheel.delivery.subscriber import DeliveryRow
 from timerwheel.engine.api import TimerApi
 from timerwheel.security.limits import ByteBudget, caller_identity
 from timerwheel.server.errors import rpc_errors
+from timerwheel.server.search import is_search, search_pending
 from timerwheel.store.records import delivery_parts
 from timerwheel.v1 import timerwheel_pb2 as pb
 from timerwheel.v1 import timerwheel_pb2_grpc as pb_grpc
@@ -312,10 +313,13 @@ class TimerService(pb_grpc.TimerServiceServicer):
             # Bodies are charged before they are read: the most a page may hold of them.
             size = self._list_bytes if request.include_body else 0
             with self._budget.hold(size, "List response with bodies"):
-                timers, token = self._engine.list_pending(
-                    request.topic, request.from_ms, to_ms, request.limit, request.page_token,
-                    request.include_body,
-                )  # fmt: skip
+                if is_search(request):
+                    timers, token = search_pending(self._engine, request, to_ms)
+                else:
+                    timers, token = self._engine.list_pending(
+                        request.topic, request.from_ms, to_ms, request.limit,
+                        request.page_token, request.include_body,
+                    )  # fmt: skip
                 return pb.ListResponse(
                     messages=[timer_message(t, request.include_body) for t in timers],
                     next_page_token=token,

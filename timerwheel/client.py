@@ -183,14 +183,16 @@ class Client:
 
     def list(
         self, topic: str, from_ms: int = 0, to_ms: int = 0, limit: int = 0, page_token: str = "",
-        include_body: bool = False,
+        include_body: bool = False, *, id_prefix: str = "",
+        properties: dict[str, str] | None = None,
     ) -> tuple[list[TimerInfo], str]:  # fmt: skip
         """One page of pending timers due in [from_ms, to_ms) (to_ms=0: no upper bound).
-        A page may hold fewer than `limit` (the server's byte budget per page): follow the
+        A page may hold fewer than `limit` (the server's byte budget per page; a search by
+        `id_prefix` or `properties` scans a bounded number of timers a call): follow the
         token."""
         request = pb.ListRequest(
             topic=topic, from_ms=from_ms, to_ms=to_ms, limit=limit, page_token=page_token,
-            include_body=include_body,
+            include_body=include_body, id_prefix=id_prefix, properties=properties or {},
         )  # fmt: skip
         response = self._unary(self.service.List, request)
         return [TimerInfo(m) for m in response.messages], response.next_page_token
@@ -319,6 +321,15 @@ class Client:
         page's `next_page_token`, or any name); `limit` 0: the server's default."""
         request = pb.TopicsRequest(limit=limit, page_token=page_token)
         return self._unary(self.admin.Topics, request)
+
+    def in_flight(self, topic: str, limit: int = 0) -> pb.InFlightResponse:
+        """The fired, un-acked messages the delivery hub holds for `topic`, with their
+        attempt and consumer. Admin only."""
+        return self._unary(self.admin.InFlight, pb.InFlightRequest(topic=topic, limit=limit))
+
+    def consumers(self, topic: str = "") -> pb.ConsumersResponse:
+        """The Subscribe streams of `topic` (empty: all) and each topic's lag. Admin only."""
+        return self._unary(self.admin.Consumers, pb.ConsumersRequest(topic=topic))
 
     # -- bulk: cancel, purge, redrive (docs/features.md) ---------------------------------
     timer_filter = staticmethod(timer_filter)  # what a bulk call selects (AND)

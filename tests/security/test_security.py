@@ -138,6 +138,8 @@ CALLS = {
     "Count": lambda c, a: c.count(_topic()),
     "Export": _export,
     "Stats": lambda c, a: c.stats(),
+    "InFlight": lambda c, a: c.in_flight(_topic()),
+    "Consumers": lambda c, a: c.consumers(),
 }
 ALLOWED = {
     "producer": {"Send", "SendBatch", "Cancel", "Reschedule", "Get", "List", "Count"},

@@ -192,20 +192,31 @@ class GetRequest(_message.Message):
     def __init__(self, message_id: _Optional[str] = ..., include_body: _Optional[bool] = ..., include_trace: _Optional[bool] = ...) -> None: ...
 
 class ListRequest(_message.Message):
-    __slots__ = ("topic", "from_ms", "to_ms", "limit", "page_token", "include_body")
+    __slots__ = ("topic", "from_ms", "to_ms", "limit", "page_token", "include_body", "id_prefix", "properties")
+    class PropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     FROM_MS_FIELD_NUMBER: _ClassVar[int]
     TO_MS_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_BODY_FIELD_NUMBER: _ClassVar[int]
+    ID_PREFIX_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
     topic: str
     from_ms: int
     to_ms: int
     limit: int
     page_token: str
     include_body: bool
-    def __init__(self, topic: _Optional[str] = ..., from_ms: _Optional[int] = ..., to_ms: _Optional[int] = ..., limit: _Optional[int] = ..., page_token: _Optional[str] = ..., include_body: _Optional[bool] = ...) -> None: ...
+    id_prefix: str
+    properties: _containers.ScalarMap[str, str]
+    def __init__(self, topic: _Optional[str] = ..., from_ms: _Optional[int] = ..., to_ms: _Optional[int] = ..., limit: _Optional[int] = ..., page_token: _Optional[str] = ..., include_body: _Optional[bool] = ..., id_prefix: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class ListResponse(_message.Message):
     __slots__ = ("messages", "next_page_token")
@@ -382,7 +393,7 @@ class StatsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatsResponse(_message.Message):
-    __slots__ = ("now_ms", "queued_ops", "unacked", "column_family_keys", "rss_bytes", "cpu_seconds", "data_dir_bytes", "fire_lateness", "clock_steps_forward", "clock_steps_backward", "last_clock_step_ms", "last_clock_step_at_ms", "thread_cpu_seconds", "cluster")
+    __slots__ = ("now_ms", "queued_ops", "unacked", "column_family_keys", "rss_bytes", "cpu_seconds", "data_dir_bytes", "fire_lateness", "clock_steps_forward", "clock_steps_backward", "last_clock_step_ms", "last_clock_step_at_ms", "thread_cpu_seconds", "cluster", "sends_total", "fires_total", "acks_total")
     class ColumnFamilyKeysEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -411,6 +422,9 @@ class StatsResponse(_message.Message):
     LAST_CLOCK_STEP_AT_MS_FIELD_NUMBER: _ClassVar[int]
     THREAD_CPU_SECONDS_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    SENDS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    FIRES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    ACKS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     now_ms: int
     queued_ops: int
     unacked: int
@@ -425,7 +439,10 @@ class StatsResponse(_message.Message):
     last_clock_step_at_ms: int
     thread_cpu_seconds: _containers.ScalarMap[str, float]
     cluster: ClusterStats
-    def __init__(self, now_ms: _Optional[int] = ..., queued_ops: _Optional[int] = ..., unacked: _Optional[int] = ..., column_family_keys: _Optional[_Mapping[str, int]] = ..., rss_bytes: _Optional[int] = ..., cpu_seconds: _Optional[float] = ..., data_dir_bytes: _Optional[int] = ..., fire_lateness: _Optional[_Iterable[_Union[LatenessMinute, _Mapping]]] = ..., clock_steps_forward: _Optional[int] = ..., clock_steps_backward: _Optional[int] = ..., last_clock_step_ms: _Optional[int] = ..., last_clock_step_at_ms: _Optional[int] = ..., thread_cpu_seconds: _Optional[_Mapping[str, float]] = ..., cluster: _Optional[_Union[ClusterStats, _Mapping]] = ...) -> None: ...
+    sends_total: int
+    fires_total: int
+    acks_total: int
+    def __init__(self, now_ms: _Optional[int] = ..., queued_ops: _Optional[int] = ..., unacked: _Optional[int] = ..., column_family_keys: _Optional[_Mapping[str, int]] = ..., rss_bytes: _Optional[int] = ..., cpu_seconds: _Optional[float] = ..., data_dir_bytes: _Optional[int] = ..., fire_lateness: _Optional[_Iterable[_Union[LatenessMinute, _Mapping]]] = ..., clock_steps_forward: _Optional[int] = ..., clock_steps_backward: _Optional[int] = ..., last_clock_step_ms: _Optional[int] = ..., last_clock_step_at_ms: _Optional[int] = ..., thread_cpu_seconds: _Optional[_Mapping[str, float]] = ..., cluster: _Optional[_Union[ClusterStats, _Mapping]] = ..., sends_total: _Optional[int] = ..., fires_total: _Optional[int] = ..., acks_total: _Optional[int] = ...) -> None: ...
 
 class ClusterStats(_message.Message):
     __slots__ = ("node", "holder", "address", "partitions", "owned", "live_nodes", "delivering", "takeovers", "map")
@@ -638,3 +655,93 @@ class RedriveResponse(_message.Message):
     next_page_token: str
     more: bool
     def __init__(self, moved: _Optional[int] = ..., next_page_token: _Optional[str] = ..., more: _Optional[bool] = ...) -> None: ...
+
+class InFlightRequest(_message.Message):
+    __slots__ = ("topic", "limit")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    limit: int
+    def __init__(self, topic: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class InFlightResponse(_message.Message):
+    __slots__ = ("messages", "fired_unacked", "tracked", "untracked_reason")
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    FIRED_UNACKED_FIELD_NUMBER: _ClassVar[int]
+    TRACKED_FIELD_NUMBER: _ClassVar[int]
+    UNTRACKED_REASON_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[InFlightMessage]
+    fired_unacked: int
+    tracked: int
+    untracked_reason: str
+    def __init__(self, messages: _Optional[_Iterable[_Union[InFlightMessage, _Mapping]]] = ..., fired_unacked: _Optional[int] = ..., tracked: _Optional[int] = ..., untracked_reason: _Optional[str] = ...) -> None: ...
+
+class InFlightMessage(_message.Message):
+    __slots__ = ("message_id", "fire_seq", "attempt", "in_flight", "consumer", "peer", "ack_due_in_ms", "deliver_at_ms", "fired_at_ms")
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    FIRE_SEQ_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_FIELD_NUMBER: _ClassVar[int]
+    PEER_FIELD_NUMBER: _ClassVar[int]
+    ACK_DUE_IN_MS_FIELD_NUMBER: _ClassVar[int]
+    DELIVER_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    FIRED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    fire_seq: int
+    attempt: int
+    in_flight: bool
+    consumer: str
+    peer: str
+    ack_due_in_ms: int
+    deliver_at_ms: int
+    fired_at_ms: int
+    def __init__(self, message_id: _Optional[str] = ..., fire_seq: _Optional[int] = ..., attempt: _Optional[int] = ..., in_flight: _Optional[bool] = ..., consumer: _Optional[str] = ..., peer: _Optional[str] = ..., ack_due_in_ms: _Optional[int] = ..., deliver_at_ms: _Optional[int] = ..., fired_at_ms: _Optional[int] = ...) -> None: ...
+
+class ConsumersRequest(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    def __init__(self, topic: _Optional[str] = ...) -> None: ...
+
+class ConsumersResponse(_message.Message):
+    __slots__ = ("consumers", "lag")
+    CONSUMERS_FIELD_NUMBER: _ClassVar[int]
+    LAG_FIELD_NUMBER: _ClassVar[int]
+    consumers: _containers.RepeatedCompositeFieldContainer[ConsumerInfo]
+    lag: _containers.RepeatedCompositeFieldContainer[TopicLag]
+    def __init__(self, consumers: _Optional[_Iterable[_Union[ConsumerInfo, _Mapping]]] = ..., lag: _Optional[_Iterable[_Union[TopicLag, _Mapping]]] = ...) -> None: ...
+
+class ConsumerInfo(_message.Message):
+    __slots__ = ("topic", "consumer", "peer", "in_flight", "max_in_flight", "connected_at_ms", "draining")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_FIELD_NUMBER: _ClassVar[int]
+    PEER_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    MAX_IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    CONNECTED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    DRAINING_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    consumer: str
+    peer: str
+    in_flight: int
+    max_in_flight: int
+    connected_at_ms: int
+    draining: bool
+    def __init__(self, topic: _Optional[str] = ..., consumer: _Optional[str] = ..., peer: _Optional[str] = ..., in_flight: _Optional[int] = ..., max_in_flight: _Optional[int] = ..., connected_at_ms: _Optional[int] = ..., draining: _Optional[bool] = ...) -> None: ...
+
+class TopicLag(_message.Message):
+    __slots__ = ("topic", "consumers", "pending", "fired_unacked", "in_flight", "oldest_unacked_fired_at_ms")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    CONSUMERS_FIELD_NUMBER: _ClassVar[int]
+    PENDING_FIELD_NUMBER: _ClassVar[int]
+    FIRED_UNACKED_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    OLDEST_UNACKED_FIRED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    consumers: int
+    pending: int
+    fired_unacked: int
+    in_flight: int
+    oldest_unacked_fired_at_ms: int
+    def __init__(self, topic: _Optional[str] = ..., consumers: _Optional[int] = ..., pending: _Optional[int] = ..., fired_unacked: _Optional[int] = ..., in_flight: _Optional[int] = ..., oldest_unacked_fired_at_ms: _Optional[int] = ...) -> None: ...

@@ -626,6 +626,16 @@ class TimerAdminStub:
                 request_serializer=timerwheel_dot_v1_dot_timerwheel__pb2.RedriveRequest.SerializeToString,
                 response_deserializer=timerwheel_dot_v1_dot_timerwheel__pb2.RedriveResponse.FromString,
                 _registered_method=True)
+        self.InFlight = channel.unary_unary(
+                '/timerwheel.v1.TimerAdmin/InFlight',
+                request_serializer=timerwheel_dot_v1_dot_timerwheel__pb2.InFlightRequest.SerializeToString,
+                response_deserializer=timerwheel_dot_v1_dot_timerwheel__pb2.InFlightResponse.FromString,
+                _registered_method=True)
+        self.Consumers = channel.unary_unary(
+                '/timerwheel.v1.TimerAdmin/Consumers',
+                request_serializer=timerwheel_dot_v1_dot_timerwheel__pb2.ConsumersRequest.SerializeToString,
+                response_deserializer=timerwheel_dot_v1_dot_timerwheel__pb2.ConsumersResponse.FromString,
+                _registered_method=True)
 
 
 class TimerAdminServicer:
@@ -679,6 +689,23 @@ class TimerAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def InFlight(self, request, context):
+        """The fired, un-acked messages of a topic as the delivery hub holds them: each with its
+        attempt and the consumer it is in flight at (docs/console.md). Cluster mode: this
+        node's hub only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Consumers(self, request, context):
+        """The Subscribe streams of one topic or of all, with what each holds in flight, and
+        each topic's lag (its oldest fired, un-acked message). Cluster mode: this node only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TimerAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -711,6 +738,16 @@ def add_TimerAdminServicer_to_server(servicer, server):
                     servicer.Redrive,
                     request_deserializer=timerwheel_dot_v1_dot_timerwheel__pb2.RedriveRequest.FromString,
                     response_serializer=timerwheel_dot_v1_dot_timerwheel__pb2.RedriveResponse.SerializeToString,
+            ),
+            'InFlight': grpc.unary_unary_rpc_method_handler(
+                    servicer.InFlight,
+                    request_deserializer=timerwheel_dot_v1_dot_timerwheel__pb2.InFlightRequest.FromString,
+                    response_serializer=timerwheel_dot_v1_dot_timerwheel__pb2.InFlightResponse.SerializeToString,
+            ),
+            'Consumers': grpc.unary_unary_rpc_method_handler(
+                    servicer.Consumers,
+                    request_deserializer=timerwheel_dot_v1_dot_timerwheel__pb2.ConsumersRequest.FromString,
+                    response_serializer=timerwheel_dot_v1_dot_timerwheel__pb2.ConsumersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -876,6 +913,60 @@ class TimerAdmin:
             '/timerwheel.v1.TimerAdmin/Redrive',
             timerwheel_dot_v1_dot_timerwheel__pb2.RedriveRequest.SerializeToString,
             timerwheel_dot_v1_dot_timerwheel__pb2.RedriveResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def InFlight(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/timerwheel.v1.TimerAdmin/InFlight',
+            timerwheel_dot_v1_dot_timerwheel__pb2.InFlightRequest.SerializeToString,
+            timerwheel_dot_v1_dot_timerwheel__pb2.InFlightResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Consumers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/timerwheel.v1.TimerAdmin/Consumers',
+            timerwheel_dot_v1_dot_timerwheel__pb2.ConsumersRequest.SerializeToString,
+            timerwheel_dot_v1_dot_timerwheel__pb2.ConsumersResponse.FromString,
             options,
             channel_credentials,
             insecure,
