@@ -1,118 +1,59 @@
-"""The fault suite's first scenarios, end to end: three `timerwheel serve --cluster` nodes
-over a real three-server JetStream cluster on loopback (docs/cluster.md, "Failures and
-what they cost"). Network namespaces are not used yet: every process is on 127.0.0.1.
+"""The fault suite, end to end: three `timerwheel serve --cluster` nodes over a real
+three-server JetStream cluster (docs/cluster.md, "Failures and what they cost").
+
+Each "machine" (node n<i> and NATS server n<i>) runs in its own network namespace made for
+the test (helpers.netns), so a machine can be cut off the network; where namespaces cannot
+be made (not root, no iproute2) every process runs on 127.0.0.1 instead, the output says
+so, and the network-cut scenario is skipped with the reason.
 
 Each scenario sends timers through every node while some fall due during the fault, and
 prints: acknowledged sends, lost (must be 0), early (must be 0), duplicates, failover
-seconds (fault -> the dead node's partitions owned again), records replayed at takeover.
+seconds (fault -> the dead node's partitions owned again), records replayed at takeover,
+and the lateness (P50/P99/max) of the timers due inside the fault window.
 """
 
 from __future__ import annotations
 
+import functools
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from datetime import datetime
 
 import pytest
+from helpers import netns
 from helpers.cluster_nodes import ClusterRun
+from helpers.fault_load import Producer, lateness, report, wait_delivered
+from helpers.netns import Machines
 
-from timerwheel.client import RemoteError, TimerClient
 from timerwheel.cluster.partitions import partition_of
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(240)]
 
 DRAIN_S = 60.0  # every acknowledged timer delivered after the fault, on 2 busy cores
+LEASE_S = 4.0  # the lease's ttl (cluster mode's default): faults last twice as long
 
 
-BATCH = 50  # sends a call: three producers make a few thousand sends a second here
+@functools.cache
+def netns_unavailable() -> str | None:
+    return netns.unavailable()
 
 
-class Producer:
-    """Sends timers due 0.5-4 s ahead through one node until stopped, BATCH a call; keeps
-    what was acknowledged (id -> deliver_at_ms)."""
-
-    def __init__(self, target: str, topic: str, acked: dict[str, int], lock: threading.Lock):
-        self.target, self.topic, self.acked, self.lock = target, topic, acked, lock
-        self.stop = threading.Event()
-        self.refused = 0
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self) -> Producer:
-        self.thread.start()
-        return self
-
-    def _run(self) -> None:
-        with TimerClient(self.target, timeout_s=5) as client:
-            n = 0
-            while not self.stop.is_set():
-                requests = []
-                for _ in range(BATCH):
-                    n += 1
-                    delay_ms = 500 + (n * 37) % 3500
-                    requests.append(client.request(self.topic, f"m{n}", delay_ms=delay_ms))
-                try:
-                    results = client.send_batch(requests)
-                except RemoteError:
-                    self.refused += 1  # the node is down or owns nothing yet: not acknowledged
-                    self.stop.wait(0.05)
-                    continue
-                with self.lock:
-                    self.acked.update((r.message_id, r.deliver_at_ms) for r in results)
-
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join(10)
-
-
-def wait_delivered(run: ClusterRun, acked: dict[str, int], bound_s: float) -> set[str]:
-    deadline = time.monotonic() + bound_s
-    while True:
-        with run.lock:
-            got = {r.message_id for r in run.received}
-        missing = set(acked) - got
-        if not missing or time.monotonic() > deadline:
-            return missing
-        time.sleep(0.2)
-
-
-def report(name: str, run: ClusterRun, acked: dict[str, int], missing: set[str], **extra):
-    with run.lock:
-        received = list(run.received)
-    seen: dict[str, int] = {}
-    early = 0
-    for r in received:
-        seen[r.message_id] = seen.get(r.message_id, 0) + 1
-        if r.message_id in acked and r.received_at_ms < acked[r.message_id]:
-            early += 1
-    duplicates = sum(count - 1 for count in seen.values())
-    span_s = (max(acked.values()) - min(acked.values())) / 1000 if acked else 0
-    figures = {
-        # sends a second: over the span of their deliver times, less the delays' spread
-        "acknowledged": len(acked), "sends_per_s": round(len(acked) / max(span_s - 3.5, 1)),
-        "lost": len(missing), "early": early, "duplicates": duplicates, **extra,
-    }  # fmt: skip
-    print(f"\n[{name}] " + ", ".join(f"{k} {v}" for k, v in figures.items()))
-    if missing:
-        by_partition: dict[int, int] = {}
-        for message_id in missing:
-            partition = partition_of(message_id, run.partitions)
-            by_partition[partition] = by_partition.get(partition, 0) + 1
-        late = sorted(acked[m] for m in missing)
-        print(f"  lost by partition {by_partition}; due {late[0]}..{late[-1]}")
-        for node, server in run.servers.items():
-            moves = [
-                (e.get("event"), e.get("partition"), e.get("timestamp"))
-                for e in server.events
-                if str(e.get("event", "")).startswith("cluster_partition")
-            ]
-            print(f"  {node}: {moves}")
-        for consumer in run.consumers:
-            print(
-                f"  consumer {consumer.name}: alive {consumer.thread.is_alive()}, "
-                f"errors {consumer.errors[-5:]}"
-            )
-    return figures
+@pytest.fixture
+def machines() -> Iterator[Machines | None]:
+    """Three namespaces as machines, deleted after the test (and its ClusterRun) ended;
+    None, said in the output, where they cannot be made: the run is then on loopback."""
+    reason = netns_unavailable()
+    if reason is not None:
+        print(f"\n[network] loopback ports, no network namespaces: {reason}")
+        yield None
+        return
+    with Machines() as made:
+        where = ", ".join(f"{m.name} {m.netns} {m.address}" for m in made.machines)
+        print(f"\n[network] a network namespace per machine, bridge {made.bridge}: {where}")
+        yield made
+    assert made.leftovers() == [], f"namespaces or links left: {made.leftovers()}"
 
 
 def wait_taken(run: ClusterRun, partitions: set[int], by_others_than: str, bound_s: float) -> float:
@@ -154,7 +95,9 @@ def under_load(run: ClusterRun, fault, name: str) -> dict:
     try:
         time.sleep(2.0)  # load running, timers falling due, before the fault
         marks = {n: (server, len(server.events)) for n, server in run.servers.items()}
+        fault_ms = time.time() * 1000
         extra = fault(run)
+        window_ms = (fault_ms, time.time() * 1000)
         time.sleep(2.0)  # load after the fault
     finally:
         for producer in producers:
@@ -166,6 +109,7 @@ def under_load(run: ClusterRun, fault, name: str) -> dict:
     extra["records_replayed"] = sum(
         int(e["records_replayed"]) for e in taken if int(e["partition"]) in moved
     )
+    extra.update(lateness(run, acked, window_ms))
     return report(name, run, acked, missing, partitions_moved=len(moved), **extra)
 
 
@@ -206,20 +150,20 @@ def check(figures: dict, consumers: int = 3) -> None:
     assert figures["duplicates"] <= bound, f"{figures['duplicates']} duplicates > {bound}"
 
 
-def test_kill_9_of_an_owner_loses_nothing_and_fails_over(tmp_path):
+def test_kill_9_of_an_owner_loses_nothing_and_fails_over(tmp_path, machines):
     def fault(run: ClusterRun) -> dict:
         victim, partitions = biggest_owner(run)
         run.servers[victim].kill()
         failover_s = wait_taken(run, partitions, victim, 30)
         return {"partitions": partitions, "failover_s": round(failover_s, 2)}
 
-    with ClusterRun(tmp_path) as run:
+    with ClusterRun(tmp_path, machines=machines) as run:
         figures = under_load(run, fault, "kill -9 owner")
     check(figures)
     assert figures["failover_s"] <= 10.0
 
 
-def test_a_paused_owner_delivers_nothing_it_lost(tmp_path):
+def test_a_paused_owner_delivers_nothing_it_lost(tmp_path, machines):
     """SIGSTOP for twice the lease, then SIGCONT: its leases are taken meanwhile; resumed,
     it must deliver nothing fired after the pause (its verdict is STOP at once)."""
     resumed: dict[str, float] = {}
@@ -237,7 +181,7 @@ def test_a_paused_owner_delivers_nothing_it_lost(tmp_path):
         resumed["stopped_ms"] = stopped_ms
         return {"partitions": partitions, "failover_s": round(failover_s, 2)}
 
-    with ClusterRun(tmp_path) as run:
+    with ClusterRun(tmp_path, machines=machines) as run:
         figures = under_load(run, fault, "SIGSTOP owner 8 s")
         victim = str(resumed["victim"])
         retaken = retaken_after(run.servers[victim].events, resumed["stopped_ms"])
@@ -256,7 +200,7 @@ def test_a_paused_owner_delivers_nothing_it_lost(tmp_path):
     assert late == [], f"the resumed node delivered {len(late)} timers it fired after the pause"
 
 
-def test_killing_the_nats_server_leading_most_streams_loses_nothing(tmp_path):
+def test_killing_the_nats_server_leading_most_streams_loses_nothing(tmp_path, machines):
     def fault(run: ClusterRun) -> dict:
         assert run.nats is not None
         leaders: dict[str, int] = {}
@@ -279,12 +223,12 @@ def test_killing_the_nats_server_leading_most_streams_loses_nothing(tmp_path):
             "recovered_s": round(time.monotonic() - started, 2),
         }
 
-    with ClusterRun(tmp_path) as run:
+    with ClusterRun(tmp_path, machines=machines) as run:
         figures = under_load(run, fault, "kill -9 NATS leader")
     check(figures)
 
 
-def test_losing_a_whole_machine_loses_nothing(tmp_path):
+def test_losing_a_whole_machine_loses_nothing(tmp_path, machines):
     """Node n<i> and NATS server n<i> are one machine: both killed, never restarted."""
 
     def fault(run: ClusterRun) -> dict:
@@ -296,13 +240,13 @@ def test_losing_a_whole_machine_loses_nothing(tmp_path):
         failover_s = wait_taken(run, partitions, victim, 30)
         return {"partitions": partitions, "failover_s": round(failover_s, 2)}
 
-    with ClusterRun(tmp_path) as run:
+    with ClusterRun(tmp_path, machines=machines) as run:
         figures = under_load(run, fault, "lose a machine")
     check(figures)
     assert figures["failover_s"] <= 10.0
 
 
-def test_a_rolling_restart_loses_nothing(tmp_path):
+def test_a_rolling_restart_loses_nothing(tmp_path, machines):
     """SIGTERM each node in turn (it hands its leases back), start it again, wait until the
     partitions are back where they belong, next."""
 
@@ -317,6 +261,68 @@ def test_a_rolling_restart_loses_nothing(tmp_path):
             run.wait_all_owned(bound_s=60)
         return {"partitions": moved}
 
-    with ClusterRun(tmp_path) as run:
+    with ClusterRun(tmp_path, machines=machines) as run:
         figures = under_load(run, fault, "rolling restart")
     check(figures)
+
+
+def taken_elsewhere(run: ClusterRun, victim: str, since_ms: float) -> dict[int, float]:
+    """Partition -> when (epoch ms) another node first took its lease after `since_ms`."""
+    taken: dict[int, float] = {}
+    for name, server in run.servers.items():
+        if name != victim:
+            for partition, at_ms in retaken_after(server.events, since_ms).items():
+                taken[partition] = min(at_ms, taken.get(partition, INF))
+    return taken
+
+
+def test_a_machine_cut_off_the_network_then_healed(tmp_path, machines):
+    """The owner of most partitions loses its network (eth0 down in its namespace: no NATS
+    quorum, no peers, no clients) for twice the lease, then gets it back. Its partitions
+    move to the others; it fires nothing of a partition between another node taking its
+    lease and itself taking it back; healed, it rejoins and the placement is restored (by
+    hand-off); every acknowledged send is delivered."""
+    if machines is None:
+        pytest.skip(f"a network cut needs network namespaces: {netns_unavailable()}")
+    cut: dict[str, float] = {}
+    victim, moved = "", set()
+
+    def fault(run: ClusterRun) -> dict:
+        nonlocal victim, moved
+        victim, partitions = biggest_owner(run)
+        moved = partitions
+        cut["at_ms"] = time.time() * 1000
+        started = time.monotonic()
+        machines.cut_off(victim)
+        try:
+            failover_s = wait_taken(run, partitions, victim, 30)
+            time.sleep(max(0.0, 2 * LEASE_S - (time.monotonic() - started)))  # the cut's length
+        finally:
+            machines.heal(victim)
+        healed = time.monotonic()
+        run.wait_all_owned(bound_s=60)  # rejoined: its preferred partitions handed back
+        return {
+            "partitions": partitions, "failover_s": round(failover_s, 2),
+            "cut_s": round(healed - started, 2), "rejoin_s": round(time.monotonic() - healed, 2),
+        }  # fmt: skip
+
+    with ClusterRun(tmp_path, machines=machines) as run:
+        figures = under_load(run, fault, f"network cut {2 * LEASE_S:g} s")
+        elsewhere = taken_elsewhere(run, victim, cut["at_ms"])
+        back = retaken_after(run.servers[victim].events, cut["at_ms"])
+        with run.lock:  # fired by the cut node while another node held the partition
+            foreign = [
+                r for r in run.received if r.node == victim
+                and elsewhere.get(partition_of(r.message_id, run.partitions), INF)
+                <= r.fired_at_ms < back.get(partition_of(r.message_id, run.partitions), INF)
+            ]  # fmt: skip
+        gave_up = [
+            e for e in run.servers[victim].events if e.get("event") == "cluster_partition_lost"
+        ]
+        owned_at_end = run.owned()
+    check(figures)
+    assert figures["failover_s"] <= 10.0
+    assert gave_up, "the cut node never gave its partitions up"
+    assert set(elsewhere) >= moved, f"not all taken over: {elsewhere}"
+    assert foreign == [], f"the cut node fired {len(foreign)} timers of partitions it had lost"
+    assert owned_at_end.get(victim), f"the healed node owns nothing: {owned_at_end}"

@@ -3,7 +3,10 @@ real three-server NATS JetStream cluster (helpers.nats), and consumers that reco
 delivery they get.
 
 `ClusterRun` owns everything it starts and stops all of it on exit, the nodes with
-SIGKILL when the test is over (their leases then expire like any crashed node's).
+SIGKILL when the test is over (their leases then expire like any crashed node's). Given
+`machines` (helpers.netns), node n<i> and NATS server n<i> run in machine n<i>'s network
+namespace, on its address; otherwise all on 127.0.0.1. The namespaces are the caller's to
+delete, after this run's exit.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from pathlib import Path
 import grpc
 
 from helpers.nats import NatsCluster
+from helpers.netns import Machines
 from helpers.serve_process import ServeProcess
 from timerwheel.client import RemoteError, TimerClient
 from timerwheel.cluster.partitions import preferred_node
@@ -112,9 +116,10 @@ class ClusterRun:
     consumers: list[Consumer] = field(default_factory=list)
     received: list[Received] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    machines: Machines | None = None
 
     def __enter__(self) -> ClusterRun:
-        self.nats = NatsCluster(self.base_dir / "nats")
+        self.nats = NatsCluster(self.base_dir / "nats", machines=self.machines)
         try:
             self.nats.start()
             for index in range(self.nodes):
@@ -129,9 +134,14 @@ class ClusterRun:
 
     def start_node(self, name: str) -> ServeProcess:
         assert self.nats is not None
+        host, prefix, insecure = "127.0.0.1", [], []
+        if self.machines is not None:  # a test bridge only the test reaches: no TLS, no tokens
+            machine = self.machines.named(name)
+            host, prefix, insecure = machine.address, machine.prefix, ["--insecure"]
         server = ServeProcess(
             self.base_dir / name, "--cluster", ",".join(self.nats.urls), "--node-name", name,
-            "--partitions", str(self.partitions), start_s=START_S,
+            "--partitions", str(self.partitions), *insecure, start_s=START_S, host=host,
+            prefix=prefix,
         )  # fmt: skip
         self.servers[name] = server
         return server

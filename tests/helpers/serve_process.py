@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 import psutil
@@ -28,10 +29,13 @@ class ServeProcess:
     """`timerwheel serve --port 0` as a subprocess; its JSON log lines are parsed as they come."""
 
     def __init__(
-        self, data_dir: Path, *extra: str, tmp_dir: str | None = None, start_s: float = 30
-    ) -> None:
+        self, data_dir: Path, *extra: str, tmp_dir: str | None = None, start_s: float = 30,
+        host: str = "127.0.0.1", prefix: Sequence[str] = (),
+    ) -> None:  # fmt: skip
+        """`prefix` runs it elsewhere (`ip netns exec NS`, which execs: the pid stays the
+        server's), listening on `host`."""
         self.args = [
-            TIMERWHEEL, "serve", "--data-dir", str(data_dir), "--host", "127.0.0.1",
+            *prefix, TIMERWHEEL, "serve", "--data-dir", str(data_dir), "--host", host,
             "--port", "0", "--log-format", "json", *extra,
         ]  # fmt: skip
         # Where a `--workers` supervisor makes its runtime dir (unix sockets): a SIGKILLed
@@ -56,7 +60,7 @@ class ServeProcess:
             self.kill()
             raise
         self.port = int(started["port"])
-        self.target = f"127.0.0.1:{self.port}"
+        self.target = f"{host}:{self.port}"
         self.children = dict(started.get("pids", {}))
 
     def _read(self) -> None:
