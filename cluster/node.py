@@ -543,6 +543,14 @@ class ClusterNode:
             "takeovers": len(self.takeovers), "map": partitions,
         }  # fmt: skip
 
+    def settled_partitions(self) -> list[int] | None:
+        """The partitions whose timers this node's engine holds, and no others; None while
+        one is being restored or purged (its timers are partly there: a List or Count of
+        this node's engine would be wrong for it). Scatter-gather: server.scatter."""
+        if self._taking or self._purging:
+            return None
+        return sorted(list(self._owned))
+
     def held_partitions(self) -> set[int]:
         """The partitions whose appender this node holds (their verdicts may be STOP)."""
         return set(self._owned)

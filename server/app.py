@@ -57,10 +57,11 @@ from timerwheel.security.protection import (
 from timerwheel.security.settings import SecuritySettings
 from timerwheel.server import reflection
 from timerwheel.server.admin_service import TimerAdmin
-from timerwheel.server.fan_in import FanIn, PeerLookup
+from timerwheel.server.fan_in import FanIn
 from timerwheel.server.forwarding import Forwarding
 from timerwheel.server.memory import receive_options, return_freed_memory
 from timerwheel.server.rpc_metrics import RpcMetrics
+from timerwheel.server.scatter import ClusterView, ScatterGather
 from timerwheel.server.service import TimerService
 from timerwheel.server.settle_pool import SettlePool
 from timerwheel.server.stream_pool import Probes, StreamPool
@@ -108,7 +109,7 @@ class GrpcServer:
 def build_grpc_server(
     settings: Settings, engine: TimerApi, hub: DeliveryApi[Any], *, reuse_port: bool = False,
     stats_root_pid: int | None = None, protection: Protection = UNPROTECTED,
-    worker: tuple[int, int] = (0, 1), owners: PeerLookup | None = None,
+    worker: tuple[int, int] = (0, 1), owners: ClusterView | None = None,
 ) -> GrpcServer:  # fmt: skip
     """The gRPC server with every service on it, not yet bound: TimerService and TimerAdmin
     over `engine` and `hub` (in-process objects, or the remote ones of a worker process),
@@ -120,7 +121,8 @@ def build_grpc_server(
     second server on a busy port fails instead of sharing it. `worker`: this server's
     (index, count) among them, which its health answers tell (timerwheel.server.worker_health).
     `owners`: a cluster node's partition owners; calls on another node's ids are forwarded
-    there (timerwheel.server.forwarding), unless TLS is on.
+    there (timerwheel.server.forwarding), and List, Count and Topics gathered from every
+    node (timerwheel.server.scatter), unless TLS is on.
     """
     return_freed_memory()  # freed request bytes leave the process (timerwheel.server.memory)
     unary_pool = ThreadPoolExecutor(settings.grpc_workers, thread_name_prefix="grpc-unary")
@@ -168,7 +170,7 @@ def interceptors(
     engine: TimerApi, protection: Protection,
     stream_pool: ThreadPoolExecutor, settle_pool: ThreadPoolExecutor, probes: Probes,
     budget: ByteBudget | None = None, gate: ReceiveGate | None = None,
-    owners: PeerLookup | None = None,
+    owners: ClusterView | None = None,
 ) -> list[grpc.ServerInterceptor]:  # fmt: skip
     """Outermost first. The pools before the guard: they wrap what the guard returns, so
     the pool they set is seen. The RPC metrics (only while metrics are on) before all:
@@ -180,7 +182,7 @@ def interceptors(
     ]
     if owners is not None and not protection.security.tls_cert_file:
         forwarding = Forwarding(owners)  # innermost: after the guard
-        chain += [forwarding, FanIn(owners, forwarding)]
+        chain += [forwarding, FanIn(owners, forwarding), ScatterGather(owners, forwarding)]
     recorder = metrics.recorder()
     if isinstance(recorder, metrics.Recorder):
         chain.insert(0, RpcMetrics(recorder))
