@@ -64,6 +64,7 @@ from timerwheel.cluster.partitions import (
     preferred_node,
 )
 from timerwheel.cluster.purge import purge_partition
+from timerwheel.cluster.replication import NOT_READ, ReplicationWatch
 from timerwheel.cluster.settings import NodeSettings
 from timerwheel.wheels.domain import (
     SendSpec,
@@ -116,6 +117,7 @@ class ClusterNode:
         self.takeovers: list[Takeover] = []
         self._loop: LoopThread | None = None
         self._task: Future | None = None
+        self.replication = ReplicationWatch(None)  # its streams' replicas (owned partitions)
 
     # == lifecycle ========================================================================
     def start(self, address: str) -> ClusterNode:
@@ -143,6 +145,7 @@ class ClusterNode:
         self._nc = await connect(list(self.node.nats_urls), self.holder)
         js = self._nc.jetstream(timeout=self.node.call_timeout_ms / 1000)
         self._js = js
+        self.replication = ReplicationWatch(js)
         agreed = await agree_config(js, ClusterConfig(self.node.partitions, self.node.replicas))
         if agreed != ClusterConfig(self.node.partitions, self.node.replicas):
             raise SettingsError(
@@ -200,6 +203,7 @@ class ClusterNode:
                 await self._register()
             await asyncio.gather(*(self._step_safely(p, now) for p in list(self._views)))
             self._check_gate()
+            self.replication.tick(now, self.held_partitions)  # off this path: a task
             await asyncio.sleep(self.node.tick_ms / 1000)
 
     async def _register(self) -> None:
@@ -527,6 +531,7 @@ class ClusterNode:
         for partition, view in sorted(self._views.items()):
             seen = view.seen
             appender = self._owned.get(partition)
+            replication = self.replication.of(partition) if appender else NOT_READ
             partitions.append({
                 "partition": partition,
                 "owner": seen.value.holder if seen else "",
@@ -535,6 +540,9 @@ class ClusterNode:
                 "verdict": view.verdict(now).value,
                 "appended": appender.appended if appender else 0,
                 "last_sequence": appender.last_sequence if appender else 0,
+                "stream_leader": replication.stream_leader,
+                "replicas_current": replication.replicas_current,
+                "replica_lag": replication.replica_lag,
             })  # fmt: skip
         return {
             "node": self.node.name, "holder": self.holder, "address": self.address,

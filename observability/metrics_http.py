@@ -114,6 +114,27 @@ def cluster_families(cluster: dict):
         "The stream sequence of the last log record this node appended, per owned partition",
         "partition", {str(r["partition"]): r["last_sequence"] for r in rows if r["last_sequence"]},
     )  # fmt: skip
+    read = [r for r in rows if r.get("stream_leader") or r.get("replicas_current")]
+    yield _labelled(
+        "timerwheel_cluster_replicas_current",
+        "Replicas of an owned partition's stream that JetStream calls current, the leader "
+        "included (the stream's replicas when healthy)",
+        "partition", {str(r["partition"]): r["replicas_current"] for r in read},
+    )  # fmt: skip
+    yield _labelled(
+        "timerwheel_cluster_replica_lag",
+        "The largest lag of a follower of an owned partition's stream, in stream operations",
+        "partition", {str(r["partition"]): r["replica_lag"] for r in read},
+    )  # fmt: skip
+    leaders = GaugeMetricFamily(
+        "timerwheel_cluster_stream_leader",
+        "1 for the NATS server leading each owned partition's stream",
+        labels=["partition", "server"],
+    )
+    for r in read:
+        if r["stream_leader"]:
+            leaders.add_metric([str(r["partition"]), r["stream_leader"]], 1)
+    yield leaders
 
 
 def _engine_families(values: dict):

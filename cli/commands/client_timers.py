@@ -142,11 +142,17 @@ def _print_cluster(cluster) -> None:
         f"{'owns':<18}{owned} of {cluster.partitions} partitions; delivering: "
         f"{'yes' if cluster.delivering else 'no'}; takeovers: {cluster.takeovers}"
     )
-    print(f"{'partition':>9}  {'owner':<24}{'address':<22}{'epoch':>8}  {'here':<8}{'last seq':>9}")
+    print(
+        f"{'partition':>9}  {'owner':<24}{'address':<22}{'epoch':>8}  {'here':<8}{'last seq':>9}"
+        f"  {'stream leader':<14}{'current':>7}{'lag':>7}"
+    )
     for row in cluster.map:
+        # replication is read by the owner only: blank on the rows of other nodes' partitions
+        read = bool(row.stream_leader or row.replicas_current)
         print(
             f"{row.partition:>9}  {row.owner or '-':<24}{row.address or '-':<22}{row.epoch:>8}  "
-            f"{row.verdict:<8}{row.last_sequence or '':>9}"
+            f"{row.verdict:<8}{row.last_sequence or '':>9}  {row.stream_leader or '':<14}"
+            f"{row.replicas_current if read else '':>7}{row.replica_lag if read else '':>7}"
         )
 
 

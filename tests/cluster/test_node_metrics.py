@@ -9,6 +9,7 @@ from helpers.engines import T0, engine_factory
 from timerwheel.cluster.appender import monotonic_ms
 from timerwheel.cluster.lease import Held, LeaseEntry, LeaseValue, LeaseView
 from timerwheel.cluster.node import ClusterNode
+from timerwheel.cluster.replication import Replication
 from timerwheel.cluster.settings import NodeSettings
 from timerwheel.observability.metrics_http import cluster_families
 from timerwheel.wheels.clock import VirtualClock
@@ -34,6 +35,8 @@ def test_the_metrics_show_each_partitions_owner_epoch_and_this_nodes_share(tmp_p
         held = Held(epoch=57, revision=57, renewed_at_ms=monotonic_ms(), marker_sequence=3)
         node._views[2] = LeaseView(2, node.holder, node.node.lease, held=held, seen=mine)
         node._owned[2] = FakeAppender()  # type: ignore[assignment]
+        # the last stream-info round: read for 2 (owned) and, left from before, 1 (not now)
+        node.replication._seen = {2: Replication("nats-b", 2, 7), 1: Replication("nats-a", 3, 0)}
 
         found = samples(cluster_families(node.cluster_map()))
 
@@ -42,6 +45,10 @@ def test_the_metrics_show_each_partitions_owner_epoch_and_this_nodes_share(tmp_p
     assert found["timerwheel_cluster_partition_epoch"] == {("0",): 0, ("1",): 41, ("2",): 57}
     assert found["timerwheel_cluster_partition_owned"] == {("0",): 0, ("1",): 0, ("2",): 1}
     assert found["timerwheel_cluster_log_sequence"] == {("2",): 12}
+    # replication only for what this node owns now, as its last read found it
+    assert found["timerwheel_cluster_replicas_current"] == {("2",): 2}
+    assert found["timerwheel_cluster_replica_lag"] == {("2",): 7}
+    assert found["timerwheel_cluster_stream_leader"] == {("2", "nats-b"): 1}
 
 
 class FakeAppender:
