@@ -10,8 +10,13 @@ that meets write errors, and it decides here what each one means:
   dir>: ..."), and so do queued ones; new operations are refused at once while it lasts,
   rather than queued behind a writer that cannot write. RocksDB refuses every write after
   such an error, even once space is back, so recovery is a reopen of the database in this
-  process (rocksdict has no `Resume`), tried with backoff once the disk has some free
-  space again, followed by one small write that proves the store takes writes again.
+  process (rocksdict has no `Resume`), followed by one small write that proves the store
+  takes writes again. A reopen writes the WAL out as tables before it frees the WAL, so
+  it is tried only once the disk has the free space that needs
+  (`timerwheel.store.disk.reopen_needs_bytes`: the WAL's size, 2% and 1 MiB more), checked
+  with backoff; the refusal message says how much that is. An earlier try would fail
+  on ENOSPC and leave the store closed to readers. A store opened read-only at start,
+  on a disk too full to open it for writing, waits the same way (`opened_read_only`).
 * **Any other refused write** (`WriteFailed` that is not ENOSPC): RocksDB is read-only
   with a cause this code cannot judge. Fatal, so a restart (which recovers from the WAL)
   replaces guessing.
@@ -35,7 +40,7 @@ import structlog
 
 from timerwheel.common import TimerwheelError
 from timerwheel.store.batch import StagedBatch
-from timerwheel.store.disk import free_bytes, is_disk_full
+from timerwheel.store.disk import free_bytes, is_disk_full, mib, reopen_needs_bytes
 from timerwheel.store.rocks import WalSyncFailed, WriteFailed
 from timerwheel.store.timer_store import TimerStore
 from timerwheel.wheels.domain import DiskFull, StoreUnavailable
@@ -46,9 +51,6 @@ log = structlog.get_logger("timerwheel.store_health")
 BACKOFF_FIRST_S = 0.05
 BACKOFF_MAX_S = 2.0
 MAX_CONSECUTIVE_FAILURES = 40  # ~75 s of failing iterations at the 2 s cap
-# A reopen needs room for a new WAL and MANIFEST; on a disk with less free than this, it
-# would only fail again (and close the store to readers meanwhile), so it waits.
-REOPEN_MIN_FREE_BYTES = 1024 * 1024
 
 
 class WriterFailed(Exception):
@@ -66,6 +68,7 @@ class StoreHealth:
         self._lock = threading.Lock()
         self._disk_full: str | None = None  # the message sends are refused with
         self._needs_reopen = False
+        self._waiting_logged = False
         self._failures = 0
 
     # == read by other threads ==========================================================
@@ -84,6 +87,13 @@ class StoreHealth:
         listener(self.failure)
 
     # == the writer thread ==============================================================
+    def opened_read_only(self) -> None:
+        """The store was opened read-only (a disk too full to open it for writing): refuse
+        writes as for a full disk, and reopen it for writing once there is room."""
+        self._needs_reopen = True
+        self._disk_full = self._disk_full_message()
+        self._waiting_logged = False
+
     @property
     def recovering(self) -> bool:
         """True while the store must be reopened before the writer can write again."""
@@ -97,7 +107,7 @@ class StoreHealth:
         if isinstance(exc, TimerwheelError):
             return exc
         if is_disk_full(exc):
-            return DiskFull(self._disk_full_message(exc))
+            return DiskFull(self._disk_full or self._disk_full_message())
         return StoreUnavailable(f"the store failed ({exc}); nothing was written, retry")
 
     def iteration_failed(self, exc: BaseException) -> None:
@@ -107,8 +117,9 @@ class StoreHealth:
             raise WriterFailed(str(exc)) from exc
         if is_disk_full(exc):
             if self._disk_full is None:
-                self._disk_full = self._disk_full_message(exc)
+                self._disk_full = self._disk_full_message()
                 log.error("disk_full", data_dir=self.data_dir, error=str(exc))
+                self._waiting_logged = False
             self._needs_reopen = True
             return
         if isinstance(exc, WriteFailed):
@@ -126,8 +137,16 @@ class StoreHealth:
         takes writes again. Raises WriterFailed if the reopened store is not what the
         scheduler holds (the failed batch reached the WAL after all: a restart, which
         recovers from the WAL, must take over)."""
-        free = free_bytes(self.data_dir)
-        if free is not None and free < REOPEN_MIN_FREE_BYTES:
+        free, needed = free_bytes(self.data_dir), reopen_needs_bytes(self.data_dir)
+        if free is not None and free < needed:
+            self._disk_full = self._disk_full_message(needed, free)
+            if not self._waiting_logged:  # once an episode: the backoff polls every 2 s
+                self._waiting_logged = True
+                log.warning(
+                    "disk_full_waiting", data_dir=self.data_dir, free_bytes=free,
+                    needed_bytes=needed,
+                )  # fmt: skip
+            self._failures += 1  # backs off to BACKOFF_MAX_S between looks
             return False
         try:
             store.reopen()
@@ -148,7 +167,7 @@ class StoreHealth:
         self._needs_reopen = False
         self._disk_full = None
         self._failures = 0
-        log.info("store_reopened", data_dir=self.data_dir, free_bytes=free)
+        log.info("store_reopened", data_dir=self.data_dir, free_bytes=free, needed_bytes=needed)
         return True
 
     def fail(self, reason: str) -> None:
@@ -166,9 +185,11 @@ class StoreHealth:
             except Exception:
                 log.exception("writer_failed_listener_error")
 
-    def _disk_full_message(self, exc: BaseException) -> str:
+    def _disk_full_message(self, needed: int | None = None, free: int | None = None) -> str:
+        if needed is None:
+            needed, free = reopen_needs_bytes(self.data_dir), free_bytes(self.data_dir)
         return (
             f"disk full: {self.data_dir}: No space left on device; nothing was written; "
-            f"the server retries every {BACKOFF_MAX_S:g} s at most and accepts sends "
-            "again once space is freed"
+            f"writes resume once its disk has {mib(needed)} free (now {mib(free)}), "
+            f"looked at every {BACKOFF_MAX_S:g} s"
         )

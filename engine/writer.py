@@ -115,6 +115,8 @@ class Writer:
         self._on_commit_fired = on_commit_fired  # before listeners: they read what it keeps
         self._counts = counts
         self.health = health or StoreHealth(settings.data_dir)
+        if store.database.read_only:  # a start on a full disk: reads only, until room
+            self.health.opened_read_only()
         self._ctx = WriterContext(store, scheduler, settings.retention_ms)
         self._tick = Tick(settings, self._ctx)
         self._cond = threading.Condition()

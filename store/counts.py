@@ -72,7 +72,8 @@ class PendingCounts:
             {key: keys.encode_u64(value) for key, value in values.items()}
         )
         batch.writes[keys.CF_META][keys.META_COUNTS_BUILT] = keys.encode_u64(1)
-        self._database.write(batch.to_write_batch(self._database.handles))
+        if not self._database.read_only:  # (a full disk) counted again at the next open
+            self._database.write(batch.to_write_batch(self._database.handles))
         self._values = values
 
     def stage(self, batch: StagedBatch) -> CountChanges:

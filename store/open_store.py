@@ -9,6 +9,13 @@ that wrote in between). A new store gets its first scheduler state written at on
 that exists always has a whole `meta`: a later open that finds data without one knows
 the store was damaged, not merely never used. Any refusal closes the database first (it
 releases RocksDB's LOCK), then raises.
+
+A used store on a disk with less free space than an open for writing needs
+(`timerwheel.store.disk.reopen_needs_bytes`), or whose open for writing fails on ENOSPC,
+is opened read-only instead (logged as `store_opened_read_only`): the server comes up
+serving reads and refusing writes, and its writer reopens the store for writing once
+the space is there, as after a disk that filled while it ran. Exiting instead would make
+an orchestrator restart it in a loop that frees nothing.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from collections.abc import Callable
 import structlog
 
 from timerwheel.store.batch import StagedBatch
+from timerwheel.store.disk import free_bytes, is_disk_full, mib, reopen_needs_bytes
 from timerwheel.store.integrity import check_data_dir, check_store_read_only
 from timerwheel.store.rocks import RocksDatabase, RocksTuning
 from timerwheel.store.timer_store import TimerStore
@@ -33,9 +41,10 @@ def open_store(
     created. A new store (missing or empty directory, or a store never written) is
     created with `new_state()` and logged as `store_created`; a refusal raises
     `timerwheel.store.integrity.StoreRefused`."""
-    if not check_data_dir(data_dir):  # a used store: its meta is read before any write
+    new = check_data_dir(data_dir)
+    if not new:  # a used store: its meta is read before any write
         check_store_read_only(data_dir)
-    database = RocksDatabase(data_dir, tuning)
+    database = _open_database(data_dir, tuning, new)
     store = None
     try:
         store = TimerStore(database)
@@ -55,3 +64,29 @@ def open_store(
         (store or database).close()
         raise
     return store, state, created
+
+
+def _open_database(data_dir: str, tuning: RocksTuning, new: bool) -> RocksDatabase:
+    """Open for writing, or read-only when a used store's disk is too full for that."""
+    if not new:
+        free, needed = free_bytes(data_dir), reopen_needs_bytes(data_dir)
+        if free is not None and free < needed:
+            return _read_only(data_dir, tuning, free, needed, "")
+    try:
+        return RocksDatabase(data_dir, tuning)
+    except Exception as exc:
+        if new or not is_disk_full(exc):
+            raise
+        return _read_only(
+            data_dir, tuning, free_bytes(data_dir), reopen_needs_bytes(data_dir), str(exc)
+        )
+
+
+def _read_only(
+    data_dir: str, tuning: RocksTuning, free: int | None, needed: int, error: str
+) -> RocksDatabase:
+    log.warning(
+        "store_opened_read_only", data_dir=data_dir, free_bytes=free, needed_bytes=needed,
+        error=error or f"{mib(free)} free; an open for writing needs {mib(needed)}",
+    )  # fmt: skip
+    return RocksDatabase(data_dir, tuning, read_only=True)

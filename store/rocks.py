@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import structlog
 from rocksdict import (
+    AccessType,
     BlockBasedIndexType,
     BlockBasedOptions,
     Cache,
@@ -32,6 +33,10 @@ from timerwheel.wheels.domain import StoreUnavailable
 log = structlog.get_logger("timerwheel.store")
 
 L0_COMPACTION_TRIGGER = 8  # level-0 files that start a compaction (RocksDB's default: 4)
+# Every open rolls RocksDB's info LOG (over 100 KiB: it lists every family's options) to a
+# LOG.old file, and RocksDB keeps 1,000 of them: restarts and reopens after a full disk
+# would eat the very space a recovery needs.
+KEEP_LOG_FILES = 4
 
 
 @dataclass(frozen=True)
@@ -95,6 +100,7 @@ def _options(tuning: RocksTuning, cache: Cache, family: str = "") -> Options:
         options.set_min_write_buffer_number_to_merge(2)
     if not family:
         options.set_allow_concurrent_memtable_write(False)
+        options.set_keep_log_file_num(KEEP_LOG_FILES)
     # One memtable budget for all column families together.
     options.set_db_write_buffer_size(tuning.write_buffer_bytes * 3)
     # At this cap RocksDB flushes every column family that keeps the oldest WAL file.
@@ -148,9 +154,16 @@ class RocksDatabase:
 
     `families` and `handles` are the same dict objects for the life of this object, so
     whoever looks families up through them (counters, extras, gauges) follows a `reopen`.
+
+    `read_only`: opened for reading only, for a store on a disk too full to open it for
+    writing (`timerwheel.store.open_store`): RocksDB replays the WAL into memory and
+    writes nothing, so every acknowledged write is read; a write raises
+    StoreUnavailable, and `reopen` opens it for writing.
     """
 
-    def __init__(self, path: str, tuning: RocksTuning | None = None) -> None:
+    def __init__(
+        self, path: str, tuning: RocksTuning | None = None, *, read_only: bool = False
+    ) -> None:
         self.tuning = tuning or RocksTuning()
         self.path = path
         # Before RocksDB's create_if_missing can write anything: a directory of other
@@ -164,13 +177,20 @@ class RocksDatabase:
         self._write_options = WriteOptions()
         self._write_options.sync = False
         self.db: Rdict | None = None
+        self.read_only = read_only
         self._open()
 
     def _open(self) -> None:
         options = _options(self.tuning, self._cache)
-        families = {name: _options(self.tuning, self._cache, name) for name in ALL_COLUMN_FAMILIES}
-        db = Rdict(self.path, options=options, column_families=families)
-        for name in ALL_COLUMN_FAMILIES:
+        names = ALL_COLUMN_FAMILIES
+        access = {}
+        if self.read_only:  # only families that exist: a read-only open creates none
+            present = set(Rdict.list_cf(self.path))
+            names = tuple(name for name in ALL_COLUMN_FAMILIES if name in present)
+            access = {"access_type": AccessType.read_only()}
+        families = {name: _options(self.tuning, self._cache, name) for name in names}
+        db = Rdict(self.path, options=options, column_families=families, **access)
+        for name in names:
             self.families[name] = db.get_column_family(name)
             self.handles[name] = db.get_column_family_handle(name)
         self.db = db
@@ -200,7 +220,7 @@ class RocksDatabase:
         next synced write, which syncs every WAL byte before its own. A machine crash
         loses a suffix of such writes, never a middle: RocksDB recovers a prefix of the WAL.
         """
-        if self.db is None:
+        if self.db is None or self.read_only:
             raise StoreUnavailable("the store is being reopened; retry")
         try:
             self.db.write(batch, write_opt=self._write_options)
@@ -216,7 +236,7 @@ class RocksDatabase:
         if not self.tuning.sync_writes:
             return
         db = self.db
-        if db is None:
+        if db is None or self.read_only:
             raise StoreUnavailable("the store is being reopened; retry")
         try:
             db.flush_wal(True)
@@ -228,8 +248,10 @@ class RocksDatabase:
         a failed write leaves it in (rocksdict has no `Resume`). The caller must have
         dropped its own column-family objects; a reader still holding one keeps the LOCK,
         and then the open fails and may be retried. On failure the database stays closed
-        (reads get StoreUnavailable) and `reopen` may be called again."""
+        (reads get StoreUnavailable) and `reopen` may be called again. A read-only
+        database is reopened for writing."""
         self.close()
+        self.read_only = False
         self._open()
 
     def close(self) -> None:
