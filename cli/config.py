@@ -9,8 +9,10 @@ Values are converted by the field's type. Every `*_ms` field takes a duration wi
 `--ack-timeout 10`, `--set ack_timeout_ms=10`, `ack_timeout_ms = "10"`) is refused, since it
 could mean seconds as well as milliseconds. A TOML *integer* for a `*_ms` key is taken as
 milliseconds: TOML keeps numbers and strings apart, and the key's own name says the unit
-(`ack_timeout_ms = 10000`). `delay_levels_ms` takes a TOML list (integers are ms, strings need a
-unit) or a string like "1s 5s 10s". An unknown key in the file, or a value that does not
+(`ack_timeout_ms = 10000`). `delay_levels_ms` takes a TOML list (integers are ms, strings
+need a unit) or a string like "1s 5s 10s". `topics` is a table of per-topic tables
+(`[topics."orders".retry]`, timerwheel.wheels.topic_policy); from the environment or
+`--set`, that table as TOML text. An unknown key in the file, or a value that does not
 convert, is an error naming the source, the key and the value; the combined result is
 validated once by `Settings` itself. Environment variables that are not settings are left alone.
 """
@@ -24,6 +26,7 @@ from collections.abc import Mapping
 
 from timerwheel.durations import parse_duration_ms
 from timerwheel.wheels.settings import Settings, SettingsError
+from timerwheel.wheels.topic_policy import topics_from_value
 
 ENV_PREFIX = "TIMERWHEEL_"
 CONFIG_ENV = "TIMERWHEEL_CONFIG"
@@ -81,6 +84,11 @@ def convert(name: str, value: object, source: str) -> object:
     field_type = _FIELD_TYPES.get(name)
     if field_type is None:
         raise SettingsError(f"{source}: unknown setting {name!r}; known: {', '.join(_FIELD_TYPES)}")
+    if name == "topics":  # a table of tables (timerwheel.wheels.topic_policy)
+        try:
+            return topics_from_value(value)
+        except ValueError as exc:
+            raise SettingsError(f"{source}: {exc}") from exc
     if name.endswith("_ms") and isinstance(value, str) and field_type == "int":
         is_flag = source.startswith("--")  # `--ack-timeout` or `--set ack_timeout_ms`
         try:

@@ -57,7 +57,8 @@ class Entry:
     fired: FiredRecord
     body_bytes: int  # what it counts against the hub's byte budget (its body's size)
     limit: int  # the delivery attempts it may have (0: no limit), known when it is fetched
-    retry: RetryPolicy | None = None  # its own retry policy (None: the server's), ditto
+    # Its retry policy, its send's or its topic's (None: the server's), ditto.
+    retry: RetryPolicy | None = None
     attempt: int = 1  # the attempt number of its next (or current) delivery
     owner: Subscriber | None = None
     deadline_ms: int = 0
@@ -104,6 +105,10 @@ class TopicDispatcher:
         self.dying: list[tuple[str, Entry, str]] = []  # out of attempts: (id, entry, reason)
         self.subscribers = 0
         self.held_bytes = 0  # bodies of `entries`, counted in the hub's budget too
+        # The attempt limit and retry policy (None: the server's) of this topic's messages
+        # whose send names none, fixed for the dispatcher's life: a failed attempt reads
+        # them from its Entry, never from the engine (timerwheel.wheels.topic_policy).
+        self.default_limit, self.default_retry = hub.topic_defaults(name)
 
     # -- called with cond held ------------------------------------------------------------
     def expire(self, now_ms: int) -> None:
@@ -152,13 +157,13 @@ class TopicDispatcher:
             fresh_before = len(self.fresh)
             entries = self.entries
             own = self.hub.delivery_options(fetched)
-            default_limit = settings.max_attempts
+            default_limit, default_retry = self.default_limit, self.default_retry
             new = [
                 (
                     fired.message_id,
-                    Entry(fired, record_body_bytes(fired.record), default_limit)
+                    Entry(fired, record_body_bytes(fired.record), default_limit, default_retry)
                     if not own or fired.message_id not in own
-                    else Entry(fired, record_body_bytes(fired.record), *own[fired.message_id]),
+                    else self._own_entry(fired, *own[fired.message_id]),
                 )
                 for fired in fetched
                 if fired.message_id not in entries
@@ -169,6 +174,13 @@ class TopicDispatcher:
                 self.cursor = fetched[-1].seq
             if len(self.fresh) > fresh_before and _read_all_there_was(fetched, limit, max_bytes):
                 return
+
+    def _own_entry(self, fired: FiredRecord, limit: int | None, retry: RetryPolicy | None) -> Entry:
+        """The Entry of a message with send options: each it set wins over the topic's."""
+        return Entry(
+            fired, record_body_bytes(fired.record),
+            self.default_limit if limit is None else limit, retry or self.default_retry,
+        )  # fmt: skip
 
     def stop_waiting_for_bytes(self) -> None:
         if self.short_of_bytes:

@@ -47,8 +47,9 @@ from timerwheel.engine.api import FiredSource
 from timerwheel.security.limits import PerKeyLimit
 from timerwheel.store import records
 from timerwheel.wheels.domain import DeliveryOptions, InvalidArgument, Overloaded, ShuttingDown
-from timerwheel.wheels.retry import backoff_ms
+from timerwheel.wheels.retry import RetryPolicy, backoff_ms
 from timerwheel.wheels.settings import Settings
+from timerwheel.wheels.topic_policy import by_topic
 from timerwheel.wheels.validation import validate_nack, validate_topic
 
 # Delivered and Subscriber live in timerwheel.delivery.subscriber; importers take them from here.
@@ -82,6 +83,7 @@ class DeliveryHub(DeliveryApi[Subscriber]):
         self.engine = engine
         self.settings = settings
         self.retry_policy = settings.retry_policy()  # of messages whose send names none
+        self._topic_defaults = by_topic(settings)  # ... on a topic with a table of its own
         self._now_ms = now_ms
         self._random01 = random01
         self._lock = threading.Lock()
@@ -327,6 +329,11 @@ class DeliveryHub(DeliveryApi[Subscriber]):
         attempt needs to ask later."""
         own = records.ids_with_extras(fetched)
         return self.engine.delivery_options_of(own) if own else {}
+
+    def topic_defaults(self, topic: str) -> tuple[int, RetryPolicy | None]:
+        """(attempt limit, retry policy; None: the server's) of `topic`'s messages whose
+        send names none: its table in `Settings.topics`, else the server's settings."""
+        return self._topic_defaults.get(topic, (self.settings.max_attempts, None))
 
     def retry_delay_ms(self, entry: Entry) -> int:
         """How long `entry` waits after its failed attempt `entry.attempt`."""

@@ -123,7 +123,8 @@ class FiredSource(Protocol):
 
     def delivery_options_of(self, message_ids: list[str]) -> dict[str, DeliveryOptions]:
         """The delivery attempts each message may have (0: no limit) and its own retry
-        policy (None: the server's), for ids whose record says it has send options; asked
+        policy, each None where its send set none (its topic's or the server's, which the
+        delivery side fills in), for ids whose record says it has send options; asked
         once when they are fetched, so a failed attempt later needs no call."""
         ...
 

@@ -20,6 +20,7 @@ from timerwheel.store.timer_store import TimerStore
 from timerwheel.wheels.domain import DeliveryOptions, InvalidArgument, NotFound, Timer
 from timerwheel.wheels.scheduler import Scheduler, TimerKey
 from timerwheel.wheels.settings import Settings
+from timerwheel.wheels.topic_policy import by_topic
 from timerwheel.wheels.trace import assemble, attempts_made
 from timerwheel.wheels.validation import validate_message_ref, validate_topic
 
@@ -32,40 +33,36 @@ class TimerLookups:
         self._settings = settings
         self._store = store
         self._scheduler = scheduler
+        self._topic_limits = {topic: limit for topic, (limit, _) in by_topic(settings).items()}
 
     def max_attempts(self, message_id: str) -> int:
         """Delivery attempts `message_id` may have before it is dead-lettered (0: no limit):
-        its send's max_attempts, else the server's default."""
+        its send's max_attempts, else its topic's default, else the server's."""
         raw = self._store.get_record(message_id)
-        if raw is not None and records.has_extras(raw):
-            return self._send_options_limit(message_id)
-        return self._settings.max_attempts
+        if raw is None:
+            return self._settings.max_attempts
+        if records.has_extras(raw):
+            limit = self._send_options_limit(message_id)
+            if limit is not None:
+                return limit
+        return self._topic_limits.get(records.record_topic(raw), self._settings.max_attempts)
 
     def delivery_options_of(self, message_ids: list[str]) -> dict[str, DeliveryOptions]:
-        """(`max_attempts`, retry policy or None for the server's) of messages whose records
-        the caller already read and found to have send options (`records.has_extras`): one
-        `extras` read each, no record read."""
-        options = {}
+        """(`max_attempts`, retry policy) of messages whose records the caller already read
+        and found to have send options (`records.has_extras`): one `extras` read each, no
+        record read. None where the send set none: the delivery side fills in its topic's
+        default or the server's (timerwheel.wheels.topic_policy), which the engine cannot
+        without reading each record for its topic."""
+        options: dict[str, DeliveryOptions] = {}
         for message_id in message_ids:
             extras = extras_cf.get_extras(self._store, None, message_id.encode())
             own = extras_cf.decode_extras(extras) if extras is not None else None
-            if own is None:
-                options[message_id] = (self._settings.max_attempts, None)
-            else:
-                limit = own.max_attempts
-                options[message_id] = (
-                    self._settings.max_attempts if limit is None else limit,
-                    own.retry,
-                )
+            options[message_id] = (None, None) if own is None else (own.max_attempts, own.retry)
         return options
 
-    def _send_options_limit(self, message_id: str) -> int:
+    def _send_options_limit(self, message_id: str) -> int | None:
         extras = extras_cf.get_extras(self._store, None, message_id.encode())
-        if extras is not None:
-            limit = extras_cf.decode_extras(extras).max_attempts
-            if limit is not None:
-                return limit
-        return self._settings.max_attempts
+        return extras_cf.decode_extras(extras).max_attempts if extras is not None else None
 
     def get(self, message_id: str, include_trace: bool = False) -> Timer:
         """The timer in any state; a SCHEDULED one with the wheel that holds it now and,

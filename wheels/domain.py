@@ -85,8 +85,10 @@ class SendOptions:
 
 
 # What delivery needs of a message's send options: (max_attempts, 0: no limit; its retry
-# policy, None: the server's). Asked for once per fetched batch (FiredSource.delivery_options_of).
-DeliveryOptions = tuple[int, RetryPolicy | None]
+# policy), each None where the send set none: its topic's default, else the server's
+# (timerwheel.wheels.topic_policy). Asked for once per fetched batch
+# (FiredSource.delivery_options_of).
+DeliveryOptions = tuple[int | None, RetryPolicy | None]
 
 
 # The properties of a send that has none: one shared, read-only empty mapping.

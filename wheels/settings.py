@@ -12,6 +12,7 @@ from typing import Any
 
 from timerwheel.durations import DAY_MS, HOUR_MS, MINUTE_MS, SECOND_MS
 from timerwheel.wheels.retry import RetryKind, RetryPolicy, check_policy
+from timerwheel.wheels.topic_policy import TopicSettings, topics_problem
 
 MIN_CLOCK_STEP_MS = 10  # clock readings are whole ms: a smaller threshold would be noise
 MAX_GIL_SWITCH_INTERVAL_MS = 100  # beyond, a waiting thread could stall for a tenth of a second
@@ -127,6 +128,9 @@ class Settings:
     retry_max_ms: int = 5 * MINUTE_MS
     retry_multiplier: float = 2.0
     retry_jitter_percent: int = 20
+    # Per-topic defaults (timerwheel.wheels.topic_policy): a topic's max_attempts and retry
+    # fields, for its messages whose send names none; what a topic leaves out is the above.
+    topics: tuple[TopicSettings, ...] = ()
     # Every delivery attempt is an event of its message's trace: one RocksDB entry a
     # message, about a tenth of the engine's instructions in a burst and a fifth of the
     # data it writes. False: first attempts are not written; redeliveries and failed
@@ -240,6 +244,9 @@ class Settings:
                 f"max_attempts={self.max_attempts!r}: must be 0 (unlimited) or more"
             )
         _check_retry(self)
+        problem = topics_problem(self)
+        if problem is not None:
+            raise SettingsError(problem)
         if self.max_in_flight_default > self.max_in_flight_limit:
             raise SettingsError(
                 f"max_in_flight_default={self.max_in_flight_default}: must not exceed "

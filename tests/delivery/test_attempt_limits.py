@@ -32,6 +32,7 @@ from timerwheel.procs.ipc import CallClient, CallServer, PendingCall
 from timerwheel.procs.remote_engine import RemoteEngine
 from timerwheel.wheels.domain import SendOptions, SendSpec, When, WhenKind
 from timerwheel.wheels.settings import Settings
+from timerwheel.wheels.topic_policy import TopicSettings
 
 NOW = When(WhenKind.DELAY, 0)
 DEFAULT_LIMIT = 4  # Settings.max_attempts: the limit of a message that sets none
@@ -64,12 +65,14 @@ class FakeMonotonic:
 
 
 @pytest.fixture
-def delivery_process(tmp_path: Path, monkeypatch):
+def delivery_process(tmp_path: Path, monkeypatch, request):
     """(engine, hub over a RemoteEngine, the counting calls, the hub's clock, failures):
-    `failures` lists, for each failed attempt, the calls it made with the lock held."""
+    `failures` lists, for each failed attempt, the calls it made with the lock held.
+    An indirect parameter adds settings (per-topic tables)."""
     settings = Settings(
         data_dir=str(tmp_path / "data"), max_attempts=DEFAULT_LIMIT, ack_timeout_ms=30_000,
         first_delivery_hold_ms=0, retry_initial_ms=0,  # redeliveries at once: no backoff here
+        **getattr(request, "param", {}),
     )  # fmt: skip
     engine = Engine(settings, SystemClock())
     host = EngineHost(engine)
@@ -152,3 +155,34 @@ def test_failed_attempts_make_no_call_under_the_lock_and_keep_each_limit(deliver
     made = [m for methods in calls.by_thread.values() for m in methods]
     assert made.count("delivery_options_of") == 1
     assert "max_attempts" not in made
+
+
+TOPIC_TABLE = (
+    TopicSettings("t", max_attempts=2, backoff="fixed", initial_ms=500, jitter_percent=0),
+)
+
+
+@pytest.mark.parametrize("delivery_process", [{"topics": TOPIC_TABLE}], indirect=True)
+def test_a_topic_s_limit_and_backoff_come_with_the_fetch_too(delivery_process):
+    """The topic's table is the delivery process's own setting: its failed attempts
+    make no call either, and a send's own limit still wins over the topic's."""
+    engine, hub, calls, clock, failures = delivery_process
+    engine.send_batch(
+        [
+            SendSpec("t", b"a", NOW, message_id="plain"),  # the topic's limit: 2
+            SendSpec("t", b"b", NOW, message_id="three", options=SendOptions(max_attempts=3)),
+        ]
+    )
+    subscriber = hub.subscribe("t", 100)
+    assert deliver(hub, subscriber, 2) == {"plain": 1, "three": 1}
+    for attempt in (2, 3):
+        clock.ms += 30_001  # the ack timeout: failed, then the topic's fixed 500ms
+        assert hub.next_batch(subscriber, 0) == []  # backing off
+        clock.ms += 500
+        want = {"plain": 2, "three": 2} if attempt == 2 else {"three": 3}
+        assert deliver(hub, subscriber, len(want)) == want
+    assert engine.topic_of("plain") == "t.dlq"  # after the topic's 2 attempts
+    assert engine.topic_of("three") == "t"
+    assert failures == [0] * 4
+    made = [m for methods in calls.by_thread.values() for m in methods]
+    assert made.count("delivery_options_of") == 1 and "max_attempts" not in made

@@ -173,5 +173,5 @@ def test_a_remote_engine_is_served_by_a_real_engine_process(engine_process, tmp_
     assert remote.topic_of("m1") == "t"
     assert remote.count("t") == (1, 0, 0)
     assert [t.message_id for t in remote.list_pending("t", 0, 2**62, 10)[0]] == ["m1"]
-    assert remote.delivery_options_of(["m1"]) == {"m1": (engine.settings.max_attempts, None)}
+    assert remote.delivery_options_of(["m1"]) == {"m1": (None, None)}  # none of its own
     assert remote.topics() == [("t", 1, 0)]
