@@ -26,8 +26,6 @@ answer) and never more than `ASK_BOUND_S`.
 from __future__ import annotations
 
 import bisect
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 import grpc
@@ -76,8 +74,6 @@ class ScatterGather(grpc.ServerInterceptor):
     def __init__(self, view: ClusterView, channels: Forwarding) -> None:
         self._view = view
         self._channels = channels
-        self._pool = ThreadPoolExecutor(8, thread_name_prefix="scatter")
-        self._lock = threading.Lock()
 
     def intercept_service(self, continuation, details):
         handler = continuation(details)
@@ -122,14 +118,18 @@ class ScatterGather(grpc.ServerInterceptor):
             )  # fmt: skip
         return response, before or []
 
-    def _remote(self, method: str, address: str, owner: str, request, metadata, timeout_s):
+    def _ask(self, method: str, address: str, request, metadata, timeout_s):
+        """The call to a peer, under way (gRPC's own future: no thread waits on it)."""
         call = self._channels.channel(address).unary_unary(
             method, response_deserializer=RESPONSES[method].FromString
         )
+        return call.future(request.SerializeToString(), timeout=timeout_s, metadata=metadata)
+
+    @staticmethod
+    def _answer(call, address: str, owner: str) -> tuple[Any, list[int]]:
+        """A peer's answer and the partitions it is for, once it has come."""
         try:
-            response, rpc = call.with_call(
-                request.SerializeToString(), timeout=timeout_s, metadata=metadata
-            )
+            response = call.result()
         except grpc.RpcError as error:
             code, text = error.code(), error.details() or ""
             if code in NOT_ANSWERED:
@@ -139,7 +139,7 @@ class ScatterGather(grpc.ServerInterceptor):
                     "no partial answer is given: retry",
                 ) from error
             raise Unanswered(code, f"node {owner} at {address}: {text}") from error
-        trailing = dict(rpc.trailing_metadata() or ())
+        trailing = dict(call.trailing_metadata() or ())
         return response, _decode(trailing.get(PARTITIONS, ""))
 
     # -- every node's answers, merged ---------------------------------------------------
@@ -157,14 +157,16 @@ class ScatterGather(grpc.ServerInterceptor):
 
         def ask_all(one_request):
             """[(answer, partitions)] of this node (first) and every peer."""
-            futures = [
-                self._pool.submit(
-                    self._remote, method, address, owner, one_request, metadata, timeout_s
-                )
+            calls = [
+                (self._ask(method, address, one_request, metadata, timeout_s), address, owner)
                 for address, owner in sorted(peers.items())
-            ]  # fmt: skip
-            answers = [self._local(behaviour, one_request, context)]
-            answers += [future.result() for future in futures]
+            ]
+            try:
+                answers = [self._local(behaviour, one_request, context)]
+                answers += [self._answer(*call) for call in calls]
+            finally:
+                for call, _, _ in calls:
+                    call.cancel()  # those still under way when another failed
             _check_cover([parts for _, parts in answers], cluster["partitions"])
             return [answer for answer, _ in answers]
 
@@ -179,9 +181,6 @@ class ScatterGather(grpc.ServerInterceptor):
         if not 0 <= request.limit <= TOPICS_LIMIT_MAX:
             return behaviour(request, context)  # refused there: INVALID_ARGUMENT
         return _merge_topics(ask_all, request)
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=False)
 
 
 def _merge_list(pages: list[pb.ListResponse], limit: int) -> pb.ListResponse:
