@@ -13,10 +13,11 @@ reference for the next, so the slow drift a clock discipline corrects by slewing
 most 0.5 ms a second) never adds up to a step; and a step is reported once, by the
 observation that first sees it.
 
-A process that was suspended (SIGSTOP, a paused VM, a sleeping laptop) shows as a step
-forward too: Linux's monotonic clock does not count suspended time, the wall clock does.
-What the service does after a step is the same in both cases (docs/engine.md, "Clock
-steps").
+A stopped process (SIGSTOP, a long pause of its own) shows as no step: both clocks run
+on while it does not, so it sees the same gap in each, and only the work that fell due
+meanwhile, done late. A machine that sleeps (suspend to RAM) shows as a step forward on
+waking: Linux's `CLOCK_MONOTONIC` does not count suspended time and the wall clock does.
+What the service does after a step is the same either way (docs/engine.md, "Clock steps").
 """
 
 from __future__ import annotations
