@@ -76,7 +76,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--config", metavar="FILE.toml", help="TOML file of settings")
+    parser.add_argument(
+        "--config", metavar="FILE.toml",
+        help='TOML file of settings; per-topic retry defaults are tables: [topics."orders"] '
+        'max_attempts = 5, [topics."orders".retry] initial_ms = "2s" (docs/features.md)',
+    )  # fmt: skip
     for flag, (name, text) in SETTING_FLAGS.items():
         metavar = "DURATION" if name.endswith("_ms") else name.upper()  # 10s, not a bare 10
         parser.add_argument(flag, dest=name, metavar=metavar, help=text)
