@@ -29,9 +29,11 @@ from helpers.netns import Machines
 
 from timerwheel.cluster.partitions import partition_of
 
-pytestmark = [pytest.mark.system, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.system, pytest.mark.timeout(360)]
 
-DRAIN_S = 60.0  # every acknowledged timer delivered after the fault, on 2 busy cores
+# Every acknowledged timer delivered after the fault: on 2 cores shared with other work, a
+# node catching up after a takeover has delivered timers a minute late.
+DRAIN_S = 120.0
 LEASE_S = 4.0  # the lease's ttl (cluster mode's default): faults last twice as long
 
 
