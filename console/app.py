@@ -15,13 +15,16 @@ call, and the API's refusals come back with its message, as HTTP statuses:
     GET  /api/topics[?limit=&page_token=]       TimerAdmin.Topics: a page of topic backlogs
     GET  /api/due?topic=T                       Count per minute over the next hour
     GET  /api/lateness                          Stats.fire_lateness, per minute
+    ... and the operator views and timer actions of console/ops.py (in-flight, consumers,
+    search, throughput, fire now, reschedule).
 
 An error answer is `{"error": message, "code": gRPC code name}`: NOT_FOUND 404,
 INVALID_ARGUMENT 400, UNAUTHENTICATED 401, PERMISSION_DENIED 403, FAILED_PRECONDITION
 409, RESOURCE_EXHAUSTED 429, UNAVAILABLE 503, anything else 502.
 
-Browser hardening: a cancel, pause, resume, purge or redrive must be sent as JSON (a
-cross-site form cannot, and the console answers no CORS preflight), a loopback console
+Browser hardening: an action (cancel, pause, resume, purge, redrive, fire now,
+reschedule) must be sent as JSON (a cross-site form cannot, and the console answers no
+CORS preflight), a loopback console
 accepts only loopback Host headers (no DNS rebinding), and every answer carries a strict
 Content-Security-Policy.
 Endpoints are plain functions: Starlette runs them on its thread pool, where the
@@ -30,6 +33,7 @@ blocking gRPC calls belong.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import grpc
@@ -123,6 +127,8 @@ def _metadata(token: str) -> tuple[tuple[str, str], ...]:
 
 def build_app(backend: ApiBackend, host: str) -> Starlette:
     """The app for a console bound to `host` (loopback: only loopback Host headers)."""
+    from timerwheel.console.ops import routes as ops_routes  # it uses this module's helpers
+
     service, admin = backend.client.service, backend.client.admin
 
     def token_of(request: Request) -> str:
@@ -263,6 +269,7 @@ def build_app(backend: ApiBackend, host: str) -> Starlette:
         Route("/api/topics", topics),
         Route("/api/due", due),
         Route("/api/lateness", lateness),
+        *ops_routes(backend, token_of, sys.modules[__name__]),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     middleware = []

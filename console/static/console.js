@@ -7,6 +7,9 @@ const REFRESH_MS = 5000;
 const $ = (id) => document.getElementById(id);
 const state = { topic: "", pageTokens: [""], dueChart: null, latenessChart: null };
 const inFlight = {}; // panel name -> the AbortController of its request in flight
+// What console-ops.js adds: called with each timer drawn, each topic chosen, and panels
+// the refresh reloads ({name: load}).
+const hooks = { timer: [], topic: [], panels: {} };
 
 // == talking to the console =================================================================
 class ApiError extends Error {
@@ -171,6 +174,7 @@ function renderTimer(timer) {
   $("cancel-confirm").hidden = true;
   $("cancel-id").textContent = timer.message_id;
   $("timer").hidden = false;
+  for (const hook of hooks.timer) hook(timer);
 }
 
 $("lookup-form").addEventListener("submit", (event) => {
@@ -320,6 +324,7 @@ function selectTopic(topic) {
   $("bulk-topic").value = topic;
   loadPending();
   loadDue();
+  for (const hook of hooks.topic) hook(topic);
 }
 
 async function loadPending() {
@@ -423,7 +428,7 @@ async function loadLateness() {
 // slower than REFRESH_MS still gets each panel drawn instead of every request aborted.
 function refresh({ onlyIdle = false } = {}) {
   $("clock").textContent = new Date().toISOString().slice(0, 19).replace("T", " ") + " UTC";
-  const loaders = { topics: loadTopics, lateness: loadLateness };
+  const loaders = { topics: loadTopics, lateness: loadLateness, ...hooks.panels };
   if (state.topic) Object.assign(loaders, { due: loadDue, pending: loadPending });
   for (const [panel, load] of Object.entries(loaders)) {
     if (!(onlyIdle && inFlight[panel])) load();

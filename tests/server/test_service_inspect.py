@@ -78,8 +78,9 @@ def test_in_flight_names_the_consumer_and_attempt_of_each_message(make_server, h
         # The message goes back when its stream ends: waiting, no consumer, next attempt.
         stream.stop()
         answer = eventually(
-            lambda: (a := client.in_flight("billing")).messages
-            and not a.messages[0].in_flight and a
+            lambda: (
+                (a := client.in_flight("billing")).messages and not a.messages[0].in_flight and a
+            )
         )
         assert (answer.messages[0].consumer, answer.messages[0].attempt) == ("", 2)
 
@@ -175,7 +176,9 @@ def test_stats_counts_sends_fires_and_acks(make_server):
                     break
         acked = client.ack("counted", got[:2])
         assert acked == 2
-        after = eventually(lambda: (s := client.stats()).fires_total - before.fires_total == 3 and s)
+        after = eventually(
+            lambda: (s := client.stats()).fires_total - before.fires_total == 3 and s
+        )
         assert after.sends_total - before.sends_total == 4
         assert after.acks_total - before.acks_total == 2
         assert set(got[:2]) <= set(ids)
