@@ -18,6 +18,7 @@ import functools
 import signal
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from datetime import datetime
 
@@ -48,7 +49,9 @@ def machines() -> Iterator[Machines | None]:
     None, said in the output, where they cannot be made: the run is then on loopback."""
     reason = netns_unavailable()
     if reason is not None:
-        print(f"\n[network] loopback ports, no network namespaces: {reason}")
+        said = f"cluster fault suite on loopback ports, no network namespaces: {reason}"
+        print(f"\n[network] {said}")
+        warnings.warn(said, stacklevel=1)  # in the warnings summary even without -s
         yield None
         return
     with Machines() as made:
