@@ -59,6 +59,7 @@ from timerwheel.server import reflection
 from timerwheel.server.admin_service import TimerAdmin
 from timerwheel.server.fan_in import FanIn
 from timerwheel.server.forwarding import Forwarding
+from timerwheel.server.keepalive import keepalive_options
 from timerwheel.server.memory import receive_options, return_freed_memory
 from timerwheel.server.rpc_metrics import RpcMetrics
 from timerwheel.server.scatter import ClusterView, ScatterGather
@@ -142,6 +143,7 @@ def build_grpc_server(
         maximum_concurrent_rpcs=settings.max_concurrent_rpcs,  # beyond: RESOURCE_EXHAUSTED
         options=[
             *receive_options(settings),  # what a request may hold before it is read
+            *keepalive_options(settings),  # silent peers dropped (timerwheel.server.keepalive)
             ("grpc.max_send_message_length", -1),
             ("grpc.so_reuseport", 1 if reuse_port else 0),
         ],

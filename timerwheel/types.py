@@ -20,10 +20,22 @@ from timerwheel.v1 import timerwheel_pb2 as pb
 
 DEFAULT_PORT = 7070
 DEFAULT_TARGET = f"127.0.0.1:{DEFAULT_PORT}"
+# A connection whose server stopped answering is given up after 30 + 10 s, so calls and
+# Subscribe streams fail over (UNAVAILABLE, retried) instead of waiting on it. Every 30 s
+# is well inside the server's policy for clients' pings (one every 10 s at most by default,
+# calls or none: timerwheel.server.keepalive), so it never draws GOAWAY "too_many_pings".
+KEEPALIVE_TIME_MS = 30_000
+KEEPALIVE_OPTIONS = [
+    ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),  # pinging on while idle (gRPC stops at 2)
+]
 CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", -1),  # a DeliveryBatch or Get may exceed 4 MiB
     ("grpc.max_send_message_length", -1),
     *RETRY_OPTIONS,  # idempotent calls ride through a server restart (timerwheel/retries.py)
+    *KEEPALIVE_OPTIONS,
 ]
 
 

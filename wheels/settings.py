@@ -183,6 +183,12 @@ class Settings:
     max_health_watches: int = 8  # open health Watch streams, each holding a thread
     max_health_per_peer: int = 2  # of each of those, per connection
     max_reflection_streams: int = 2  # open reflection streams (a token needed, if tokens)
+    # HTTP/2 keepalive (timerwheel.server.keepalive): a peer that stops answering pings is
+    # dropped after keepalive_time_ms + keepalive_timeout_ms; clients may ping this often.
+    keepalive_time_ms: int = 10 * SECOND_MS
+    keepalive_timeout_ms: int = 5 * SECOND_MS
+    keepalive_min_ping_interval_ms: int = 10 * SECOND_MS
+    max_connection_idle_ms: int = 5 * MINUTE_MS  # no call that long: closed (GOAWAY)
 
     # Prometheus metrics (docs/metrics.md): /metrics over HTTP on metrics_host:metrics_port.
     # Off by default (-1): an endpoint without TLS or tokens is opened only when asked for;
@@ -317,7 +323,8 @@ _POSITIVE_FIELDS = (
     "max_delivery_bytes",
     "max_ack_ids", "max_inflight_request_bytes", "max_concurrent_rpcs",
     "max_subscribers_per_peer", "max_health_checks", "max_health_watches",
-    "max_health_per_peer", "max_reflection_streams",
+    "max_health_per_peer", "max_reflection_streams", "keepalive_time_ms",
+    "keepalive_timeout_ms", "keepalive_min_ping_interval_ms", "max_connection_idle_ms",
 )  # fmt: skip
 
 
