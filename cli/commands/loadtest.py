@@ -8,12 +8,17 @@
     timerwheel loadtest --scenario backlog --count 10000000
     timerwheel loadtest --scenario tdmq --target 127.0.0.1:7070   # a running server
     timerwheel loadtest --scenario smoke --target HOST:PORT --tls-ca ca.pem --token-file admin.token
+    timerwheel loadtest --scenario failover --target 127.0.0.1:7071,127.0.0.1:7072,127.0.0.1:7073 \
+        --fault 'kill -9 $(cat /tmp/tw/n2.pid)' --fault-at 20s
 
 Without --target a server is spawned (`timerwheel serve` on a temporary data dir,
 127.0.0.1, port 0) and always stopped afterwards; --serve-flag passes flags to it, e.g.
 --serve-flag=--no-sync. The Markdown table goes to stdout, the progress bar to stderr.
 Exit status: 0 when the accounting holds (nothing lost, nothing early, no cancelled
 timer delivered, sent = acked + cancelled), 1 when it does not, 2 on a usage error.
+The failover scenario runs against a cluster the user started: --target lists every
+node (at least two), --fault is the shell command that makes the fault, run --fault-at
+after the start (default 20s); it prints the fault suite's table (docs/cluster.md).
 Every duration flag needs its unit, as everywhere in timerwheel (`--duration 10s`,
 `--grace 500ms`): a bare `--duration 10` is refused, naming the flag and the fix.
 SIGTERM ends a run as Ctrl-C does (exit status 143): the producers, the consumers and
@@ -87,8 +92,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--scenario", required=True, choices=sorted(SCENARIOS))
-    parser.add_argument("--target", metavar="HOST:PORT", help="a running server (loopback)")
+    parser.add_argument("--scenario", required=True, choices=sorted([*SCENARIOS, "failover"]))
+    parser.add_argument(
+        "--target", metavar="HOST:PORT",
+        help="a running server (loopback); failover: every node, HOST:PORT,HOST:PORT[,...]",
+    )  # fmt: skip
+    parser.add_argument(
+        "--fault", metavar="COMMAND",
+        help="failover: the shell command that makes the fault, e.g. 'kill -9 $(cat n2.pid)'",
+    )  # fmt: skip
+    parser.add_argument(
+        "--fault-at", metavar="DURATION",
+        help="failover: run --fault this long after the start (default 20s)",
+    )  # fmt: skip
     parser.add_argument("--spawn", action="store_true", help="spawn a server (the default)")
     parser.add_argument(
         "--serve-flag", action="append", default=[], metavar="FLAG",
@@ -114,6 +130,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.spawn and args.target:
         print("timerwheel loadtest: give --spawn or --target, not both", file=sys.stderr)
+        return 2
+    if args.scenario == "failover":
+        from timerwheel.cli.loadtest_failover import run_failover
+
+        return run_failover(args)
+    if args.fault is not None or args.fault_at is not None:
+        print("timerwheel loadtest: --fault and --fault-at are for --scenario failover",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    if args.target and "," in args.target:
+        print(
+            f"timerwheel loadtest: --target {args.target}: several nodes are for "
+            "--scenario failover; give one HOST:PORT",
+            file=sys.stderr,
+        )
         return 2
     if args.target and not args.allow_remote and not is_loopback(args.target):
         print(
