@@ -7,7 +7,8 @@ Each test mounts a 64 MiB tmpfs (needs root: skipped with mount's reason elsewhe
 puts a ballast file on it, lets a real `timerwheel serve` fill the rest with
 incompressible bodies until a send is refused, then shrinks the ballast until exactly
 the stated figure is free (to the page) and polls a send until it is accepted, within
-RESUME_BOUND_S. Every acknowledged send is read back at the end.
+RESUME_BOUND_S. Every acknowledged send is read back at the end. The start on a full disk
+runs in one process and with `--workers 1` (the store in the engine process).
 """
 
 from __future__ import annotations
@@ -146,7 +147,8 @@ def test_writes_resume_in_process_once_the_stated_space_is_free(disk, servers):
     assert server.wait_exit() == 0
 
 
-def test_a_start_on_a_full_disk_serves_reads_then_resumes_writes(disk, servers):
+@pytest.mark.parametrize("workers", [(), ("--workers", "1")], ids=["one-process", "engine-process"])
+def test_a_start_on_a_full_disk_serves_reads_then_resumes_writes(disk, servers, workers):
     data_dir = disk / "data"
     ballast = write_ballast(disk / "ballast", BALLAST)
     first = ServeProcess(data_dir)
@@ -160,7 +162,7 @@ def test_a_start_on_a_full_disk_serves_reads_then_resumes_writes(disk, servers):
     fill_up(disk / "rest")  # what the stop freed, and more: not a byte free
     assert free_bytes(disk) == 0
 
-    second = ServeProcess(data_dir)  # exited 1 before: a restart loop under systemd
+    second = ServeProcess(data_dir, *workers)  # exited 1 before: a restart loop
     servers.append(second)
     opened = second.wait_event("store_opened_read_only")
     assert opened["free_bytes"] == 0 and opened["needed_bytes"] == documented_figure(data_dir)
@@ -175,7 +177,7 @@ def test_a_start_on_a_full_disk_serves_reads_then_resumes_writes(disk, servers):
         )
         assert_all_there(client, acknowledged)
     print(
-        f"\nrestart on a full disk: served reads; figure {figure / MIB:.2f} MiB freed "
+        f"\nrestart on a full disk {workers}: served reads; figure {figure / MIB:.2f} MiB freed "
         f"exactly; writes resumed {resumed_s:.2f} s later (bound {RESUME_BOUND_S:g} s)"
     )
     second.signal(15)
