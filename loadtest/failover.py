@@ -110,6 +110,7 @@ class Sender:
         self.states = bytearray(split_messages(scenario.messages, len(run.targets), index))
         self.errors: Counter[str] = Counter()
         self.retried = 0  # batches sent again to another node
+        self.node = index  # the node it sends to first (then the one that answered last)
         self.max_deliver_ms = 0
         self.rng = random.Random(int(run.run_id, 16) + index)
         self.thread = threading.Thread(target=self._run, name=f"send-{index}", daemon=True)
@@ -149,11 +150,14 @@ class Sender:
     def _send(self, request: pb.SendBatchRequest) -> int:
         run = self.run
         deadline = time.monotonic() + SEND_BUDGET_S
-        node = self.index
+        # From the node that answered last: a stopped node costs one deadline, not one
+        # a batch.
+        node = start = self.node
         while True:
             client = run.clients[node % len(run.targets)]
             try:
                 client.service.SendBatch(request, timeout=run.scenario.rpc_timeout_s)
+                self.node = node % len(run.targets)
                 return SENT
             except grpc.RpcError as error:
                 code = error.code()
@@ -163,7 +167,7 @@ class Sender:
             node += 1
             self.retried += 1
             # Once round every node: wait a little (the partition has no owner yet).
-            if (node - self.index) % len(run.targets) == 0 and run.abort.wait(0.2):
+            if (node - start) % len(run.targets) == 0 and run.abort.wait(0.2):
                 return UNKNOWN
             if time.monotonic() > deadline:
                 return UNKNOWN
