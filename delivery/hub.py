@@ -36,11 +36,11 @@ from collections.abc import Callable, Generator
 
 import structlog
 
-from timerwheel.delivery import attempts
+from timerwheel.delivery import attempts, inspect
 from timerwheel.delivery.api import DeliveryApi
 from timerwheel.delivery.budget import DeliveryBudget
 from timerwheel.delivery.dispatcher import Entry, TopicDispatcher
-from timerwheel.delivery.inspect import InFlightRow, consumer_row, in_flight_rows
+from timerwheel.delivery.inspect import InFlightRow, consumer_row
 from timerwheel.delivery.subscriber import Delivered, DeliveryRow, Subscriber, as_rows
 from timerwheel.delivery.trace import DeliveryTrace
 from timerwheel.engine.api import FiredSource
@@ -380,11 +380,7 @@ class DeliveryHub(DeliveryApi[Subscriber]):
         validate_topic(topic, self.settings)
         with self._lock:
             dispatcher = self._topics.get(topic)
-        if dispatcher is None:
-            return [], 0, 0
-        rows = in_flight_rows(dispatcher, self._now_ms(), limit)
-        with dispatcher.cond:
-            return rows, len(dispatcher.entries), dispatcher.subscribers
+        return inspect.in_flight_rows(dispatcher, self._now_ms(), limit)
 
     def consumers(self, topic: str = "") -> list[dict]:
         """The live Subscribe streams of `topic` (empty: of every topic)."""
@@ -394,12 +390,7 @@ class DeliveryHub(DeliveryApi[Subscriber]):
 
     def oldest_fired_at(self, topics: list[str]) -> dict[str, int]:
         """When each topic's oldest fired, un-acked message fired (topics with one)."""
-        oldest = {}
-        for topic in topics:
-            first = self.engine.fetch_deliveries(topic, 0, 1)
-            if first:
-                oldest[topic] = records.record_fired_at_ms(first[0].record)
-        return oldest
+        return inspect.oldest_fired_at(self.engine, topics)
 
     # -- lifecycle --------------------------------------------------------------------------
     def close(self) -> None:

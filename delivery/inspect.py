@@ -16,15 +16,21 @@ from timerwheel.store.records import record_deliver_at_ms, record_fired_at_ms
 if TYPE_CHECKING:
     from timerwheel.delivery.dispatcher import TopicDispatcher
     from timerwheel.delivery.subscriber import Subscriber
+    from timerwheel.engine.api import FiredSource
 
 # (message_id, fire seq, attempt, in flight, consumer, peer, ack due in ms, deliver at ms,
 # fired at ms): a message as InFlight shows it.
 InFlightRow = tuple[str, int, int, bool, str, str, int, int, int]
 
 
-def in_flight_rows(dispatcher: TopicDispatcher, now_ms: int, limit: int) -> list[InFlightRow]:
-    """The dispatcher's tracked messages, in flight first (the oldest deadline first), then
-    waiting ones by fire sequence; at most `limit`. Call without its lock."""
+def in_flight_rows(
+    dispatcher: TopicDispatcher | None, now_ms: int, limit: int
+) -> tuple[list[InFlightRow], int, int]:
+    """(the dispatcher's tracked messages, in flight first (the oldest deadline first), then
+    waiting ones by fire sequence, at most `limit`; how many it tracks; its subscribers).
+    Call without its lock; None (no dispatcher: nobody reads the topic) holds none."""
+    if dispatcher is None:
+        return [], 0, 0
     rows: list[tuple[tuple[int, int, int], InFlightRow]] = []
     with dispatcher.cond:
         for message_id, entry in dispatcher.entries.items():
@@ -39,8 +45,20 @@ def in_flight_rows(dispatcher: TopicDispatcher, now_ms: int, limit: int) -> list
             )  # fmt: skip
             flight_order = (0, entry.deadline_ms, entry.fired.seq)
             rows.append((flight_order if flying else (1, 0, entry.fired.seq), row))
+        tracked, subscribers = len(dispatcher.entries), dispatcher.subscribers
     rows.sort(key=lambda pair: pair[0])
-    return [row for _, row in rows[:limit]]
+    return [row for _, row in rows[:limit]], tracked, subscribers
+
+
+def oldest_fired_at(engine: FiredSource, topics: list[str]) -> dict[str, int]:
+    """When each topic's oldest fired, un-acked message fired (topics with one): the
+    first of its `ready` entries, one store read a topic."""
+    oldest = {}
+    for topic in topics:
+        first = engine.fetch_deliveries(topic, 0, 1)
+        if first:
+            oldest[topic] = record_fired_at_ms(first[0].record)
+    return oldest
 
 
 def consumer_row(subscriber: Subscriber) -> dict:
