@@ -85,3 +85,41 @@ def test_failure_listeners_hear_the_reason_once_even_when_added_late():
     health.on_failed(heard.append)  # after the fact: called at once
     assert heard == ["syncing the WAL failed", "syncing the WAL failed"]
     assert health.failed.is_set() and health.failure == "syncing the WAL failed"
+
+
+def test_recovery_waits_for_the_stated_free_space_and_says_how_much(monkeypatch):
+    """Below the figure a reopen is not even tried (it would fail on ENOSPC and close the
+    store to readers); the refusal then names the figure and the free space, and the
+    looks back off to the 2 s cap."""
+    from timerwheel.engine import store_health
+
+    health = StoreHealth("/srv/tw")
+    health.iteration_failed(WriteFailed(f"RocksDB refused a write: {ROCKS_ENOSPC}", True))
+    monkeypatch.setattr(store_health, "reopen_needs_bytes", lambda path: 30 * 1024 * 1024)
+    monkeypatch.setattr(store_health, "free_bytes", lambda path: 5 * 1024 * 1024)
+
+    reopens: list[str] = []
+
+    class Store:
+        def reopen(self) -> None:  # recover() would log a failure and go on: count it
+            reopens.append("tried")
+            raise OSError("No space left on device")
+
+    for _ in range(8):
+        assert not health.recover(Store(), scheduler=None)  # type: ignore[arg-type]
+    assert reopens == []  # not tried below the figure
+    assert health.recovering
+    assert health.backoff_s() == BACKOFF_MAX_S
+    with pytest.raises(DiskFull) as full:
+        health.refuse_if_full()
+    assert str(full.value).endswith(
+        "writes resume once its disk has 30.0 MiB free (now 5.0 MiB), looked at every 2 s"
+    )
+
+
+def test_a_store_opened_read_only_starts_refusing_writes_until_reopened():
+    health = StoreHealth("/srv/tw")
+    health.opened_read_only()
+    assert health.recovering and not health.failed.is_set()
+    with pytest.raises(DiskFull, match=r"^disk full: /srv/tw: No space left on device;"):
+        health.refuse_if_full()
