@@ -70,6 +70,10 @@ class Fault:
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             out, _ = process.communicate(timeout=10)
+        except BaseException:  # Ctrl-C or SIGTERM meanwhile: leave nothing of it running
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(10)
+            raise
         self.done_ms = now_ms()
         self.output = (out or "").strip()[-OUTPUT_CHARS:]
 
@@ -108,7 +112,7 @@ class Watch:
             while not self._stop.is_set():
                 try:
                     view = read_view(target, client.stats())
-                except RemoteError:
+                except (RemoteError, NotClustered):  # down, or restarted as something else
                     view = View(target, now_ms(), None)
                 with self._lock:
                     self.views.append(view)
