@@ -6,8 +6,9 @@
 
 A server with the console on free loopback ports over a temporary data dir; two named
 consumers that never ack hold some of "billing"'s fired messages (the rest wait for
-room), a sender keeps the throughput chart moving, a search finds "orders" timers by
-prefix and property, and a looked-up timer asks to confirm a fire now.
+room), a sender and a consumer that acks keep the throughput chart moving, a search
+finds "orders" timers by prefix and property, and a looked-up timer asks to confirm a
+fire now.
 """
 
 from __future__ import annotations
@@ -62,9 +63,20 @@ def take_screenshots(inflight: str, consumers: str, search: str, throughput: str
             client.send("audit", b"x", delay_ms=0)
             threads = [_hold(client, "billing", f"billing-worker-{n}", stop) for n in (1, 2)]
 
-            def send() -> None:
+            def send() -> None:  # some for later, some due at once (fired, then acked)
                 while not stop.wait(0.01):
                     client.send("load", b"x", delay_ms="1h")
+                    client.send("flow", b"x", delay_ms=0)
+
+            def consume() -> None:
+                with client.subscribe("flow", consumer="flow-worker") as stream:
+                    for batch in stream:
+                        client.ack("flow", [d.message_id for d in batch])
+                        if stop.is_set():
+                            return
+
+            threads.append(threading.Thread(target=consume, daemon=True))
+            threads[-1].start()
 
             sender = threading.Thread(target=send, daemon=True)
             sender.start()
@@ -75,7 +87,7 @@ def take_screenshots(inflight: str, consumers: str, search: str, throughput: str
                     held = page.locator("#inflight tbody tr", has_text="billing-worker")
                     expect(held).to_have_count(6, timeout=WAIT_MS)
                     page.locator("#inflight-section").screenshot(path=inflight)
-                    expect(page.locator("#consumers tbody tr")).to_have_count(2, timeout=WAIT_MS)
+                    expect(page.locator("#consumers tbody tr")).to_have_count(3, timeout=WAIT_MS)
                     page.locator("#consumers-section").screenshot(path=consumers)
 
                     page.fill("#search-topic", "orders")
