@@ -15,7 +15,6 @@ import contextlib
 import threading
 from collections.abc import Iterable
 from concurrent.futures import Future
-from functools import partial
 
 import structlog
 
@@ -111,7 +110,7 @@ class Engine(EngineApi):
         self._unacked_by_topic = UnackedByTopic(ready)
         self._lateness = RecentLateness()
         self._acked = 0
-        self._sent = 0  # messages of sends stored since start (Stats: sends_total)
+        self._sent = 0  # messages of sends queued since start (Stats: sends_total)
         self._acked_lock = threading.Lock()
         self._closed = False
         log.info(
@@ -149,13 +148,11 @@ class Engine(EngineApi):
         un-acked backlog is at its limit."""
         self.check_backlog()
         future = self._writer.submit(op)
-        future.add_done_callback(partial(self._count_sent, len(op.message_ids)))
+        # Counted as queued, in the caller's thread: a callback on the future would run on
+        # the thread that completes commits, the one the service's throughput rests on.
+        with self._acked_lock:
+            self._sent += len(op.message_ids)
         return future
-
-    def _count_sent(self, count: int, future: Future) -> None:
-        if not future.cancelled() and future.exception() is None:
-            with self._acked_lock:
-                self._sent += count
 
     def check_backlog(self) -> None:
         """Refuse sends (Overloaded) while the fired, un-acked backlog is at `max_unacked`."""
