@@ -1,5 +1,6 @@
 """Shared fixtures: a live in-process server on 127.0.0.1 port 0, a real `timerwheel serve`
-subprocess, Subscribe collectors stopped at the end, and each test's pinned time of day.
+subprocess, Subscribe collectors stopped at the end, and each test's pinned time of day;
+and the hypothesis example budget of the run (helpers/budget.py).
 
 The classes and functions the fixtures and tests share live in tests/helpers/ (importable
 as `helpers.x`: pyproject's pytest `pythonpath`). Every server and process started here
@@ -14,15 +15,31 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from helpers import budget
 from helpers.serve_process import ServeProcess
 from helpers.streams import Collector
 from helpers.time_of_day import TIME_OF_DAY_ENV, clock_offset_ms, offset_to, set_clock_offset_ms
 from helpers.waits import WAIT_S
+from hypothesis import settings as hypothesis_settings
 
 from timerwheel.client import TimerClient
 from timerwheel.security.settings import SecuritySettings
 from timerwheel.server.app import TimerServer
 from timerwheel.wheels.settings import Settings
+
+
+# == the example budget of hypothesis searches (helpers/budget.py) =========================
+def pytest_configure(config: pytest.Config) -> None:
+    """The inner loop (`-m` deselecting `system`) runs each search with a quarter of its
+    examples; plain `pytest` runs the full budget. TIMERWHEEL_EXAMPLES=full|inner overrides."""
+    chosen = os.environ.get(budget.PROFILE_ENV)
+    if chosen not in ("full", "inner"):
+        markexpr = " ".join((config.getoption("markexpr", "") or "").split())
+        chosen = "inner" if "not system" in markexpr else "full"
+    budget.profile = chosen
+    hypothesis_settings.register_profile("full", hypothesis_settings.get_profile("default"))
+    hypothesis_settings.register_profile("inner", max_examples=budget.INNER_DEFAULT)
+    hypothesis_settings.load_profile(chosen)
 
 
 # == no test talks to a server it did not start ============================================

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 
+from helpers.budget import examples
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -316,7 +317,7 @@ class OwnershipModel(RuleBasedStateMachine):
 
 
 OwnershipModel.TestCase.settings = settings(
-    max_examples=150,
+    max_examples=examples(150),
     stateful_step_count=60,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],

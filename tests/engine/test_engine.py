@@ -161,6 +161,7 @@ def test_list_refuses_bad_arguments(make_engine, args, field):
     assert caught.value.field == field
 
 
+@pytest.mark.system  # a slow run: 200k timers
 def test_a_200k_timer_minute_slot_cascades_paced_in_bounded_chunks(make_engine, clock):
     chunk, defaults = 10_000, Settings()
     engine = make_engine(cascade_chunk=chunk, fire_chunk=chunk)

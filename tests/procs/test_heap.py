@@ -10,6 +10,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from timerwheel.procs.heap import YOUNG_THRESHOLD
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,6 +55,7 @@ PROBE = textwrap.dedent(
 )
 
 
+@pytest.mark.system  # a spawned Python that imports the whole server
 def test_startup_objects_frozen_young_collections_rare_cycles_still_collected():
     done = subprocess.run(
         [sys.executable, "-c", PROBE], cwd=ROOT, capture_output=True, text=True, timeout=60

@@ -13,6 +13,7 @@ What is held here:
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import secrets
 from concurrent.futures import Future
@@ -132,13 +133,13 @@ def test_every_name_the_engine_process_answers_is_a_method_of_the_engine():
     assert not any(name.startswith("_") for name in REMOTE_CALLS)
 
 
-@pytest.fixture
-def engine_process(tmp_path: Path):
+@contextlib.contextmanager
+def _served_engine(directory: Path):
     """An engine answering over a real unix socket, as the engine process does."""
-    engine = Engine(Settings(data_dir=str(tmp_path / "data")), SystemClock())
+    engine = Engine(Settings(data_dir=str(directory / "data")), SystemClock())
     host = EngineHost(engine)
     authkey = secrets.token_bytes(32)
-    path = str(tmp_path / "engine.sock")
+    path = str(directory / "engine.sock")
     server = CallServer(path, authkey, host.handle, "engine")
     calls = CallClient(path, authkey, "engine")
     try:
@@ -150,13 +151,27 @@ def engine_process(tmp_path: Path):
         engine.close()
 
 
+@pytest.fixture
+def engine_process(tmp_path: Path):
+    with _served_engine(tmp_path) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def refusing_engine_process(tmp_path_factory):
+    """One served engine for every refusal below: a refused call changes nothing (each
+    test asserts the writer still runs), so each starts from the same state."""
+    with _served_engine(tmp_path_factory.mktemp("refusing")) as served:
+        yield served
+
+
 @pytest.mark.parametrize(
     "name",
     ["close", "step", "run_until_idle", "send", "send_batch", "send_batch_async",
      "submit_sends", "max_attempts", "health", "store", "_store", "__class__", "settings"],
 )  # fmt: skip
-def test_the_engine_process_refuses_every_name_off_the_list(engine_process, name):
-    engine, calls = engine_process
+def test_the_engine_process_refuses_every_name_off_the_list(refusing_engine_process, name):
+    engine, calls = refusing_engine_process
     with pytest.raises(RemoteFailure, match="not callable remotely"):
         calls.call(name)
     assert engine.writer_running()  # "close" did not close it

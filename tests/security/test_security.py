@@ -280,6 +280,7 @@ def test_a_non_loopback_metrics_host_needs_insecure_and_is_warned_of(tmp_path):
     assert not data_dir.exists()  # refused before the store was opened or a port bound
 
 
+@pytest.mark.system  # spawned `timerwheel serve`, twice
 def test_serve_refuses_a_public_metrics_host_without_insecure(tmp_path):
     import subprocess
 
@@ -295,6 +296,7 @@ def test_serve_refuses_a_public_metrics_host_without_insecure(tmp_path):
         assert not (tmp_path / "d").exists()
 
 
+@pytest.mark.system  # a spawned `timerwheel serve`
 def test_serve_refuses_a_public_host_without_protection(serve_process, tmp_path):
     import subprocess
 

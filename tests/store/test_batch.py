@@ -9,6 +9,7 @@ loop per key, the last key by key).
 from __future__ import annotations
 
 import pytest
+from helpers.budget import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -51,7 +52,7 @@ def test_all_puts_all_deletes_and_mixed_families_land_as_staged(database):
 writes = st.dictionaries(st.binary(min_size=1, max_size=6), st.none() | st.binary(max_size=8))
 
 
-@settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(40), suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(before=st.tuples(writes, writes, writes), after=st.tuples(writes, writes, writes))
 def test_the_database_holds_what_the_staged_writes_leave(database, before, after):
     expected = {family: contents(database, family) for family in FAMILIES}

@@ -120,6 +120,7 @@ def test_stock_sst_dump_reads_every_file_with_the_manifest_counts(store_dir, tmp
         assert f"# entries: {entry['rows']}" in props.stdout
 
 
+@pytest.mark.system  # a slow run: 60k timers written during the export
 def test_live_export_is_a_consistent_cut_while_writes_continue(tmp_path):
     """Batches committed after the checkpoint are not in the export, and no batch is split."""
     clock = VirtualClock(T0_MS)

@@ -67,6 +67,7 @@ def _workers_left(before: set[int]) -> list[psutil.Process]:
     return alive
 
 
+@pytest.mark.system  # spawned export worker processes
 def test_two_workers_write_exactly_the_rows_of_the_in_process_export(store_dir, tmp_path):
     before = _children()
     data_dir, truth = store_dir
@@ -95,6 +96,7 @@ def test_two_workers_write_exactly_the_rows_of_the_in_process_export(store_dir, 
     assert not _workers_left(before)
 
 
+@pytest.mark.system  # spawned export worker processes
 def test_parallel_slices_hold_their_key_ranges(store_dir, tmp_path):
     data_dir, _ = store_dir
     out_dir = str(tmp_path / "export")
@@ -122,6 +124,7 @@ def test_parallel_slices_hold_their_key_ranges(store_dir, tmp_path):
     assert len(names) == len(manifest["files"])
 
 
+@pytest.mark.system  # spawned export worker processes
 def test_the_report_reader_reads_a_parallel_export_as_the_known_timers(store_dir, tmp_path):
     data_dir, truth = store_dir
     out_dir = str(tmp_path / "export")
@@ -148,6 +151,7 @@ def test_small_stores_stay_in_process_by_default(store_dir, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["export"]
 
 
+@pytest.mark.system  # spawned export worker processes
 def test_live_export_with_workers(tmp_path):
     before = _children()
     clock = VirtualClock(T0_MS)
@@ -168,6 +172,7 @@ def test_live_export_with_workers(tmp_path):
 
 # -- failures inside a worker: helpers/export_faults.py's initializers run in the spawned
 # processes (WORKER_INITIALIZER), so they are importable there --
+@pytest.mark.system  # spawned export worker processes
 def test_full_disk_in_a_worker_leaves_nothing(store_dir, tmp_path, monkeypatch):
     before = _children()
     data_dir, _ = store_dir
@@ -178,6 +183,7 @@ def test_full_disk_in_a_worker_leaves_nothing(store_dir, tmp_path, monkeypatch):
     assert not _workers_left(before)
 
 
+@pytest.mark.system  # spawned export worker processes
 def test_an_error_in_a_worker_is_raised_and_leaves_nothing(store_dir, tmp_path, monkeypatch):
     before = _children()
     data_dir, _ = store_dir

@@ -8,6 +8,7 @@ import shutil
 import tempfile
 
 import pytest
+from helpers.budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -132,7 +133,7 @@ ANY_KEY = st.one_of(
 )
 
 
-@settings(max_examples=150)
+@settings(max_examples=examples(150))
 @given(wanted=st.lists(ANY_KEY, unique=True, max_size=200))
 def test_the_answer_is_a_multi_get_s_for_any_group(family, wanted):
     assert read_records(family, wanted) == _expected(family, wanted)

@@ -163,6 +163,7 @@ def test_a_store_with_data_and_no_meta_at_all_is_refused(tmp_path):
     assert fingerprint(data_dir) == before
 
 
+@pytest.mark.system  # spawned `timerwheel serve`, one with --workers 1
 @pytest.mark.parametrize("workers", ["0", "1"])
 def test_serve_refused_on_a_store_with_no_meta_changes_no_byte_of_it(tmp_path, workers):
     """The real `timerwheel serve` (one process, or an engine process under the

@@ -10,6 +10,7 @@ import tempfile
 from dataclasses import replace
 
 import pytest
+from helpers.budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -329,7 +330,7 @@ _writes = st.lists(
 )
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(committed=_writes, staged=_writes)
 def test_a_batch_commits_as_if_its_writes_were_applied_in_order(committed, staged):
     """A batch keeps each key's last write and commits each family sorted: the outcome
