@@ -8,8 +8,8 @@ and failure with its time. What the run needs is worked out afterwards from that
 (`Ownership`), at each answer's time: the latest answer of each node, its holder (name
 and incarnation) and its view of every partition's owner and epoch.
 
-"Lease taken" (all of them) is the first moment after the fault command returned at
-which every node has answered or failed at least once since, and each partition is seen,
+"Lease taken" (all of them) is the first moment after the fault command started at which
+every node has answered or failed a Stats call made since, and each partition is seen,
 by some node still answering, held by a holder that is answering too: the faulted node's
 leases have expired and others hold them. (A node learns of a lease it takes first;
 another node's view may lag a renewal behind, so no agreement of every view is waited
@@ -20,6 +20,7 @@ by another answering holder.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -39,13 +40,19 @@ OUTPUT_CHARS = 400  # of the command's output, kept for the report
 
 @dataclass(frozen=True)
 class View:
-    """One Stats answer (or failure: `holder` None) of one node, at `at_ms` (wall clock)."""
+    """One Stats answer (or failure: `holder` None) of one node, at `at_ms` (wall clock),
+    to a call made at `asked_ms` (0: at `at_ms`)."""
 
     target: str
     at_ms: int
     holder: str | None
     partitions: int = 0
     owners: tuple[tuple[str, int], ...] = ()  # by partition: (owner holder, epoch)
+    asked_ms: int = 0
+
+    @property
+    def asked(self) -> int:
+        return self.asked_ms or self.at_ms
 
 
 @dataclass
@@ -110,10 +117,12 @@ class Watch:
         tls, token = self.connection.tls, self.connection.token
         with TimerClient(target, timeout_s=STATS_TIMEOUT_S, tls=tls, token=token) as client:
             while not self._stop.is_set():
+                asked_ms = now_ms()
                 try:
                     view = read_view(target, client.stats())
                 except (RemoteError, NotClustered):  # down, or restarted as something else
                     view = View(target, now_ms(), None)
+                view = dataclasses.replace(view, asked_ms=asked_ms)
                 with self._lock:
                     self.views.append(view)
                 self._stop.wait(POLL_S)
@@ -168,9 +177,9 @@ def ownership(views: list[View], fault: Fault) -> Ownership:
             if view.holder is not None:
                 baseline = dict(enumerate(view.owners))
             continue
-        if taken_ms is not None or view.at_ms < fault.done_ms:
+        if taken_ms is not None:
             continue
-        since = {t: v for t, v in latest.items() if v.at_ms >= fault.done_ms}
+        since = {t: v for t, v in latest.items() if v.asked >= fault.at_ms}
         if set(since) != targets:
             continue  # a node not heard from (answer or failure) since the fault
         answering = [v for v in since.values() if v.holder is not None]
@@ -185,8 +194,12 @@ def ownership(views: list[View], fault: Fault) -> Ownership:
                 if owner in live and held.get(p, baseline.get(p)) == baseline.get(p):
                     held[p] = (owner, epoch)
         if answering and len(held) == max(v.partitions for v in answering):
-            taken_ms = view.at_ms
-            moved = sorted(p for p in held if baseline.get(p) != held[p])
+            now_moved = sorted(p for p in held if baseline.get(p) != held[p])
+            # Nothing moved: final only once the command is over (a kill may not have
+            # landed yet when a node answered); a command that lasts (a SIGSTOP, then a
+            # SIGCONT) has its partitions taken while it runs.
+            if now_moved or view.at_ms >= fault.done_ms:
+                taken_ms, moved = view.at_ms, now_moved
     return Ownership(baseline, taken_ms, moved, holder_of, retaken)
 
 

@@ -50,3 +50,31 @@ def test_failover_scenario_kills_a_node_and_prints_the_fault_suite_table(tmp_pat
     assert fig["due_in_fault_window"] > 0
     assert {"p50", "p99", "max"} <= set(fig["lateness_ms"])
     assert "lease taken" in done.stdout and "| acknowledged | lost | early |" in done.stdout
+
+
+def test_a_fault_that_lasts_is_measured_while_it_runs(tmp_path):
+    """SIGSTOP of the busiest owner for 8 s (twice the lease), then SIGCONT, as one fault
+    command: its partitions are taken over while it is stopped, so the failover figure
+    is below the command's 8 s, and nothing is lost or early."""
+    with ClusterRun(tmp_path) as run:
+        owned = run.wait_all_owned()
+        victim = max(owned, key=lambda name: len(owned[name]))
+        pid = run.servers[victim].proc.pid
+        targets = ",".join(server.target for server in run.servers.values())
+        out = tmp_path / "failover.json"
+        done = subprocess.run(
+            [
+                TIMERWHEEL, "loadtest", "--scenario", "failover", "--target", targets,
+                "--fault", f"kill -STOP {pid}; sleep 8; kill -CONT {pid}", "--fault-at", "8s",
+                "--duration", "20s", "--rate", "200", "--no-progress", "--json", str(out),
+            ],
+            capture_output=True, text=True, timeout=RUN_BOUND_S,
+        )  # fmt: skip
+        print(done.stdout, done.stderr[-3000:], sep="\n")
+    fig = json.loads(out.read_text())
+    assert done.returncode == 0, fig["problems"]
+    assert fig["lost"] == 0 and fig["early"] == 0
+    assert fig["fault"]["took_ms"] >= 8_000
+    assert set(owned[victim]) <= set(fig["failover"]["partitions_moved"])
+    assert fig["failover"]["lease_taken_s"] is not None
+    assert fig["failover"]["lease_taken_s"] < 8

@@ -72,3 +72,20 @@ def test_no_answer_since_the_fault_from_a_node_holds_the_verdict_back():
     views.append(view("B", 2_100, None))  # B stopped: its Stats timed out
     owned = ownership(views, fault)
     assert owned.taken_ms == 2_100 and owned.moved == []  # nothing of B's to move
+
+
+def test_a_fault_that_lasts_has_its_partitions_taken_while_it_runs():
+    """`kill -STOP`, a wait, `kill -CONT`: the takeover happens before the command ends,
+    and an answer to a call made before the fault does not count as the node alive."""
+    fault = Fault("stop; sleep; cont", at_ms=1_000, done_ms=9_000)
+    before = [("a/1", 1), ("b/1", 2)]
+    views = [
+        view("A", 900, "a/1", before), view("B", 900, "b/1", before),
+        View("B", 1_020, "b/1", 2, tuple(before), asked_ms=990),  # asked before the fault
+        view("A", 1_100, "a/1", before),
+        view("A", 4_000, "a/1", [("a/1", 1), ("a/1", 5)]),
+    ]  # fmt: skip
+    assert ownership(views, fault).taken_ms is None  # B not heard from since the fault
+    views.append(view("B", 2_100, None))  # its Stats call timed out: stopped
+    owned = ownership(views, fault)
+    assert owned.taken_ms == 4_000 and owned.moved == [1]
