@@ -9,11 +9,14 @@ A node that joins or comes back is subscribed to within a second; a relayed stre
 fails is opened again then; one that ends cleanly (a release drained it) is not.
 
 An Ack or Nack names ids: each id goes to the node whose stream delivered it (its hub
-holds it in flight), remembered here for up to `REMEMBERED` relayed messages; an id not
-remembered goes to the node that owns its partition now (this node's hub, or the owner's,
-forwarded once). The counts come back summed. Each
-relayed stream has the client's `max_in_flight` of its own, so a consumer can hold up to
-that many messages per node.
+holds it in flight), this node's own deliveries included, remembered here for up to
+`REMEMBERED` messages; an id not remembered goes to the node that owns its partition now
+(this node's hub, or the owner's, forwarded once). A message this node delivered is
+settled here even when its partition has moved since: the new owner's hub never had it
+in flight, and sent there the ack would leave it in flight here, redelivered at each ack
+timeout and holding a slot of the subscriber's max_in_flight for ever. The counts come
+back summed. Each relayed stream has the client's `max_in_flight` of its own, so a
+consumer can hold up to that many messages per node.
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ ACK = SERVICE + "Ack"
 NACK = SERVICE + "Nack"
 PEERS_EVERY_S = 1.0  # how often a fanned-in stream looks for nodes it does not relay yet
 IDLE_S = 0.25  # how long the merged stream waits before it looks at its state again
-REMEMBERED = 200_000  # relayed deliveries whose node is remembered for their Ack or Nack
+REMEMBERED = 200_000  # deliveries whose node is remembered for their Ack or Nack
+LOCAL = ""  # remembered as delivered by this node's own hub
 
 
 class PeerLookup(OwnerLookup, Protocol):
@@ -47,11 +51,13 @@ class FanIn(grpc.ServerInterceptor):
     def __init__(self, peers: PeerLookup, channels: Forwarding) -> None:
         self._peers = peers
         self._channels = channels
-        self._delivered_by: dict[str, str] = {}  # relayed message id -> the node's address
+        self._delivered_by: dict[str, str] = {}  # message id -> the delivering node (LOCAL)
         self._lock = threading.Lock()
 
-    def _remember(self, batch: bytes, address: str) -> None:
-        ids = [d.message_id for d in pb.DeliveryBatch.FromString(batch).deliveries]
+    def _remember(self, batch: bytes | pb.DeliveryBatch, address: str) -> None:
+        if isinstance(batch, bytes):  # relayed as the peer sent it
+            batch = pb.DeliveryBatch.FromString(batch)
+        ids = [d.message_id for d in batch.deliveries]
         with self._lock:
             for message_id in ids:
                 self._delivered_by[message_id] = address
@@ -61,6 +67,8 @@ class FanIn(grpc.ServerInterceptor):
     def _node_of(self, message_id: str) -> str | None:
         with self._lock:
             address = self._delivered_by.pop(message_id, None)
+        if address == LOCAL:
+            return None
         return address if address is not None else self._peers.owner_address(message_id)
 
     def intercept_service(self, continuation, details):
@@ -140,8 +148,7 @@ class FanIn(grpc.ServerInterceptor):
         def pump(source: Iterator[Any], address: str | None) -> None:
             try:
                 for item in source:
-                    if address is not None:
-                        self._remember(item, address)
+                    self._remember(item, LOCAL if address is None else address)
                     while not done.is_set():
                         try:
                             merged.put(item, timeout=IDLE_S)

@@ -65,18 +65,20 @@ class Consumer:
         return self
 
     def _run(self) -> None:
-        """`own_only`: subscribe as a relaying node does (marked forwarded), so this stream
-        gets only the deliveries of the node it is connected to: what the fault suite
-        needs to tell which node delivered what. Otherwise a plain client's stream, fanned
-        in from every node (server.fan_in)."""
+        """`own_only`: subscribe and ack as a relaying node does (both marked forwarded), so
+        this stream gets only the deliveries of the node it is connected to (what the
+        fault suite needs to tell which node delivered what) and each ack settles in that
+        node's hub. Unmarked, an ack goes to the partition's owner now: after the partition
+        moved, the delivering hub would hold the messages in flight for ever, filling the
+        stream's max_in_flight. Otherwise a plain client's stream, fanned in from every
+        node (server.fan_in)."""
         metadata = [(FORWARDED, "1")] if self.own_only else None
         request = pb.SubscribeRequest(topic=self.topic, max_in_flight=500)
         while not self.stop.is_set():
             try:
                 with TimerClient(self.target, timeout_s=5) as client:
-                    call = pb_grpc.TimerServiceStub(client.channel).Subscribe(
-                        request, metadata=metadata
-                    )
+                    stub = pb_grpc.TimerServiceStub(client.channel)
+                    call = stub.Subscribe(request, metadata=metadata)
                     self._subscription = call
                     for batch in call:
                         now = int(time.time() * 1000)
@@ -88,8 +90,14 @@ class Consumer:
                                 )
                                 for d in deliveries
                             )
-                        if deliveries:
-                            client.ack(self.topic, [d.message_id for d in deliveries])
+                        if deliveries:  # to this node's hub too (it holds them in flight)
+                            stub.Ack(
+                                pb.AckRequest(
+                                    topic=self.topic, message_ids=[d.message_id for d in deliveries]
+                                ),
+                                metadata=metadata,
+                                timeout=5,
+                            )
                         if self.stop.is_set():
                             break
             except (grpc.RpcError, RemoteError, OSError, ValueError) as error:
