@@ -16,7 +16,10 @@ from timerwheel.capacity.java import INSTALL_HINT, java_major_version, java_prob
 from timerwheel.cli.main import main
 from timerwheel.cli.times import format_ms
 
-pytestmark = pytest.mark.wallclock
+# `wallclock` (re-run at the worst moments of an hour by tests/system/test_time_of_day.py)
+# marks the tests that store or read timers on the server's real clock; the refusals of a
+# command line, and `report` without Java, are the same at any time of day.
+wallclock = pytest.mark.wallclock
 
 
 def _usage_error(argv: list[str], capsys) -> str:
@@ -43,6 +46,7 @@ def test_a_duration_without_a_unit_is_refused_naming_flag_value_and_fix(cli, arg
     assert code == 2 and message in err and out == ""
 
 
+@wallclock
 def test_durations_with_units_still_work(cli, client):
     code, _, err = cli("send", "--topic", "units", "--id", "u1", "--delay", "5s")
     assert code == 0, err
@@ -66,6 +70,7 @@ def test_serve_refuses_an_ack_timeout_without_a_unit(tmp_path):
 
 
 # == a negative delay ======================================================================
+@wallclock
 @pytest.mark.parametrize("spelling", [["--delay", "-5s"], ["--delay=-5s"]])
 def test_a_negative_delay_says_so_in_both_spellings(cli, spelling):
     code, out, err = cli("send", "--topic", "t", *spelling)
@@ -73,11 +78,13 @@ def test_a_negative_delay_says_so_in_both_spellings(cli, spelling):
     assert "--delay='-5s': a negative delay" in err and "expected one argument" not in err
 
 
+@wallclock
 def test_reschedule_with_a_negative_delay_says_so(cli):
     code, _, err = cli("reschedule", "some-id", "--delay", "-1m")
     assert code == 2 and "--delay='-1m': a negative delay" in err
 
 
+@wallclock
 def test_a_negative_number_stays_a_value_of_other_flags(cli):
     """The join of `--flag -N` is for every one-value flag: the server names -1."""
     code, _, err = cli("send", "--topic", "t", "--delay", "1s", "--max-attempts", "-1")
@@ -91,6 +98,7 @@ def test_a_flag_after_a_value_taking_flag_is_still_a_flag(capsys):
 
 
 # == a series needs --id ===================================================================
+@wallclock
 @pytest.mark.parametrize(
     ("repeat", "flag"), [(["--cron", "0 5 * * *"], "--cron"), (["--every", "2m"], "--every")]
 )
@@ -102,6 +110,7 @@ def test_a_series_without_id_is_refused_and_nothing_is_stored(cli, client, repea
 
 
 # == a series in get, get --json ===========================================================
+@wallclock
 def test_get_shows_a_series_schedule_and_next_occurrence(cli, client):
     code, _, err = cli("send", "--topic", "jobs", "--id", "tick", "--every", "90s",
                        "--max-count", "5", "--missed", "each")  # fmt: skip
@@ -127,6 +136,7 @@ def test_get_shows_a_series_schedule_and_next_occurrence(cli, client):
     }  # fmt: skip
 
 
+@wallclock
 def test_get_shows_a_cron_series_with_its_zone(cli):
     code, _, err = cli("send", "--topic", "jobs", "--id", "nightly", "--cron", "0 5 * * *",
                        "--tz", "Europe/Paris")  # fmt: skip
@@ -136,6 +146,7 @@ def test_get_shows_a_cron_series_with_its_zone(cli):
     assert json.loads(cli("get", "nightly", "--json")[1])["repeat"]["time_zone"] == "Europe/Paris"
 
 
+@wallclock
 def test_get_of_a_one_off_timer_has_no_schedule(cli):
     cli("send", "--topic", "jobs", "--id", "once", "--delay", "1h")
     code, out, _ = cli("get", "once")
