@@ -99,6 +99,16 @@ def instrument(tally: Tally) -> None:
     engine_virtual.collect = switch
 
 
+def tally_next_step(tally: Tally):
+    """For `step_costs.steps`: at the end of each step, tally under the next one's name."""
+
+    def ended(name: str) -> None:
+        following = step_costs.STEPS.index(name) + 1
+        tally.part = step_costs.STEPS[following] if following < len(step_costs.STEPS) else "end"
+
+    return ended
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         prog="python -m bench.entries",
@@ -117,11 +127,9 @@ def main() -> None:
     instrument(tally)
     with tempfile.TemporaryDirectory(prefix="timerwheel-entries-") as data_dir:
         if given.steps:
-            step_costs.dump = lambda step: setattr(tally, "part", step)  # the next step's
-            names = step_costs.steps(given.timers, data_dir)
-            # `dump(step)` ends a step: what was tallied under the name before it is its.
-            parts = dict(zip(["fill", *names], names, strict=False))
-            counts = {parts[part]: tally.counts[part] for part in tally.counts if part in parts}
+            tally.part = step_costs.STEPS[0]
+            names = step_costs.steps(given.timers, data_dir, tally_next_step(tally))
+            counts = {name: tally.counts[name] for name in names if name in tally.counts}
         else:
             engine_virtual.burst(args, data_dir)
             counts = {part: tally.counts[part] for part in PARTS}

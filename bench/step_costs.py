@@ -1,6 +1,7 @@
 """The instructions of each step of a message's life, each step counted on its own.
 
     python -m bench.step_costs --messages 10000
+    python -m bench.step_costs --messages 10000 --step fire --step "retention sweep"
 
 Runs the steps of docs/performance.md's table ("The life of one message") over
 `--messages` timers of one topic, 100-byte bodies, in the order a message meets them:
@@ -8,10 +9,12 @@ the SendBatch's decode and its SendSpecs (the gRPC worker's part), the engine's 
 (ids, records, staging, the group commit with its fsync), the cascade of a minute-wheel
 copy of them down to the second wheel, the fire, the fetch of the fired records, the
 DeliveryBatches built and serialised, the Ack (decode and engine), and the retention
-sweep. Under valgrind (`bench.instructions` does the same for the whole burst) callgrind
-is dumped after each step, so each count is that step's alone; it prints one JSON line,
-instructions a message for each step. Run natively it prints nothing useful: the count
-needs callgrind.
+sweep. Each step is counted in a valgrind run of its own (all at once, side by side),
+which runs every step but counts that one alone: callgrind's collection is switched on
+where it starts and off where it ends, as `bench.instructions` does for the burst's
+measured part (a run that dumps the count after each step lost dumps: callgrind takes a
+request when it next looks, and a later one replaces it). Prints one JSON line, the
+instructions a message of each step.
 
 The engine runs in virtual time, as `bench.engine_virtual`'s benches do, with real
 RocksDB: no gRPC server, no processes, so the steps a message makes between processes
@@ -21,53 +24,59 @@ RocksDB: no gRPC server, no processes, so the steps a message makes between proc
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
-import time
-from pathlib import Path
+from collections.abc import Callable
 
+from bench.instructions import UNDER_CALLGRIND, collect, count_in
 from timerwheel.engine.engine import Engine
 from timerwheel.server.service import delivery_batch, specs_from_proto
 from timerwheel.v1 import timerwheel_pb2 as pb
 from timerwheel.wheels.clock import VirtualClock
 from timerwheel.wheels.settings import Settings
 
-DUMPING = "TIMERWHEEL_STEP_COSTS"  # set to callgrind's output file by `main`
-_TOTALS = re.compile(r"^(?:totals|summary): (\d+)", re.MULTILINE)
-_STEP = re.compile(r"^desc: Trigger: dump (.*)$", re.MULTILINE)
-_dumps = 0
+COUNTED = "TIMERWHEEL_STEP_COSTS"  # the step a run counts, set by `main`
+# In the order `steps` runs them; in parentheses, what runs between steps, not counted.
+STEPS = (
+    "setup",
+    "grpc decode (SendBatch)",
+    "validation, SendSpec",
+    "engine send: id, record, stage, commit, fsync",
+    "(a minute-wheel copy sent, 29 s of idle ticks)",
+    "fire",
+    "fetch fired records",
+    "delivery batch build and serialise",
+    "(ack requests made)",
+    "grpc decode (Ack)",
+    "engine ack: read, patch, stage, commit, fsync",
+    "cascade minute to second (with 25 s of ticks)",
+    "(the copy fired)",
+    "retention sweep",
+)
 
 
-def dump(step: str) -> None:
-    """Callgrind: write what was counted since the last dump, then count from zero.
-
-    callgrind_control returns once it has asked; callgrind takes a request when it next
-    looks, and a second request before then replaces the first. So this waits for the
-    dump's file before the next step runs (a bench, not a test: nothing else to wait on)."""
-    global _dumps
-    out = os.environ.get(DUMPING)
-    if not out:
-        return
-    subprocess.run(["callgrind_control", "-d", step, str(os.getpid())],
-                   capture_output=True, check=True, timeout=60)  # fmt: skip
-    _dumps += 1
-    deadline = time.monotonic() + 600
-    while not os.path.exists(f"{out}.{_dumps}") and time.monotonic() < deadline:
-        time.sleep(0.05)
-
-
-def steps(messages: int, data_dir: str) -> list[str]:
-    """Run each step once; returns their names in the order they were dumped."""
+def steps(messages: int, data_dir: str, ended: Callable[[str], None] | None = None) -> list[str]:
+    """Run each step once, counting the one named by COUNTED alone (callgrind's
+    collection switched on where it starts and off where it ends: `collect`, which
+    waits until callgrind has switched), and telling `ended` each step's end. Returns
+    the steps' names."""
     names: list[str] = []
+    counted = os.environ.get(COUNTED)
+    if counted == STEPS[0]:
+        collect(True)
 
     def done(name: str) -> None:
-        dump(name)
+        assert name == STEPS[len(names)], (name, STEPS[len(names)])
         names.append(name)
+        if ended:
+            ended(name)
+        if name == counted:
+            collect(False)
+        elif len(names) < len(STEPS) and STEPS[len(names)] == counted:
+            collect(True)
 
     clock = VirtualClock()
     engine = Engine(Settings(data_dir=data_dir), clock, background=False)
@@ -92,7 +101,7 @@ def steps(messages: int, data_dir: str) -> list[str]:
     for _ in range(messages // batch_size):
         engine.send_batch(specs_from_proto(pb.SendBatchRequest.FromString(far).messages))
     advance(engine, clock, 29)
-    done("(a minute-wheel copy sent, 29 s of idle ticks: not a step)")
+    done("(a minute-wheel copy sent, 29 s of idle ticks)")
     advance(engine, clock, 1)
     done("fire")
     fired = engine.fetch_deliveries("t", 0, messages)
@@ -107,7 +116,7 @@ def steps(messages: int, data_dir: str) -> list[str]:
         pb.AckRequest(topic="t", message_ids=ids[first : first + size]).SerializeToString()
         for first in range(0, len(ids), size)
     ]
-    done("(ack requests made: not a step)")
+    done("(ack requests made)")
     decoded = [pb.AckRequest.FromString(raw) for raw in acks]
     done("grpc decode (Ack)")
     acked = sum(len(engine.ack(request.topic, list(request.message_ids))) for request in decoded)
@@ -116,7 +125,7 @@ def steps(messages: int, data_dir: str) -> list[str]:
     done("cascade minute to second (with 25 s of ticks)")
     advance(engine, clock, 60)
     clock.advance(engine.settings.retention_ms)
-    done("(the copy fired: not a step)")
+    done("(the copy fired)")
     engine.run_until_idle()
     done("retention sweep")
     if (
@@ -143,29 +152,37 @@ def main() -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--messages", type=int, default=10_000)
+    parser.add_argument(
+        "--step", action="append", choices=[s for s in STEPS[1:] if not s.startswith("(")],
+        help="count only these steps (default: each)",
+    )  # fmt: skip
     parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inside:
         with tempfile.TemporaryDirectory(prefix="timerwheel-steps-") as data_dir:
             print(json.dumps(steps(args.messages, data_dir)))
         return
+    chosen = args.step or [s for s in STEPS[1:] if not s.startswith("(")]
+    # One run a step, side by side: a step counted alone, from where it starts to where it
+    # ends, by the switch `bench.instructions` uses (`collect`).
     with tempfile.TemporaryDirectory(prefix="timerwheel-callgrind-") as scratch:
-        out = os.path.join(scratch, "callgrind.out")
-        done = subprocess.run(
-            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-             sys.executable, "-m", "bench.step_costs", "--inside",
-             "--messages", str(args.messages)],
-            env={**os.environ, DUMPING: out, "PYTHONHASHSEED": "0"},
-            capture_output=True, text=True, timeout=3_600,
-        )  # fmt: skip
-        if done.returncode != 0:
-            sys.exit(f"bench.step_costs: {done.stderr[-2000:]}")
+        runs = {
+            step: subprocess.Popen(
+                ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+                 f"--callgrind-out-file={os.path.join(scratch, f'{index}.out')}",
+                 sys.executable, "-m", "bench.step_costs", "--inside",
+                 "--messages", str(args.messages)],
+                env={**os.environ, UNDER_CALLGRIND: "1", COUNTED: step, "PYTHONHASHSEED": "0"},
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            )
+            for index, step in enumerate(chosen)
+        }  # fmt: skip
         per_message = {}
-        for path in glob.glob(out + ".*"):
-            text = Path(path).read_text()
-            step, count = _STEP.search(text), _TOTALS.search(text)
-            if step and count and step.group(1) != "setup":
-                per_message[step.group(1)] = round(int(count.group(1)) / args.messages)
+        for step, run in runs.items():
+            _, stderr = run.communicate(timeout=3_600)
+            if run.returncode != 0:
+                sys.exit(f"bench.step_costs: {step}: {stderr[-2000:]}")
+            per_message[step] = round(count_in(stderr) / args.messages)
     print(json.dumps({"messages": args.messages, "instructions_per_message": per_message}))
 
 
