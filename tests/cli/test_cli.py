@@ -14,9 +14,13 @@ from helpers.time_of_day import wall_ms
 from timerwheel.cli.main import main
 from timerwheel.common import State
 
-pytestmark = pytest.mark.wallclock
+# `wallclock` (re-run at the worst moments of an hour by tests/system/test_time_of_day.py)
+# marks the tests that store or read timers on the server's real clock; refused command
+# lines and a `serve` that refuses to start are the same at any time of day.
+wallclock = pytest.mark.wallclock
 
 
+@wallclock
 def test_send_each_time_form_then_get_human_and_json(cli, client):
     before = wall_ms()
     code, out, _ = cli("send", "--topic", "orders", "--body", "hello", "--delay", "5m",
@@ -52,12 +56,14 @@ def test_send_each_time_form_then_get_human_and_json(cli, client):
     assert record["body"] == "hello" and record["properties"] == {"k": "v", "x": "1=2"}
 
 
+@wallclock
 def test_get_unknown_id_exits_1_with_a_clear_message(cli):
     code, out, err = cli("get", "no-such-id")
     assert code == 1 and out == ""
     assert "NOT_FOUND" in err and "message_id='no-such-id'" in err
 
 
+@wallclock
 def test_cancel_then_get_shows_cancelled(cli, client):
     message_id = client.send("orders", b"x", delay_ms=60_000).message_id
     code, out, _ = cli("cancel", message_id)
@@ -68,6 +74,7 @@ def test_cancel_then_get_shows_cancelled(cli, client):
     assert code == 1 and "FAILED_PRECONDITION" in err and "FIRED" in err
 
 
+@wallclock
 def test_list_one_page_and_all_pages(cli, client):
     base = wall_ms() + 3_600_000
     ids = [client.send("listed", b"x", deliver_at_ms=base + i * 1_000).message_id for i in range(7)]
@@ -101,11 +108,13 @@ def test_bad_command_lines_exit_2_naming_the_value(cli, args, fragment):
     assert code == 2 and fragment in err and out == ""
 
 
+@wallclock
 def test_server_side_refusal_exits_1(cli):
     code, _, err = cli("send", "--topic", "bad topic", "--delay", "1s")
     assert code == 1 and "INVALID_ARGUMENT" in err and "topic='bad topic'" in err
 
 
+@wallclock
 def test_the_installed_script_end_to_end(server):
     """The real entry point, as an operator runs it."""
 
@@ -130,6 +139,7 @@ def test_unreachable_server_exits_1_with_a_hint(capsys):
     assert code == 1 and "UNAVAILABLE" in err and "is `timerwheel serve` running" in err
 
 
+@pytest.mark.system  # a spawned `timerwheel serve`
 def test_serve_on_a_busy_port_fails_clearly(tmp_path):
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
@@ -145,6 +155,7 @@ def test_serve_on_a_busy_port_fails_clearly(tmp_path):
     assert failure and f"127.0.0.1:{port}" in failure[0]["error"]
 
 
+@pytest.mark.system  # a spawned `timerwheel serve`
 @pytest.mark.parametrize("workers", ["0", "1"])
 def test_serve_refuses_a_data_dir_that_is_not_a_store_in_one_line(tmp_path, workers):
     """Nothing is created in it, the exit code is 1 and stderr says why in one line."""

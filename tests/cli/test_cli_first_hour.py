@@ -56,6 +56,7 @@ def test_durations_with_units_still_work(cli, client):
     assert code == 0, err
 
 
+@pytest.mark.system  # a spawned `timerwheel serve`
 def test_serve_refuses_an_ack_timeout_without_a_unit(tmp_path):
     done = subprocess.run(
         [TIMERWHEEL, "serve", "--data-dir", str(tmp_path / "d"), "--port", "0",
