@@ -69,12 +69,27 @@ class DeliveryGate:
                 break
             # Fired here after the partition went to another node (the engine fires on while
             # the node gives it up): never delivered from here; retired, as the purge does.
-            self._engine.ack(topic, foreign)
+            # Unless a takeover started since this fetch began: its restore fires rows of a
+            # partition `owned` does not list yet. None starts while the lock is held, and
+            # the gate is closed while one runs, so then nothing is retired or handed out.
+            with self._node.retire_lock:
+                if not self._node.gate_open:
+                    self._node.starved()
+                    return []
+                owned = self._node.held_partitions()
+                foreign = [i for i in foreign if self._node.partition_of(i) not in owned]
+                if foreign:
+                    self._engine.ack(topic, foreign)
             foreign_ids = set(foreign)
             kept.extend(r for r in rows if r.message_id not in foreign_ids)
             after = rows[-1].seq
             if len(rows) < asked:
                 break
+        if kept and not self._node.gate_open:
+            # The gate closed while the engine was read (a lease past its deadline after a
+            # pause, a takeover starting): what was read waits, the hub's cursor unmoved.
+            self._node.starved()
+            return []
         return kept
 
     def delivery_options_of(self, message_ids: list[str]) -> dict[str, DeliveryOptions]:

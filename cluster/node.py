@@ -114,6 +114,10 @@ class ClusterNode:
         self._starved = False
         self._closing = False
         self._lock = threading.Lock()
+        # Held while the delivery gate retires fired rows of partitions given up, and while
+        # a takeover starts: rows that a restore makes fire must never be taken for rows of
+        # a partition given up (DeliveryGate.fetch_deliveries).
+        self.retire_lock = threading.Lock()
         self.takeovers: list[Takeover] = []
         self._loop: LoopThread | None = None
         self._task: Future | None = None
@@ -265,7 +269,8 @@ class ClusterNode:
             await self._hand_off(partition, now)
             return
         if view.needs_marker() and partition not in self._taking and not view.releasing:
-            self._taking.add(partition)
+            with self.retire_lock:
+                self._taking.add(partition)
             task = asyncio.ensure_future(self._take_over(partition))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
