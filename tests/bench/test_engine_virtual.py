@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from helpers.bench_runs import bench_figures, run_bench
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.system, pytest.mark.timeout(120)]  # system: a spawned `python -m bench.*`
 
 
 def test_steady_runs_tdmqs_shape_and_acks_at_the_send_rate():

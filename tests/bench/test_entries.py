@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from helpers.bench_runs import bench_figures
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.system, pytest.mark.timeout(300)]  # system: a spawned `python -m bench.*`
 
 
 def test_a_burst_message_writes_five_entries_and_reads_three():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from helpers.bench_runs import bench_figures
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.system, pytest.mark.timeout(120)]  # system: a spawned `python -m bench.*`
 
 
 def test_ipc_bench_reports_the_cost_of_each_crossing():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from helpers.bench_runs import bench_figures
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.system, pytest.mark.timeout(120)]  # system: a spawned `python -m bench.*`
 CASES = (
     "sst_10000", "sst_1000", "sst_100", "sst_20", "sst_3000_third_unwanted",
     "sst_300_third_unwanted", "memtable_10000",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from helpers.bench_runs import bench_figures
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.system, pytest.mark.timeout(120)]  # system: a spawned `python -m bench.*`
 FIGURES = (
     "send_batch_to_specs_us", "prepare_sends_us", "send_batch_response_us",
     "ack_ids_checked_us", "delivery_batch_serialised_us",

@@ -164,6 +164,7 @@ def _without_java(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
+@pytest.mark.system  # a spawned `timerwheel report`
 @pytest.mark.parametrize(
     ("env", "where"),
     [

@@ -81,6 +81,7 @@ def test_stats_human_and_json(cli, client):
     assert code == 0 and '"messages": "1"' in out
 
 
+@pytest.mark.system  # a spawned `timerwheel get`
 def test_get_body_prints_only_the_body(client):
     client.send("b", b"just \xff the body", delay_ms="1h", message_id="body-1")
     result = subprocess.run(
@@ -159,6 +160,7 @@ def test_a_second_serve_on_the_same_data_dir_says_so_in_one_line(tmp_path, serve
     )
 
 
+@pytest.mark.system  # a spawned `timerwheel serve`
 def test_a_busy_port_says_so_in_one_line(tmp_path):
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
