@@ -52,7 +52,12 @@ def test_all_puts_all_deletes_and_mixed_families_land_as_staged(database):
 writes = st.dictionaries(st.binary(min_size=1, max_size=6), st.none() | st.binary(max_size=8))
 
 
-@settings(max_examples=examples(40), suppress_health_check=[HealthCheck.function_scoped_fixture])
+# too_slow: generating six dictionaries took 1.2 s for 9 inputs at load ~17 on the shared
+# cores and failed the run; it measures the machine, not the code.
+@settings(
+    max_examples=examples(40),
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(before=st.tuples(writes, writes, writes), after=st.tuples(writes, writes, writes))
 def test_the_database_holds_what_the_staged_writes_leave(database, before, after):
     expected = {family: contents(database, family) for family in FAMILIES}
