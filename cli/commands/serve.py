@@ -186,9 +186,7 @@ def cluster_from_args(args: argparse.Namespace, settings):
         raise SettingsError("--cluster needs --node-name (unique in the cluster)")
     urls = tuple(url.strip() for url in args.cluster.split(",") if url.strip())
     given = {"partitions": args.partitions, "replicas": args.replicas}
-    return NodeSettings(
-        args.node_name, urls, **{k: v for k, v in given.items() if v is not None}
-    )
+    return NodeSettings(args.node_name, urls, **{k: v for k, v in given.items() if v is not None})
 
 
 def security_from_args(args: argparse.Namespace) -> SecuritySettings:
