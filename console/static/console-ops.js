@@ -12,6 +12,9 @@ hooks.timer.push((timer) => {
   const scheduled = timer.state === "SCHEDULED";
   $("fire-button").hidden = !scheduled;
   $("reschedule-box").hidden = !scheduled;
+  // A question stays open while the timer it is about is drawn again, still scheduled (a
+  // look-up answered after the click); another timer, or one that moved on, closes it.
+  if (ops.move && scheduled && ops.move.body.message_id === timer.message_id) return;
   $("move-confirm").hidden = true;
   ops.move = null;
 });
