@@ -73,6 +73,19 @@ async def until_ready(attempt: Callable[[], Awaitable[T]], bound_s: float = 10.0
             await asyncio.sleep(0.05)
 
 
+async def placed(attempt: Callable[[], Awaitable[T]], bound_s: float = 10.0) -> T:
+    """`attempt()` once the meta leader sees every peer: right after the cluster forms, or
+    under load, it may call one offline for a moment and refuse an R3 placement (10005)."""
+    deadline = time.monotonic() + bound_s
+    while True:
+        try:
+            return await attempt()
+        except js_errors.BadRequestError as error:
+            if error.err_code != 10005 or time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.1)
+
+
 def r3_stream(partition: int) -> StreamConfig:
     return StreamConfig(
         name=stream_name(partition), subjects=[f"tw.p{partition}.>"], num_replicas=3,
@@ -160,7 +173,7 @@ def test_kv_create_and_compare_and_set_and_ttl(cluster):
                 bucket="timerwheel-leases", history=1, ttl=1.0, replicas=3,
                 storage=StorageType.FILE,
             )  # fmt: skip
-            kv = await js.create_key_value(config)
+            kv = await placed(lambda: js.create_key_value(config))
             created = await until_ready(lambda: kv.create("p0", b"node-a"))
             with pytest.raises(js_errors.KeyWrongLastSequenceError) as exists:
                 await kv.create("p0", b"node-b")
@@ -201,7 +214,7 @@ def test_a_watcher_sees_a_lease_expire(cluster):
                 bucket="timerwheel-leases", history=1, ttl=1.0, limit_marker_ttl=1.0,
                 replicas=3, storage=StorageType.FILE,
             )  # fmt: skip
-            kv = await js.create_key_value(config)
+            kv = await placed(lambda: js.create_key_value(config))
             created = await until_ready(lambda: kv.create("p0", b"node-a"))
             watcher = await kv.watch("p0")
             entry = await watcher.updates(timeout=5)
