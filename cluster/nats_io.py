@@ -129,6 +129,24 @@ async def retry_new(attempt: Callable[[], Awaitable[T]], bound_s: float = 10.0) 
             await asyncio.sleep(0.05)
 
 
+NO_PLACEMENT = 10005  # JetStream: "no suitable peers for placement, peer offline"
+
+
+async def placed(attempt: Callable[[], Awaitable[T]], bound_s: float = 30.0) -> T:
+    """`attempt()` (making a replicated stream or bucket) once the meta leader sees enough
+    peers: right after the servers form a cluster, or under load, it may call one offline
+    for a moment and refuse the placement. Any other refusal is raised at once."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + bound_s
+    while True:
+        try:
+            return await attempt()
+        except js_errors.BadRequestError as error:
+            if error.err_code != NO_PLACEMENT or loop.time() > deadline:
+                raise
+            await asyncio.sleep(0.2)
+
+
 @dataclass
 class ClusterConfig:
     """What every node must agree on, stored once in the config bucket by the first node."""
@@ -140,10 +158,10 @@ class ClusterConfig:
 async def agree_config(js: JetStreamContext, wanted: ClusterConfig) -> ClusterConfig:
     """The cluster's config: the stored one if any (a node started with other values is
     refused by the caller), else `wanted`, stored."""
-    kv = await js.create_key_value(
-        KeyValueConfig(bucket=CONFIG_BUCKET, history=1, replicas=wanted.replicas,
-                       storage=StorageType.FILE)
-    )  # fmt: skip
+    config = KeyValueConfig(
+        bucket=CONFIG_BUCKET, history=1, replicas=wanted.replicas, storage=StorageType.FILE
+    )
+    kv = await placed(lambda: js.create_key_value(config))
     data = json.dumps({"partitions": wanted.partitions, "replicas": wanted.replicas}).encode()
     try:
         await retry_new(lambda: kv.create("cluster", data))
@@ -157,20 +175,20 @@ async def agree_config(js: JetStreamContext, wanted: ClusterConfig) -> ClusterCo
 
 async def lease_bucket(js: JetStreamContext, ttl_ms: int, replicas: int) -> KeyValue:
     """The lease bucket: TTL the lease's, limit markers so a watcher sees an expiry."""
-    return await js.create_key_value(
-        KeyValueConfig(
-            bucket=LEASE_BUCKET, history=1, ttl=ttl_ms / 1000, limit_marker_ttl=ttl_ms / 1000,
-            replicas=replicas, storage=StorageType.FILE,
-        )
+    config = KeyValueConfig(
+        bucket=LEASE_BUCKET, history=1, ttl=ttl_ms / 1000, limit_marker_ttl=ttl_ms / 1000,
+        replicas=replicas, storage=StorageType.FILE,
     )  # fmt: skip
+    return await placed(lambda: js.create_key_value(config))
 
 
 async def node_bucket(js: JetStreamContext, ttl_ms: int, replicas: int) -> KeyValue:
     """Who is alive: each node puts its name and address every renewal; the TTL drops it."""
-    return await js.create_key_value(
-        KeyValueConfig(bucket=NODE_BUCKET, history=1, ttl=ttl_ms / 1000, replicas=replicas,
-                       storage=StorageType.FILE)
+    config = KeyValueConfig(
+        bucket=NODE_BUCKET, history=1, ttl=ttl_ms / 1000, replicas=replicas,
+        storage=StorageType.FILE,
     )  # fmt: skip
+    return await placed(lambda: js.create_key_value(config))
 
 
 class NatsLeaseStore:
@@ -259,9 +277,14 @@ class PartitionLog:
             name=self.stream, subjects=[f"tw.p{self.partition}.>"], num_replicas=self.replicas,
             storage=StorageType.FILE, duplicate_window=DUPLICATE_WINDOW_S,
         )  # fmt: skip
-        # a BadRequestError: it exists (made by another node with the same config)
-        with contextlib.suppress(js_errors.BadRequestError):
-            await self.js.add_stream(config)
+        # A refusal other than a placement's: it exists (made by another node). A refused
+        # placement is retried: swallowed, it would leave the partition without a log, its
+        # lease held and renewed here and no takeover ever finishing.
+        try:
+            await placed(lambda: self.js.add_stream(config))
+        except js_errors.BadRequestError as error:
+            if error.err_code == NO_PLACEMENT:
+                raise
 
     async def last_marker(self) -> tuple[int, EpochMarker | None]:
         try:
