@@ -1,0 +1,101 @@
+"""A store written by an earlier layout opens with today's code: a copy of the committed
+`tests/fixtures/store-v1.tar.gz` (made by `tests/fixtures/make_store_v1.py`, which says at
+which commit) answers every timer as the code that wrote it did, and what it holds fires,
+is delivered and acked afterwards."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from timerwheel.common import State
+from timerwheel.engine.engine import Engine
+from timerwheel.store import keys
+from timerwheel.wheels.clock import VirtualClock
+from timerwheel.wheels.settings import HOUR_MS, MINUTE_MS, Settings
+
+FIXTURE = Path(__file__).parent.parent / "fixtures" / "store-v1.tar.gz"
+DAY_MS = 24 * HOUR_MS
+
+
+@pytest.fixture
+def v1(tmp_path):
+    """(data dir, what the v1 code said of it) of a fresh copy of the v1 store."""
+    with tarfile.open(FIXTURE) as archive:
+        archive.extractall(tmp_path, filter="data")
+    expected = json.loads((tmp_path / "expected.json").read_text())
+    assert expected["schema_version"] == 1
+    return tmp_path / "data", expected
+
+
+def open_engine(data_dir: Path, clock: VirtualClock) -> Engine:
+    settings = Settings(data_dir=str(data_dir), sync_writes=False, retention_ms=DAY_MS)
+    return Engine(settings, clock, background=False)
+
+
+def timer_fields(timer) -> dict:
+    return {
+        "message_id": timer.message_id, "topic": timer.topic, "body": timer.body.decode(),
+        "properties": dict(timer.properties), "deliver_at_ms": timer.deliver_at_ms,
+        "created_at_ms": timer.created_at_ms, "state": timer.state.name,
+        "when": [int(timer.when.kind), timer.when.value], "fired_at_ms": timer.fired_at_ms,
+        "acked_at_ms": timer.acked_at_ms, "cancelled_at_ms": timer.cancelled_at_ms,
+        "ready_seq": timer.ready_seq, "wheel": timer.wheel,
+    }  # fmt: skip
+
+
+def test_a_v1_store_opens_and_answers_as_the_v1_code_did(v1):
+    data_dir, expected = v1
+    clock = VirtualClock(expected["made_at_ms"])
+    engine = open_engine(data_dir, clock)
+    try:
+        meta = engine.store.database.families[keys.CF_META]
+        assert keys.decode_u64(meta[keys.META_SCHEMA_VERSION]) == keys.SCHEMA_VERSION
+        for message_id, fields in expected["timers"].items():
+            assert timer_fields(engine.get(message_id)) == fields, message_id
+        for topic, entries in expected["ready"].items():
+            fired = engine.fetch_fired(topic, 0, 100)
+            assert [[f.seq, f.timer.message_id] for f in fired] == entries
+        assert engine.scheduler.state.fire_seq == expected["fire_seq"]
+        assert {t: engine.count(t)[0] for t in expected["counts"]} == expected["counts"]
+        pending, _ = engine.list_pending("orders", 0, 2**62, 100)
+        assert [t.message_id for t in pending] == expected["pending"]
+    finally:
+        engine.close()
+
+
+def test_a_v1_store_fires_delivers_and_acks_afterwards(v1):
+    data_dir, expected = v1
+    clock = VirtualClock(expected["made_at_ms"])
+    engine = open_engine(data_dir, clock)
+    try:
+        fired_before = [mid for _, mid in expected["ready"]["orders"]]
+        assert sorted(engine.ack("orders", fired_before)) == sorted(fired_before)
+        assert engine.ack("orders.dlq", ["dead-1"]) == ["dead-1"]
+        assert engine.ack("orders", ["acked-1"]) == []  # acked before the upgrade
+        for message_id in (*fired_before, "dead-1"):
+            timer = engine.get(message_id)
+            assert timer.state is State.ACKED and timer.acked_at_ms == clock.now_ms()
+        clock.advance(5_000)
+        engine.run_until_idle()
+        sec = engine.get("sec-1")
+        assert sec.state is State.FIRED and sec.fired_at_ms == clock.now_ms()
+        assert sec.ready_seq > expected["fire_seq"]
+        fired = {f.timer.message_id: f for f in engine.fetch_fired("orders", 0, 100)}
+        assert "sec-1" in fired and fired["sec-1"].timer.body == b"body of sec-1"
+        assert engine.cancel("min-1") is State.CANCELLED
+        clock.advance(5 * HOUR_MS + MINUTE_MS)
+        engine.run_until_idle()
+        assert engine.get("hour-1").state is State.FIRED
+        assert engine.get("min-1").state is State.CANCELLED
+        ids = [f.timer.message_id for f in engine.fetch_fired("orders", 0, 1_000)]
+        assert "hour-1" in ids and "sec-1" in ids and "min-1" not in ids
+        assert any(mid.startswith("series-1#") and mid not in fired_before for mid in ids)
+        assert sorted(engine.ack("orders", ids)) == sorted(ids)
+        assert engine.fetch_fired("orders", 0, 1_000) == []
+        assert engine.get("hour-1").state is State.ACKED
+    finally:
+        engine.close()
