@@ -14,10 +14,9 @@ fire at once. A node that gives one up retires its timers from the engine
 (`timerwheel.cluster.purge`).
 
 Ownership is `timerwheel.cluster.lease` over the NATS lease bucket, stepped every
-`tick_ms` by one task on the node's NATS loop. A partition whose preferred node (highest
-crc32 of "<node>:<partition>" among the live nodes) is another live node is left to it
-for `takeover_grace_ms`, so partitions spread over the nodes that are up; an owner hands
-a partition to its preferred node once that node has been up for the grace.
+`tick_ms` by one task on the node's NATS loop. Where partitions go is
+`timerwheel.cluster.placement`; whether the node may deliver, `timerwheel.cluster.gate_state`;
+what it answers about ownership (routing, the cluster map), `timerwheel.cluster.node_queries`.
 """
 
 from __future__ import annotations
@@ -28,18 +27,16 @@ import functools
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import Future
-from concurrent.futures import wait as wait_futures
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from timerwheel.cluster import journal
-from timerwheel.cluster.appender import Appender, LogUnavailable, monotonic_ms
-from timerwheel.cluster.errors import NoOwner, NotOwner
+from timerwheel.cluster.appender import Appender, monotonic_ms
 from timerwheel.cluster.fencing import EpochMarker, MarkerStep, marker_step
+from timerwheel.cluster.gate_state import GateState
 from timerwheel.cluster.lease import (
     Create,
     LeaseView,
@@ -59,12 +56,11 @@ from timerwheel.cluster.nats_io import (
     lease_bucket,
     node_bucket,
 )
-from timerwheel.cluster.partitions import (
-    partition_of,
-    preferred_node,
-)
-from timerwheel.cluster.purge import purge_partition
-from timerwheel.cluster.replication import NOT_READ, ReplicationWatch
+from timerwheel.cluster.node_queries import NodeQueries
+from timerwheel.cluster.placement import Placement
+from timerwheel.cluster.purge import purge_until_done
+from timerwheel.cluster.rebuild import Takeover, rebuild
+from timerwheel.cluster.replication import ReplicationWatch
 from timerwheel.cluster.settings import NodeSettings
 from timerwheel.wheels.domain import (
     SendSpec,
@@ -78,20 +74,9 @@ log = structlog.get_logger("timerwheel.cluster")
 
 CLOSE_STEP_S = 3.0  # each step of a node's stop (leases handed back, NATS closed) at most
 RESTORE_CHUNK = 1_000  # sends per engine batch while a takeover restores a partition
-JOURNAL_WAIT_S = 10.0  # a caller waits at most this for its entry to be in the log
 
 
-@dataclass
-class Takeover:
-    partition: int
-    epoch: int
-    records: int
-    live: int
-    seconds: float
-    at_ms: int
-
-
-class ClusterNode:
+class ClusterNode(NodeQueries):
     """`TimerApi` over the partitions this node owns (see the module docstring)."""
 
     def __init__(self, node: NodeSettings, engine: Engine) -> None:
@@ -105,15 +90,9 @@ class ClusterNode:
         self._taking: set[int] = set()
         self._purging: set[int] = set()  # given up, its timers still leaving the engine
         self._tasks: set[asyncio.Future] = set()
-        self._absent_since: dict[int, int] = {}
-        self._live_nodes: set[str] = {node.name}
-        self._node_seen_at: dict[str, int] = {}
-        self._last_hand_off_ms = -(10**12)
-        self._listeners: list[Callable[[list[str]], None]] = []
-        self._gate_open = True
-        self._starved = False
+        self.placement = Placement(node.name, node.lease.renew_every_ms, node.takeover_grace_ms)
+        self._gate = GateState(self.deliverable, lambda: self.engine.ready_topics())
         self._closing = False
-        self._lock = threading.Lock()
         # Held while the delivery gate retires fired rows of partitions given up, and while
         # a takeover starts: rows that a restore makes fire must never be taken for rows of
         # a partition given up (DeliveryGate.fetch_deliveries).
@@ -204,30 +183,15 @@ class ClusterNode:
             now = monotonic_ms()
             if now - registered_at >= self.node.lease.renew_every_ms:
                 registered_at = now
-                await self._register()
+                await self.placement.register(self._nodes_kv, self.address, monotonic_ms())
             await asyncio.gather(*(self._step_safely(p, now) for p in list(self._views)))
             self._check_gate()
             self.replication.tick(now, self.held_partitions)  # off this path: a task
             await asyncio.sleep(self.node.tick_ms / 1000)
 
-    async def _register(self) -> None:
-        try:
-            await self._nodes_kv.put(self.node.name, self.address.encode())
-            keys = await self._nodes_kv.keys()
-            self._live_nodes = set(keys) | {self.node.name}
-            now = monotonic_ms()
-            for name in self._live_nodes:
-                self._node_seen_at.setdefault(name, now)
-            for name in list(self._node_seen_at):
-                if name not in self._live_nodes:
-                    del self._node_seen_at[name]
-        except Exception:
-            pass
-
     def preferred(self, partition: int) -> str:
-        """The live node a partition goes to first (rendezvous hashing: a node joining or
-        leaving moves only its own share)."""
-        return preferred_node(partition, self._live_nodes)
+        """The live node a partition goes to first (`Placement.preferred`)."""
+        return self.placement.preferred(partition)
 
     async def _step_safely(self, partition: int, now: int) -> None:
         """One partition's step; whatever it raises is logged, never the end of the loop
@@ -256,12 +220,9 @@ class ClusterNode:
             after = before.answered(request, answer)
             self._views[partition] = after
             if isinstance(request, Read):
-                if answer is None:
-                    self._absent_since.setdefault(partition, now)
-                else:
-                    self._absent_since.pop(partition, None)
+                self.placement.read(partition, answer is not None, now)
             if after.held is not None:
-                self._absent_since.pop(partition, None)  # held: the next absence starts anew
+                self.placement.held(partition)  # held: the next absence starts anew
             if isinstance(request, Create) and after.held is not None:
                 log.info("cluster_lease_taken", partition=partition, epoch=after.held.epoch)
         view = self._views[partition]
@@ -278,20 +239,16 @@ class ClusterNode:
             await self._lose(partition, "lease lost")
 
     def _should_hand_off(self, partition: int, now: int) -> bool:
-        """Give a partition to its preferred node once that node has been up for the grace
-        (so a node that joins, or comes back from a restart, gets its share), one
-        partition per renewal interval."""
-        preferred = self.preferred(partition)
-        if preferred == self.node.name or self._closing or self._taking:
+        """Give a partition to its preferred node (`Placement.should_hand_off`), never
+        while stopping or while a takeover restores."""
+        if self._closing or self._taking:
             return False
-        if now - self._last_hand_off_ms < self.node.lease.renew_every_ms:
-            return False
-        return now - self._node_seen_at.get(preferred, now) >= self.node.takeover_grace_ms
+        return self.placement.should_hand_off(partition, now)
 
     async def _hand_off(self, partition: int, now: int) -> None:
         """Stop delivering the partition, let its appends finish, delete the lease (the
         preferred node takes it at its next read), and drop its timers from the engine."""
-        self._last_hand_off_ms = now
+        self.placement.handing_off(now)
         view = self._views[partition]
         if view.held is None:
             return
@@ -309,7 +266,7 @@ class ClusterNode:
             Release(view.key, view.held.revision), True
         )
         self._views[partition] = replace(self._views[partition], releasing=False)
-        self._absent_since[partition] = monotonic_ms()  # the grace starts now, for this node too
+        self.placement.handed_off(partition, monotonic_ms())
         self._purging.add(partition)
         log.info("cluster_partition_handed_off", partition=partition, to=self.preferred(partition))
         await asyncio.get_running_loop().run_in_executor(None, self._purge, partition)
@@ -329,10 +286,7 @@ class ClusterNode:
     def _may_take(self, partition: int, now: int) -> bool:
         if self._closing or partition in self._purging:
             return False
-        if self.preferred(partition) == self.node.name:
-            return True
-        since = self._absent_since.get(partition, now)
-        return now - since >= self.node.takeover_grace_ms
+        return self.placement.may_take(partition, now)
 
     # == taking a partition over ==========================================================
     async def _take_over(self, partition: int) -> None:
@@ -355,11 +309,7 @@ class ClusterNode:
                 if written is None:
                     return  # another marker got there: the next tick reads again
                 last_seq = written
-            through = await partition_log.last_sequence()
-            records = await partition_log.read_log(0, through)
-            fold = journal.Fold()
-            for _, data in records:
-                fold.apply(journal.decode(data))
+            fold = await rebuild(partition_log)
             not_before = self.engine.now_ms() - self.settings.max_past_ms + 60_000
             specs = fold.specs(not_before)
             loop = asyncio.get_running_loop()
@@ -420,15 +370,9 @@ class ClusterNode:
         the node is stopping (its engine closes; the next start begins empty)."""
         self._purging.add(partition)
         try:
-            for attempt in range(1, 100):
-                if self._closing:  # the engine closes with the node: nothing left to purge
-                    return
-                try:
-                    purge_partition(self.engine, partition, self.node.partitions)
-                    return
-                except Exception as error:
-                    log.error("cluster_purge_failed", partition=partition, error=repr(error))
-                    time.sleep(min(0.05 * attempt, 1.0))
+            purge_until_done(
+                self.engine, partition, self.node.partitions, lambda: self._closing
+            )  # fmt: skip
         finally:
             self._purging.discard(partition)
 
@@ -447,127 +391,19 @@ class ClusterNode:
         )
 
     def _check_gate(self) -> None:
-        self._set_gate(self.deliverable())
-        if self._starved and self.gate_open:  # a fetch was refused in a brief lapse
-            self._starved = False
-            self._wake_hub()
+        self._gate.check()
 
     def starved(self) -> None:
-        """A fetch found the gate closed (perhaps only for a moment, between two ticks of
-        the lease loop): the next tick that finds it open wakes the hub."""
-        self._starved = True
-
-    def _wake_hub(self) -> None:
-        topics = self.engine.ready_topics()
-        for listener in list(self._listeners):
-            listener(topics)
+        """A fetch found the gate closed: the next tick that finds it open wakes the hub."""
+        self._gate.starved()
 
     def _set_gate(self, open_: bool) -> None:
-        with self._lock:
-            changed = open_ != self._gate_open
-            self._gate_open = open_
-        if changed:
-            log.info("cluster_delivery", open=open_)
-            if open_:
-                self._wake_hub()
+        self._gate.set(open_)
 
     @property
     def gate_open(self) -> bool:
-        """Read at every fetch, on the lease clock: a node resumed after a pause must not
-        deliver before its lease loop has run again."""
-        return self._gate_open and self.deliverable()
+        """Read at every fetch, on the lease clock (`GateState.open`)."""
+        return self._gate.open
 
     def add_gate_listener(self, listener: Callable[[list[str]], None]) -> None:
-        self._listeners.append(listener)
-
-    # == routing ==========================================================================
-    def partition_of(self, message_id: str) -> int:
-        return partition_of(message_id, self.node.partitions)
-
-    def owned(self) -> list[int]:
-        now = monotonic_ms()
-        return sorted(p for p in self._owned if self._views[p].verdict(now) is Verdict.OWN)
-
-    def require_owner(self, partition: int) -> Appender:
-        view = self._views[partition]
-        appender = self._owned.get(partition)
-        if appender is not None and view.verdict(monotonic_ms()) is Verdict.OWN:
-            return appender
-        seen = view.seen
-        if seen is not None and seen.value.holder != self.holder:
-            raise NotOwner(partition, seen.value.holder, seen.value.address, seen.epoch)
-        raise NoOwner(f"partition {partition} has no owner at the moment; retry")
-
-    def journal(self, partition: int, entries: list[journal.Entry]) -> Future:
-        return self.require_owner(partition).submit(entries)
-
-    @staticmethod
-    def wait_logged(futures: Iterable[Future]) -> None:
-        futures = list(futures)
-        done, pending = wait_futures(futures, JOURNAL_WAIT_S)
-        if pending:
-            raise LogUnavailable("the partition log did not answer in time; retry")
-        for future in done:
-            future.result()
-
-    def peer_addresses(self) -> list[str]:
-        """Every other node that owns a partition, as this node last read the leases (the
-        nodes a Subscribe is fanned in from: server.fan_in)."""
-        return sorted({
-            view.seen.value.address for view in self._views.values()
-            if view.seen is not None and view.seen.value.holder != self.holder
-            and view.seen.value.address and view.seen.value.address != self.address
-        })  # fmt: skip
-
-    def owner_address(self, message_id: str) -> str | None:
-        """Where the id's partition is owned when that is another node (server.forwarding)."""
-        partition = self.partition_of(message_id)
-        if partition in self._owned:
-            return None
-        seen = self._views[partition].seen
-        if seen is None or seen.value.holder == self.holder or not seen.value.address:
-            return None
-        return seen.value.address
-
-    def cluster_map(self) -> dict[str, Any]:
-        """Partition -> owner, address, epoch as this node last read them; its own role."""
-        now = monotonic_ms()
-        partitions = []
-        for partition, view in sorted(self._views.items()):
-            seen = view.seen
-            appender = self._owned.get(partition)
-            replication = self.replication.of(partition) if appender else NOT_READ
-            partitions.append({
-                "partition": partition,
-                "owner": seen.value.holder if seen else "",
-                "address": seen.value.address if seen else "",
-                "epoch": seen.epoch if seen else 0,
-                "verdict": view.verdict(now).value,
-                "appended": appender.appended if appender else 0,
-                "last_sequence": appender.last_sequence if appender else 0,
-                "stream_leader": replication.stream_leader,
-                "replicas_current": replication.replicas_current,
-                "replica_lag": replication.replica_lag,
-            })  # fmt: skip
-        return {
-            "node": self.node.name, "holder": self.holder, "address": self.address,
-            "partitions": self.node.partitions, "owned": self.owned(),
-            "live_nodes": sorted(self._live_nodes), "delivering": self.gate_open,
-            "takeovers": len(self.takeovers), "map": partitions,
-        }  # fmt: skip
-
-    def settled_partitions(self) -> list[int] | None:
-        """The partitions whose timers this node's engine holds, and no others; None while
-        one is being restored or purged (its timers are partly there: a List or Count of
-        this node's engine would be wrong for it). Scatter-gather: server.scatter."""
-        if self._taking or self._purging:
-            return None
-        return sorted(list(self._owned))
-
-    def held_partitions(self) -> set[int]:
-        """The partitions whose appender this node holds (their verdicts may be STOP)."""
-        return set(self._owned)
-
-    def owns(self, partition: int) -> bool:
-        """This node holds the partition's appender (its verdict may still be STOP)."""
-        return partition in self._owned
+        self._gate.add_listener(listener)

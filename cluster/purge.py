@@ -8,12 +8,18 @@ A timer that fires between the two scans is caught by the delivery gate instead
 from __future__ import annotations
 
 import contextlib
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
+
+import structlog
 
 from timerwheel.cluster.partitions import partition_of
 
 if TYPE_CHECKING:
     from timerwheel.engine.engine import Engine
+
+log = structlog.get_logger("timerwheel.cluster")
 
 END_OF_TIME_MS = 1 << 47  # beyond any deliver time a timer may have (year 6429)
 PAGE = 1_000
@@ -40,3 +46,20 @@ def purge_partition(engine: Engine, partition: int, count: int) -> None:
             mine = [r.message_id for r in rows if partition_of(r.message_id, count) == partition]
             if mine:
                 engine.ack(topic, mine)
+
+
+def purge_until_done(
+    engine: Engine, partition: int, count: int, closing: Callable[[], bool]
+) -> None:
+    """`purge_partition`, retried until it succeeds (a writer refusing for a moment must
+    not leave the partition's timers in the engine), unless the node is stopping
+    (`closing()`: its engine closes; the next start begins empty)."""
+    for attempt in range(1, 100):
+        if closing():
+            return
+        try:
+            purge_partition(engine, partition, count)
+            return
+        except Exception as error:
+            log.error("cluster_purge_failed", partition=partition, error=repr(error))
+            time.sleep(min(0.05 * attempt, 1.0))

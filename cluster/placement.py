@@ -1,0 +1,89 @@
+"""Where a partition goes: the live nodes a node knows of, and when it may take a
+partition or should hand one on (docs/cluster.md, "What a node does now": Placement).
+
+A partition goes first to its preferred live node (rendezvous hashing: the highest crc32
+of "<node>:<partition>", `timerwheel.cluster.partitions.preferred_node`); another node
+takes it once it has been without an owner for the grace. An owner hands a partition to
+its preferred node once that node has been up for the grace, one partition per renewal
+interval, so a node that joins or restarts gets its share. Nodes register in the node
+bucket every renewal; the bucket's TTL drops a node that stopped.
+
+Pure state over a monotonic clock the caller passes, except `register` (one put and one
+key listing on the node bucket).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from timerwheel.cluster.partitions import preferred_node
+
+NEVER_MS = -(10**12)
+
+
+class Placement:
+    def __init__(self, name: str, renew_every_ms: int, grace_ms: int) -> None:
+        self.name = name
+        self.renew_every_ms = renew_every_ms
+        self.grace_ms = grace_ms
+        self.live_nodes: set[str] = {name}
+        self._seen_at: dict[str, int] = {}  # node -> when this node first saw it live
+        self._absent_since: dict[int, int] = {}  # partition -> when found without an owner
+        self._last_hand_off_ms = NEVER_MS
+
+    async def register(self, nodes_kv: Any, address: str, now_ms: int) -> None:
+        """Put this node in the registry and read who else is there (failures ignored: the
+        next renewal tries again, and the last list read stays)."""
+        try:
+            await nodes_kv.put(self.name, address.encode())
+            keys = await nodes_kv.keys()
+            self.live_nodes = set(keys) | {self.name}
+            for name in self.live_nodes:
+                self._seen_at.setdefault(name, now_ms)
+            for name in list(self._seen_at):
+                if name not in self.live_nodes:
+                    del self._seen_at[name]
+        except Exception:
+            pass
+
+    def preferred(self, partition: int) -> str:
+        """The live node a partition goes to first (a node joining or leaving moves only
+        its own share)."""
+        return preferred_node(partition, self.live_nodes)
+
+    def read(self, partition: int, owner_found: bool, now_ms: int) -> None:
+        """A read of the partition's lease answered: the grace runs from the first read
+        that found no owner."""
+        if owner_found:
+            self._absent_since.pop(partition, None)
+        else:
+            self._absent_since.setdefault(partition, now_ms)
+
+    def held(self, partition: int) -> None:
+        """This node holds the lease: the next absence starts anew."""
+        self._absent_since.pop(partition, None)
+
+    def may_take(self, partition: int, now_ms: int) -> bool:
+        """May this node create the partition's lease now: it is the preferred node, or
+        the partition has been without an owner for the grace."""
+        if self.preferred(partition) == self.name:
+            return True
+        since = self._absent_since.get(partition, now_ms)
+        return now_ms - since >= self.grace_ms
+
+    def should_hand_off(self, partition: int, now_ms: int) -> bool:
+        """Give an owned partition to its preferred node once that node has been up for the
+        grace, one partition per renewal interval."""
+        preferred = self.preferred(partition)
+        if preferred == self.name:
+            return False
+        if now_ms - self._last_hand_off_ms < self.renew_every_ms:
+            return False
+        return now_ms - self._seen_at.get(preferred, now_ms) >= self.grace_ms
+
+    def handing_off(self, now_ms: int) -> None:
+        self._last_hand_off_ms = now_ms
+
+    def handed_off(self, partition: int, now_ms: int) -> None:
+        """The lease was given back: the grace starts now, for this node too."""
+        self._absent_since[partition] = now_ms
