@@ -34,6 +34,7 @@ import structlog
 from rocksdict import AccessType, Options, Rdict
 
 from timerwheel.store import keys
+from timerwheel.store.upgrade import upgradable
 from timerwheel.wheels.scheduler import CascadeState, SchedulerState, TimerKey
 from timerwheel.wheels.wheel import LEVELS
 
@@ -114,9 +115,11 @@ def is_empty(families: dict) -> bool:
     return all(next(iter(families[name].keys()), None) is None for name in others)
 
 
-def decode_state(path: str, meta) -> SchedulerState:
+def decode_state(path: str, meta, upgrading: bool = False) -> SchedulerState:
     """The scheduler state in `meta` (a store that holds data), or `StoreDamaged` naming
-    every missing or undecodable key."""
+    every missing or undecodable key. `upgrading`: the store is about to be opened for
+    writing, which upgrades an older layout that `timerwheel.store.upgrade` has steps
+    for, so such a version passes too; every other reader wants this code's."""
     problems: list[str] = []
 
     def u64(key: bytes) -> int:
@@ -144,7 +147,7 @@ def decode_state(path: str, meta) -> SchedulerState:
             return None
 
     version = u64(keys.META_SCHEMA_VERSION)
-    if not problems and version != keys.SCHEMA_VERSION:
+    if not problems and version != keys.SCHEMA_VERSION and not (upgrading and upgradable(version)):
         raise StoreDamaged(
             f"data dir {path!r} has store schema version {version}, and this timerwheel "
             f"reads version {keys.SCHEMA_VERSION}: run the timerwheel that wrote it, or "
@@ -209,7 +212,7 @@ def check_store_read_only(path: str) -> None:
         try:
             families.update((name, database.get_column_family(name)) for name in names)
             if not is_empty(families):
-                decode_state(path, families[keys.CF_META])
+                decode_state(path, families[keys.CF_META], upgrading=True)
         finally:
             families.clear()  # the column families first: they hold the database open
             database.close()

@@ -3,12 +3,13 @@
 The rules of what may be opened are `timerwheel.store.integrity`'s. Here they are applied in order,
 all before RocksDB opens the store for writing (which rewrites its LOG and MANIFEST even
 when nothing is put), so a refused start changes no byte of the data dir: the directory
-and the families are listed, then `meta` is read through a read-only open. The open for
-writing checks `meta` again (its WAL could have been replayed differently by a server
-that wrote in between). A new store gets its first scheduler state written at once, so a store
-that exists always has a whole `meta`: a later open that finds data without one knows
-the store was damaged, not merely never used. Any refusal closes the database first (it
-releases RocksDB's LOCK), then raises.
+and the families are listed, then `meta` is read through a read-only open. A store of an
+older layout is upgraded right after the open for writing, in one atomic batch
+(`timerwheel.store.upgrade`). The open for writing checks `meta` again (its WAL could
+have been replayed differently by a server that wrote in between). A new store gets its
+first scheduler state written at once, so a store that exists always has a whole `meta`:
+a later open that finds data without one knows the store was damaged, not merely never
+used. Any refusal closes the database first (it releases RocksDB's LOCK), then raises.
 
 A used store on a disk with less free space than an open for writing needs
 (`timerwheel.store.disk.reopen_needs_bytes`), or whose open for writing fails on ENOSPC,
@@ -29,6 +30,7 @@ from timerwheel.store.disk import free_bytes, is_disk_full, mib, reopen_needs_by
 from timerwheel.store.integrity import check_data_dir, check_store_read_only
 from timerwheel.store.rocks import RocksDatabase, RocksTuning
 from timerwheel.store.timer_store import TimerStore
+from timerwheel.store.upgrade import upgrade_on_open
 from timerwheel.wheels.scheduler import SchedulerState
 
 log = structlog.get_logger("timerwheel.store")
@@ -48,6 +50,7 @@ def open_store(
     store = None
     try:
         store = TimerStore(database)
+        upgrade_on_open(store)  # an older layout's store, in one atomic batch
         state = store.load_state()
         created = state is None
         if state is None:

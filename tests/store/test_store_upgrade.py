@@ -10,10 +10,13 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from timerwheel.common import State
 from timerwheel.engine.engine import Engine
-from timerwheel.store import keys
+from timerwheel.store import keys, upgrade
+from timerwheel.store.integrity import StoreDamaged
+from timerwheel.store.rocks import RocksDatabase
 from timerwheel.wheels.clock import VirtualClock
 from timerwheel.wheels.settings import HOUR_MS, MINUTE_MS, Settings
 
@@ -99,3 +102,70 @@ def test_a_v1_store_fires_delivers_and_acks_afterwards(v1):
         assert engine.get("hour-1").state is State.ACKED
     finally:
         engine.close()
+
+
+def family_contents(data_dir: Path) -> dict[str, dict[bytes, bytes]]:
+    """Every entry of every family of the closed store at `data_dir`."""
+    database = RocksDatabase(str(data_dir), read_only=True)
+    try:
+        return {name: dict(family.items()) for name, family in database.families.items()}
+    finally:
+        database.close()
+
+
+def test_a_registered_step_runs_once_in_one_batch_with_the_new_version(v1, monkeypatch):
+    """The machinery a layout change plugs into: a step from version 1, seen through the
+    staged writes of the steps before it, its writes and `meta`'s new version together."""
+    data_dir, expected = v1
+    seen: list[bytes] = []
+
+    def step(view: upgrade.UpgradeView, batch) -> None:
+        batch.writes[keys.CF_META][b"upgrade.test"] = b"1"
+        assert view.get(keys.CF_META, b"upgrade.test") == b"1"
+        for message_id, raw in view.items(keys.CF_MESSAGES):
+            seen.append(message_id)
+            batch.records[message_id] = raw  # the same bytes: answers must not move
+
+    monkeypatch.setattr(keys, "SCHEMA_VERSION", 2)
+    monkeypatch.setitem(upgrade.STEPS, 1, step)
+    with capture_logs() as logs:
+        engine = open_engine(data_dir, VirtualClock(expected["made_at_ms"]))
+    try:
+        for message_id, fields in expected["timers"].items():
+            assert timer_fields(engine.get(message_id)) == fields, message_id
+    finally:
+        engine.close()
+    assert sorted(seen) == sorted(m.encode() for m in expected["timers"])
+    upgraded = [entry for entry in logs if entry["event"] == "store_upgraded"]
+    assert [(e["from_version"], e["to_version"]) for e in upgraded] == [(1, 2)]
+    meta = family_contents(data_dir)[keys.CF_META]
+    assert meta[b"upgrade.test"] == b"1"
+    assert keys.decode_u64(meta[keys.META_SCHEMA_VERSION]) == 2
+    engine = open_engine(data_dir, VirtualClock(expected["made_at_ms"]))  # no second run
+    engine.close()
+    assert len(seen) == len(expected["timers"])
+
+
+def test_a_failed_step_changes_nothing_and_refuses_the_start(v1, monkeypatch):
+    data_dir, expected = v1
+    before = family_contents(data_dir)
+
+    def step(view: upgrade.UpgradeView, batch) -> None:
+        batch.writes[keys.CF_META][b"upgrade.test"] = b"1"
+        raise ValueError("a record this step cannot read")
+
+    monkeypatch.setattr(keys, "SCHEMA_VERSION", 2)
+    monkeypatch.setitem(upgrade.STEPS, 1, step)
+    with pytest.raises(ValueError, match="cannot read"):
+        open_engine(data_dir, VirtualClock(expected["made_at_ms"]))
+    assert family_contents(data_dir) == before
+
+
+def test_a_version_without_a_step_is_refused_before_any_write(v1, monkeypatch):
+    data_dir, expected = v1
+    before = family_contents(data_dir)
+    monkeypatch.setattr(keys, "SCHEMA_VERSION", 3)
+    monkeypatch.setitem(upgrade.STEPS, 2, lambda view, batch: None)  # none from 1
+    with pytest.raises(StoreDamaged, match="schema version 1"):
+        open_engine(data_dir, VirtualClock(expected["made_at_ms"]))
+    assert family_contents(data_dir) == before
