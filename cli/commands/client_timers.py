@@ -135,11 +135,11 @@ def _stats(client, args: argparse.Namespace) -> int:
 
 def _print_cluster(cluster) -> None:
     """Cluster mode: this node, then every partition's owner and epoch as it sees them."""
-    owned = ", ".join(map(str, cluster.owned)) or "none"
+    owned = f" ({', '.join(map(str, cluster.owned))})" if cluster.owned else ""
     print(f"{'cluster node':<18}{cluster.node} ({cluster.holder}) at {cluster.address}")
     print(f"{'live nodes':<18}{', '.join(cluster.live_nodes)}")
     print(
-        f"{'owns':<18}{owned} of {cluster.partitions} partitions; delivering: "
+        f"{'owns':<18}{len(cluster.owned)} of {cluster.partitions} partitions{owned}; delivering: "
         f"{'yes' if cluster.delivering else 'no'}; takeovers: {cluster.takeovers}"
     )
     print(

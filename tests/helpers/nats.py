@@ -18,11 +18,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -30,39 +27,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from timerwheel.procs.local_cluster import free_ports, nats_config, nats_server_path
+
 if TYPE_CHECKING:
     from helpers.netns import Machines
+
+__all__ = ["CLUSTER_NAME", "NatsCluster", "NatsNode", "free_ports", "nats_server_path"]
 
 CLUSTER_NAME = "timerwheel-test"
 READY_S = 20.0  # three servers electing a meta leader beside other work on 2 cores
 STOP_S = 5.0  # SIGTERM's grace before SIGKILL
-
-
-def nats_server_path() -> str:
-    """The pinned nats-server: the venv's bin dir first (where the wheel puts it), then PATH
-    (never Debian's 2.9, which is too old for the headers the design uses)."""
-    beside = Path(sys.executable).parent / "nats-server"
-    if beside.exists():
-        return str(beside)
-    found = shutil.which("nats-server")
-    if found is None:
-        raise FileNotFoundError("nats-server: install the cluster extra (pip install -e '.[dev]')")
-    return found
-
-
-def free_ports(count: int) -> list[int]:
-    """`count` distinct loopback ports free a moment ago: all held open at once so the
-    kernel cannot hand out the same one twice."""
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 @dataclass
@@ -118,24 +92,11 @@ class NatsCluster:
                 machine = self.machines.named(name)
                 node.host, node.prefix = machine.address, machine.prefix
             self.nodes.append(node)
-        routes = ", ".join(f"nats-route://{node.host}:{node.route_port}" for node in self.nodes)
+        routes = [f"nats-route://{node.host}:{node.route_port}" for node in self.nodes]
         for node in self.nodes:
-            node.config.write_text(
-                f"server_name: {node.name}\n"
-                f"listen: {node.host}:{node.client_port}\n"
-                f"http: {node.host}:{node.http_port}\n"
-                "jetstream {\n"
-                f'  store_dir: "{node.store_dir}"\n'
-                "  sync_interval: always\n"
-                "  max_memory_store: 64MB\n"
-                "  max_file_store: 1GB\n"
-                "}\n"
-                "cluster {\n"
-                f"  name: {CLUSTER_NAME}\n"
-                f"  listen: {node.host}:{node.route_port}\n"
-                f"  routes: [{routes}]\n"
-                "}\n"
-            )
+            ports = (node.client_port, node.route_port, node.http_port)
+            text = nats_config(node.name, node.host, *ports, node.store_dir, routes, CLUSTER_NAME)
+            node.config.write_text(text)
 
     @property
     def urls(self) -> list[str]:
