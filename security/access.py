@@ -12,13 +12,14 @@
 "Its topics" is a token's `topics` prefixes (no prefixes: every topic). A request that
 names a topic is checked before it runs; for a send that is its topic and, when given,
 its dead-letter topic. Cancel, Get, Reschedule, PauseSeries and ResumeSeries name only
-an id, so the stored timer's topic is looked up: when it is outside the token's prefixes
-the answer is the same NOT_FOUND an unknown id gets, so nothing about other topics'
-messages leaks, not even that the id exists. A send with a client-chosen id that another
-topic's message holds is refused with the ALREADY_EXISTS a conflicting resend gets (so
-if_exists REPLACE or KEEP cannot overwrite or read it). An Ack or Nack for another
-topic's ids needs no look-up: the engine acts only on ids in flight on the request's
-topic, which is checked here.
+an id, whose stored timer's topic is looked up once the id is resolved in the token's id
+scope (timerwheel.server.id_scopes, after the request is validated; the guard passes no
+look-up here): when it is outside the token's prefixes the answer is the same NOT_FOUND
+an unknown id gets, so nothing about other topics' messages leaks, not even that the id
+exists. A send's client-chosen id is the token's own (decision 0012): another token's
+use of it neither shows nor blocks it. An Ack or Nack for another topic's ids needs no
+look-up: the engine acts only on ids in flight on the request's topic, which is checked
+here.
 """
 
 from __future__ import annotations
@@ -54,15 +55,6 @@ class Denied(Exception):
 def _unknown(message_id: str) -> Denied:
     """Word for word what the engine answers for an id it does not hold."""
     return Denied(grpc.StatusCode.NOT_FOUND, f"message_id={message_id!r}: no such timer")
-
-
-def _taken(message_id: str) -> Denied:
-    """Word for word what the engine answers for a client id used by other content."""
-    return Denied(
-        grpc.StatusCode.ALREADY_EXISTS,
-        f"message_id={message_id!r}: already used by a different message; "
-        "a retry must repeat the original topic, body, properties and time exactly",
-    )
 
 
 @dataclass(frozen=True)
@@ -112,12 +104,8 @@ def _send_topics(request) -> list[tuple[str, str]]:
     return named
 
 
-def _send_ids(request) -> list[tuple[str, str]]:
-    return [(p + "message_id", s.message_id) for p, s in _sends(request) if s.message_id]
-
-
 _P, _C, _A = Role.PRODUCER, Role.CONSUMER, Role.ADMIN
-_SENDS = Rule(frozenset({_P, _A}), _send_topics, _send_ids, _taken)
+_SENDS = Rule(frozenset({_P, _A}), _send_topics)  # its ids: scoped (server/id_scopes.py)
 _BY_ID = {"ids": _message_id}
 _BY_SERIES_ID = {"ids": _series_id, "foreign_id": _unknown_series}
 RULES: dict[str, Rule] = {

@@ -50,6 +50,7 @@ from timerwheel.security.access import (
     short_name,
 )
 from timerwheel.security.limits import ByteBudget, ReceiveGate, caller_identity, set_caller
+from timerwheel.security.scopes import set_call_scope
 from timerwheel.security.tokens import Principal, TokenTable
 from timerwheel.wheels.domain import Overloaded
 
@@ -217,7 +218,10 @@ class RequestGuard(grpc.ServerInterceptor):
 
         def check(request) -> None:
             try:
-                check_request(principal, method, rule, request, self._topic_of_id)
+                # The ids a request names are not looked up here: a scoped token's ids
+                # are resolved in its id scope first (timerwheel.server.id_scopes, which
+                # answers an id on another token's topics as an unknown one).
+                check_request(principal, method, rule, request, _no_timer)
             except Denied as denied:
                 if denied.code is grpc.StatusCode.PERMISSION_DENIED:
                     _log_denied(method, principal, "topic")
@@ -226,12 +230,17 @@ class RequestGuard(grpc.ServerInterceptor):
         return check
 
 
+def _no_timer(_message_id: str) -> None:
+    return None
+
+
 def _wrapped(handler, method: str, check, principal: Principal | None) -> grpc.RpcMethodHandler:
     """The handler with a tolerant deserializer and the checks before its behaviour."""
 
     def admit(request, context) -> None:
         if principal is not None:
             set_caller(principal.name)
+            set_call_scope(principal.topics)
         _refuse_undecodable(request, short_name(method), context)
         if check is not None:
             try:
@@ -274,6 +283,7 @@ def _admitted(
     def receive(requests, context) -> Charged:
         if principal is not None:
             set_caller(principal.name)  # what caller_identity() counts this call against
+            set_call_scope(principal.topics)  # its ids' scope (timerwheel.server.id_scopes)
         key = caller_identity(context)
         if not gate.acquire(key, context.is_active):
             context.abort(

@@ -59,6 +59,7 @@ from timerwheel.server import reflection
 from timerwheel.server.admin_service import TimerAdmin
 from timerwheel.server.fan_in import FanIn
 from timerwheel.server.forwarding import Forwarding
+from timerwheel.server.id_scopes import IdScopes
 from timerwheel.server.keepalive import keepalive_options
 from timerwheel.server.memory import receive_options, return_freed_memory
 from timerwheel.server.rpc_metrics import RpcMetrics
@@ -185,6 +186,8 @@ def interceptors(
     if owners is not None and not protection.security.tls_cert_file:
         forwarding = Forwarding(owners)  # innermost: after the guard
         chain += [forwarding, FanIn(owners, forwarding), ScatterGather(owners, forwarding)]
+    if protection.tokens is not None:  # innermost: on the node that owns the ids
+        chain.append(IdScopes(engine))
     recorder = metrics.recorder()
     if isinstance(recorder, metrics.Recorder):
         chain.insert(0, RpcMetrics(recorder))

@@ -14,6 +14,7 @@ token: the caller calls again, as for any page.
 from __future__ import annotations
 
 from timerwheel.engine.api import TimerApi
+from timerwheel.security.scopes import call_scope, view
 from timerwheel.v1 import timerwheel_pb2 as pb
 from timerwheel.wheels.domain import InvalidArgument, Timer
 
@@ -43,8 +44,11 @@ def validate_search(request: pb.ListRequest) -> None:
             raise InvalidArgument("properties", "", "a property to match needs a key")
 
 
-def matches(timer: Timer, id_prefix: str, properties: dict[str, str]) -> bool:
-    if not timer.message_id.startswith(id_prefix):
+def matches(timer: Timer, id_prefix: str, properties: dict[str, str], scope: str = "") -> bool:
+    """`scope`: the caller's id scope (timerwheel.security.scopes): the prefix matches
+    ids as that token is shown them."""
+    shown = view(scope, timer.message_id) if scope else timer.message_id
+    if not shown.startswith(id_prefix):
         return False
     held = timer.properties
     return all(held.get(key) == value for key, value in properties.items())
@@ -57,6 +61,7 @@ def search_pending(
     validate_search(request)
     limit = request.limit or LIST_DEFAULT  # the engine refuses a bad limit, naming it
     wanted = dict(request.properties)
+    scope, _ = call_scope()
     found: list[Timer] = []
     token, scanned = request.page_token, 0
     while True:
@@ -65,7 +70,7 @@ def search_pending(
             request.include_body,
         )  # fmt: skip
         scanned += len(page)
-        found.extend(t for t in page if matches(t, request.id_prefix, wanted))
+        found.extend(t for t in page if matches(t, request.id_prefix, wanted, scope))
         # With bodies, one page a call: the List holds one page's max_list_bytes of them.
         done = not token or len(found) >= limit or request.include_body
         if done or scanned >= SEARCH_SCAN_TIMERS:

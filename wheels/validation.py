@@ -24,6 +24,12 @@ _MESSAGE_ID_RE = re.compile(r"[A-Za-z0-9_.:@-]+")
 _MESSAGE_REF_RE = re.compile(r"[A-Za-z0-9_.:@#-]+")
 MAX_MESSAGE_ID_LEN = 128
 MAX_MESSAGE_REF_LEN = MAX_MESSAGE_ID_LEN + 21  # '#' and an occurrence number
+# A stored id may be qualified by the namespace (id scope) the server keeps it in,
+# `<scope>/<id>` (timerwheel.security.scopes): '/' is in no client id and no topic, so a
+# client cannot spell one in a send without the server's translation. The bounds above
+# apply to the part after the scope.
+_SCOPE = r"[A-Za-z0-9_.%|,~-]{1,64}"
+_SCOPE_RE = re.compile(_SCOPE)
 
 
 def validate_topic(topic: str, settings: Settings, field: str = "topic") -> str:
@@ -62,6 +68,14 @@ def _topic_problem(topic: str) -> str:
 
 
 def validate_message_id(message_id: str, field: str = "message_id") -> str:
+    """A send's id: a client's, or one the server qualified by its id scope."""
+    if "/" in message_id:
+        return _validate_scoped(message_id, field, validate_client_id)
+    return validate_client_id(message_id, field)
+
+
+def validate_client_id(message_id: str, field: str = "message_id") -> str:
+    """An id as a client may choose it (never qualified by a scope)."""
     if not message_id:
         raise InvalidArgument(field, message_id, "must not be empty")
     if len(message_id) > MAX_MESSAGE_ID_LEN:
@@ -76,6 +90,8 @@ def validate_message_id(message_id: str, field: str = "message_id") -> str:
 def validate_message_ref(message_id: str, field: str = "message_id") -> str:
     """An id a client refers to (get, cancel, ack, nack): any id the server may hold,
     including an occurrence id ``<series id>#<n>``."""
+    if "/" in message_id:
+        return _validate_scoped(message_id, field, validate_message_ref)
     if not message_id:
         raise InvalidArgument(field, message_id, "must not be empty")
     if len(message_id) > MAX_MESSAGE_REF_LEN:
@@ -87,12 +103,23 @@ def validate_message_ref(message_id: str, field: str = "message_id") -> str:
     return message_id
 
 
+def _validate_scoped(message_id: str, field: str, validate) -> str:
+    """An id qualified by its scope: the scope, then the id as `validate` checks it."""
+    scope, _, rest = message_id.partition("/")
+    if not _SCOPE_RE.fullmatch(scope) or "/" in rest:
+        raise InvalidArgument(
+            field, message_id, "may be qualified by an id scope only as <scope>/<id>"
+        )
+    validate(rest, field)
+    return message_id
+
+
 # An Ack's or a Nack's ids in one regex pass over them joined by newlines: about a
 # quarter of the cost of checking them one by one (one C-level match, no Python call per
 # id). A newline inside an id would pass as a separator, so the newlines are counted
 # too. Only when the pass fails are the ids checked one by one, for the error that names
 # the first bad one.
-_MESSAGE_REFS_RE = re.compile(rf"(?:[A-Za-z0-9_.:@#-]{{1,{MAX_MESSAGE_REF_LEN}}}\n)*")
+_MESSAGE_REFS_RE = re.compile(rf"(?:(?:{_SCOPE}/)?[A-Za-z0-9_.:@#-]{{1,{MAX_MESSAGE_REF_LEN}}}\n)*")
 
 
 def validate_message_refs(message_ids: list[str], field: str = "message_ids") -> None:

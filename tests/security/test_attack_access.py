@@ -36,6 +36,12 @@ class World:
     scheduled: str  # the victim's pending message id
     fired: str  # the victim's fired, un-acked message id
 
+    @property
+    def unscoped(self) -> str:
+        """The victim's client id as a token with topic prefixes names it: the victim's
+        token has none, so it is unscoped (`/v-1`; plain `v-1` is the token's own)."""
+        return "/" + self.scheduled
+
     def export_refusal(self, out_dir: str) -> str:
         return _code_and_details(lambda: self.clients["admin"].export(out_dir))[1]
 
@@ -126,11 +132,11 @@ PROBES: list[tuple[str, str, Callable[[World, TimerClient], object], grpc.Status
     ("predict the next id", "producer",
      lambda w, c: _guess_neighbours(c, w.fired), grpc.StatusCode.NOT_FOUND),
     ("read another topic's message", "orders-producer",
-     lambda w, c: c.get(w.scheduled), grpc.StatusCode.NOT_FOUND),
+     lambda w, c: c.get(w.unscoped), grpc.StatusCode.NOT_FOUND),
     ("read it with a consumer token", "orders-consumer",
      lambda w, c: c.get(w.fired), grpc.StatusCode.NOT_FOUND),
     ("cancel another topic's message", "orders-producer",
-     lambda w, c: c.cancel(w.scheduled), grpc.StatusCode.NOT_FOUND),
+     lambda w, c: c.cancel(w.unscoped), grpc.StatusCode.NOT_FOUND),
     ("cancel as a consumer", "consumer",
      lambda w, c: c.cancel(w.scheduled), grpc.StatusCode.PERMISSION_DENIED),
     ("ack another topic's deliveries", "orders-consumer",
@@ -147,17 +153,18 @@ PROBES: list[tuple[str, str, Callable[[World, TimerClient], object], grpc.Status
      lambda w, c: c.send("victim.q", b"x", delay_ms=1), grpc.StatusCode.UNAUTHENTICATED),
     ("read with a made-up token", "wrong",
      lambda w, c: c.get(w.scheduled), grpc.StatusCode.UNAUTHENTICATED),
+    # Client ids are scoped per token (decision 0012): these store the attacker's own
+    # orders./v-1 and leave the victim's v-1 as it was (below), telling nothing of it.
     ("reuse the victim's client id", "orders-producer",
-     lambda w, c: c.send("orders.x", b"y", delay_ms=1, message_id="v-1"),
-     grpc.StatusCode.ALREADY_EXISTS),
+     lambda w, c: c.send("orders.x", b"y", delay_ms=3_600_000, message_id="v-1"), OK),
     ("overwrite it with if_exists REPLACE", "orders-producer",
-     lambda w, c: c.send("orders.x", b"y", delay_ms=1, message_id="v-1", if_exists=1),
-     grpc.StatusCode.ALREADY_EXISTS),
+     lambda w, c: c.send("orders.x", b"y", delay_ms=3_600_000, message_id="v-1", if_exists=1),
+     OK),
     ("read its time with if_exists KEEP", "orders-producer",
-     lambda w, c: c.send("orders.x", b"y", delay_ms=1, message_id="v-1", if_exists=2),
-     grpc.StatusCode.ALREADY_EXISTS),
+     lambda w, c: c.send("orders.x", b"y", delay_ms=3_600_000, message_id="v-1", if_exists=2),
+     OK),
     ("move another topic's message", "orders-producer",
-     lambda w, c: c.reschedule(w.scheduled, delay_ms=1), grpc.StatusCode.NOT_FOUND),
+     lambda w, c: c.reschedule(w.unscoped, delay_ms=1), grpc.StatusCode.NOT_FOUND),
     ("dead-letter into another topic", "orders-producer",
      lambda w, c: c.send("orders.x", b"y", delay_ms=1, dead_letter_topic="victim.fired"),
      grpc.StatusCode.PERMISSION_DENIED),
@@ -210,8 +217,9 @@ def test_nothing_was_stored_or_written_by_the_attacks(world):
     assert (victim.state, victim.body, victim.topic) == (State.SCHEDULED, b"secret", "victim.q")
     assert admin.get(world.fired).state == State.FIRED  # nobody acked it
     assert len(admin.list("victim.q")[0]) == 2  # v-1 and the later one, both pending
-    for topic in ("orders.x", "orders.mine"):
-        assert admin.list(topic)[0] == []
+    assert admin.list("orders.mine")[0] == []
+    # Only the attacker's own timer, in its own scope.
+    assert [m.message_id for m in admin.list("orders.x")[0]] == ["orders./v-1"]
     assert os.listdir(world.outside) == []
     assert sorted(os.listdir(world.root)) == ["link"]
     collector = Collector(admin, "victim.fired")  # the rightful consumer still gets it
