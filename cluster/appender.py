@@ -44,6 +44,7 @@ class Appender:
         self._queue: asyncio.Queue[tuple[list[journal.Entry], Future] | None] = asyncio.Queue()
         self._records = 0
         self.appended = 0
+        self.appended_bytes = 0
         self.last_sequence = marker_sequence
         self._task = asyncio.run_coroutine_threadsafe(self._run(), loop)
 
@@ -79,8 +80,9 @@ class Appender:
                 waiting.append(item)
                 size += sum(len(getattr(e, "body", b"")) for e in item[0])
             entries = [entry for batch, _ in waiting for entry in batch]
+            data = journal.encode(entries)
             try:
-                sequence = await self._append(journal.encode(entries))
+                sequence = await self._append(data)
             except BaseException as error:
                 for _, future in waiting:
                     if not future.done():
@@ -90,6 +92,7 @@ class Appender:
                     return
                 continue
             self.appended += 1
+            self.appended_bytes += len(data)
             self.last_sequence = sequence
             for _, future in waiting:
                 if not future.done():

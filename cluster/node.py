@@ -7,11 +7,14 @@ single node's engine as the index of the partitions it owns (docs/cluster.md).
                                                      JetStream tw.p<N>.log (fenced appends)
     delivery hub ──FiredSource──> DeliveryGate ──> Engine   (closed unless every lease is OWN)
 
-A node that takes a partition over writes its epoch marker, folds the partition's whole
-log (`timerwheel.cluster.journal.Fold`) and sends the live timers into its engine (which
-starts empty at every start: `timerwheel.cluster.settings.index_dir`); timers already due
-fire at once. A node that gives one up retires its timers from the engine
-(`timerwheel.cluster.purge`).
+A node that takes a partition over writes its epoch marker, loads the partition's latest
+snapshot and folds the log above it (`timerwheel.cluster.snapshot_io`), and sends the live
+timers into its engine (which starts empty at every start:
+`timerwheel.cluster.settings.index_dir`); timers already due fire at once. An owner
+snapshots a partition once the log above its snapshot passes the node's `SnapshotTerms`
+(`timerwheel.cluster.rebuild.SnapshotSchedule`); a partition whose snapshot is missing or
+damaged is refused (its lease given back), never served in part. A node that gives one up
+retires its timers from the engine (`timerwheel.cluster.purge`).
 
 Ownership is `timerwheel.cluster.lease` over the NATS lease bucket, stepped every
 `tick_ms` by one task on the node's NATS loop. Where partitions go is
@@ -23,10 +26,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import secrets
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import replace
@@ -35,7 +36,6 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from timerwheel.cluster.appender import Appender, monotonic_ms
-from timerwheel.cluster.fencing import EpochMarker, MarkerStep, marker_step
 from timerwheel.cluster.gate_state import GateState
 from timerwheel.cluster.lease import (
     Create,
@@ -59,12 +59,11 @@ from timerwheel.cluster.nats_io import (
 from timerwheel.cluster.node_queries import NodeQueries
 from timerwheel.cluster.placement import Placement
 from timerwheel.cluster.purge import purge_until_done
-from timerwheel.cluster.rebuild import Takeover, rebuild
+from timerwheel.cluster.rebuild import SnapshotSchedule, Takeover
 from timerwheel.cluster.replication import ReplicationWatch
 from timerwheel.cluster.settings import NodeSettings
-from timerwheel.wheels.domain import (
-    SendSpec,
-)
+from timerwheel.cluster.snapshot_io import PartitionSnapshots, snapshot_store
+from timerwheel.cluster.takeover import Takeovers
 from timerwheel.wheels.settings import Settings, SettingsError
 
 if TYPE_CHECKING:
@@ -73,10 +72,9 @@ if TYPE_CHECKING:
 log = structlog.get_logger("timerwheel.cluster")
 
 CLOSE_STEP_S = 3.0  # each step of a node's stop (leases handed back, NATS closed) at most
-RESTORE_CHUNK = 1_000  # sends per engine batch while a takeover restores a partition
 
 
-class ClusterNode(NodeQueries):
+class ClusterNode(Takeovers, NodeQueries):
     """`TimerApi` over the partitions this node owns (see the module docstring)."""
 
     def __init__(self, node: NodeSettings, engine: Engine) -> None:
@@ -91,6 +89,7 @@ class ClusterNode(NodeQueries):
         self._purging: set[int] = set()  # given up, its timers still leaving the engine
         self._tasks: set[asyncio.Future] = set()
         self.placement = Placement(node.name, node.lease.renew_every_ms, node.takeover_grace_ms)
+        self.snapshots = SnapshotSchedule(node.snapshot, monotonic_ms)
         self._gate = GateState(self.deliverable, lambda: self.engine.ready_topics())
         self._closing = False
         # Held while the delivery gate retires fired rows of partitions given up, and while
@@ -147,6 +146,8 @@ class ClusterNode(NodeQueries):
         self._logs = {p: PartitionLog(js, p, self.node.replicas) for p in self._views}
         for partition_log in self._logs.values():
             await partition_log.ensure()
+        store = await snapshot_store(js, self.node.replicas)
+        self._snaps = {p: PartitionSnapshots(self._logs[p], store) for p in self._views}
 
     def close(self) -> None:
         """Stop firing and delivering, hand every lease back (a standby takes each at once),
@@ -161,6 +162,7 @@ class ClusterNode(NodeQueries):
             log.warning("cluster_release_failed", error=str(error))
         if self._task is not None:
             self._task.cancel()
+        self._loop.loop.call_soon_threadsafe(self.snapshots.cancel)
         with contextlib.suppress(Exception):
             self._loop.run(self._nc.close(), CLOSE_STEP_S)
         self._loop.close()
@@ -187,6 +189,7 @@ class ClusterNode(NodeQueries):
             await asyncio.gather(*(self._step_safely(p, now) for p in list(self._views)))
             self._check_gate()
             self.replication.tick(now, self.held_partitions)  # off this path: a task
+            self.snapshots.tick(self._owned, self._snaps)  # off this path: tasks
             await asyncio.sleep(self.node.tick_ms / 1000)
 
     def preferred(self, partition: int) -> str:
@@ -255,6 +258,7 @@ class ClusterNode(NodeQueries):
         self._views[partition] = view.release()
         self._set_gate(False)
         appender = self._owned.pop(partition)
+        self.snapshots.dropped(partition)
         appender.close()
         await appender.drained()
         with contextlib.suppress(Exception):
@@ -288,71 +292,8 @@ class ClusterNode(NodeQueries):
             return False
         return self.placement.may_take(partition, now)
 
-    # == taking a partition over ==========================================================
-    async def _take_over(self, partition: int) -> None:
-        started = time.monotonic()
-        try:
-            view = self._views[partition]
-            if view.held is None:
-                return
-            epoch = view.held.epoch
-            partition_log = self._logs[partition]
-            last_seq, marker = await partition_log.last_marker()
-            step = marker_step(epoch, self.holder, marker)
-            if step is MarkerStep.DEPOSED:
-                self._views[partition] = view.deposed()
-                return
-            if step is MarkerStep.WRITE:
-                written = await partition_log.write_marker(
-                    EpochMarker(epoch, self.holder, self.address), last_seq
-                )
-                if written is None:
-                    return  # another marker got there: the next tick reads again
-                last_seq = written
-            fold = await rebuild(partition_log)
-            not_before = self.engine.now_ms() - self.settings.max_past_ms + 60_000
-            specs = fold.specs(not_before)
-            loop = asyncio.get_running_loop()
-            await loop.run_in_executor(None, self._restore, specs)
-            view = self._views[partition]
-            if view.held is None or view.held.epoch != epoch:
-                await loop.run_in_executor(None, self._purge, partition)
-                return
-            self._views[partition] = view.fenced(last_seq)
-            self._owned[partition] = Appender(
-                partition_log, epoch, last_seq, loop, functools.partial(self._deadline, partition),
-                monotonic_ms, self._fenced,
-            )  # fmt: skip
-            takeover = Takeover(
-                partition, epoch, fold.records, len(specs), time.monotonic() - started,
-                self.engine.now_ms(),
-            )  # fmt: skip
-            self.takeovers.append(takeover)
-            log.info(
-                "cluster_partition_owned", partition=partition, epoch=epoch,
-                records_replayed=fold.records, live=len(specs),
-                seconds=round(takeover.seconds, 3),
-            )  # fmt: skip
-            self._check_gate()
-        except Exception as error:
-            log.warning("cluster_takeover_failed", partition=partition, error=repr(error))
-        finally:
-            self._taking.discard(partition)
-
-    def _deadline(self, partition: int) -> int | None:
-        return self._views[partition].deadline_ms()
-
-    def _restore(self, specs: list[SendSpec]) -> None:
-        for start in range(0, len(specs), RESTORE_CHUNK):
-            self.engine.send_batch(specs[start : start + RESTORE_CHUNK])
-
-    def _fenced(self, partition: int) -> None:
-        """An append was refused: a newer epoch owns it; give it up at once."""
-        log.warning("cluster_partition_fenced", partition=partition)
-        self._views[partition] = self._views[partition].deposed()
-        self._set_gate(False)
-
     async def _lose(self, partition: int, reason: str) -> None:
+        self.snapshots.dropped(partition)
         appender = self._owned.pop(partition, None)
         if appender is not None:
             appender.close()

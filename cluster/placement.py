@@ -30,6 +30,7 @@ class Placement:
         self._seen_at: dict[str, int] = {}  # node -> when this node first saw it live
         self._absent_since: dict[int, int] = {}  # partition -> when found without an owner
         self._last_hand_off_ms = NEVER_MS
+        self._refused_until: dict[int, int] = {}  # partition -> not taken before (its snapshot)
 
     async def register(self, nodes_kv: Any, address: str, now_ms: int) -> None:
         """Put this node in the registry and read who else is there (failures ignored: the
@@ -65,7 +66,9 @@ class Placement:
 
     def may_take(self, partition: int, now_ms: int) -> bool:
         """May this node create the partition's lease now: it is the preferred node, or
-        the partition has been without an owner for the grace."""
+        the partition has been without an owner for the grace; never while it refuses it."""
+        if now_ms < self._refused_until.get(partition, now_ms):
+            return False
         if self.preferred(partition) == self.name:
             return True
         since = self._absent_since.get(partition, now_ms)
@@ -80,6 +83,11 @@ class Placement:
         if now_ms - self._last_hand_off_ms < self.renew_every_ms:
             return False
         return now_ms - self._seen_at.get(preferred, now_ms) >= self.grace_ms
+
+    def refuse(self, partition: int, until_ms: int) -> None:
+        """This node found the partition's snapshot invalid: it takes it again only after
+        `until_ms` (another node may find it readable, or an operator restore it)."""
+        self._refused_until[partition] = until_ms
 
     def handing_off(self, now_ms: int) -> None:
         self._last_hand_off_ms = now_ms

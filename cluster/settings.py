@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -9,6 +10,45 @@ from pathlib import Path
 from timerwheel.cluster.lease import LeaseTerms
 from timerwheel.cluster.partitions import DEFAULT_PARTITIONS, check_partition_count
 from timerwheel.wheels.settings import SettingsError
+
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class SnapshotTerms:
+    """When an owner snapshots a partition (docs/cluster.md, "The bounded log"): once the
+    log above the latest snapshot holds `records` records or `bytes` bytes, whichever
+    comes first. A takeover then replays at most that much, plus what was appended while
+    the snapshot was taken. Small values are for tests."""
+
+    records: int = 1_000_000
+    bytes: int = 256 * MIB
+    retry_ms: int = 5_000  # after a snapshot failed, the next try waits this long
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.records <= 100_000_000:
+            raise SettingsError(f"snapshot records {self.records}: 1 to 100,000,000")
+        if not 1_024 <= self.bytes <= 64 * 1024 * MIB:
+            raise SettingsError(f"snapshot bytes {self.bytes}: 1 KiB to 64 GiB")
+        if not 100 <= self.retry_ms <= 600_000:
+            raise SettingsError(f"snapshot retry_ms {self.retry_ms}: 100 to 600,000")
+
+    def due(self, records: int, size: int) -> bool:
+        return records >= self.records or size >= self.bytes
+
+    @classmethod
+    def from_env(cls) -> SnapshotTerms:
+        """The defaults, or `TIMERWHEEL_CLUSTER_SNAPSHOT_RECORDS` / `_BYTES` where set (a
+        fault suite's small values: `timerwheel serve` has no flag for them)."""
+        given = {}
+        for name in ("records", "bytes"):
+            value = os.environ.get(f"TIMERWHEEL_CLUSTER_SNAPSHOT_{name.upper()}")
+            if value:
+                try:
+                    given[name] = int(value)
+                except ValueError as error:
+                    raise SettingsError(f"snapshot {name} {value!r}: a whole number") from error
+        return cls(**given)
 
 
 @dataclass(frozen=True)
@@ -23,6 +63,7 @@ class NodeSettings:
     tick_ms: int = 100
     call_timeout_ms: int = 2_000
     takeover_grace_ms: int = 3_000
+    snapshot: SnapshotTerms = field(default_factory=SnapshotTerms.from_env)
 
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name or "." in self.name:

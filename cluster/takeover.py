@@ -1,0 +1,154 @@
+"""Taking a partition over: the epoch marker, the partition's latest snapshot and the log
+above it restored into the node's engine, then an appender under the new epoch
+(docs/cluster.md, "What a node does now" and "The bounded log"). A partition whose
+snapshot is missing or damaged is refused: its lease goes back and the node leaves it for
+`REFUSED_MS`, rather than serve a part of its timers (decision 0011). `ClusterNode` mixes
+this in; the lease loop starts `_take_over` as a task once a lease is won.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import threading
+import time
+from typing import TYPE_CHECKING
+
+import structlog
+
+from timerwheel.cluster.appender import Appender, monotonic_ms
+from timerwheel.cluster.fencing import EpochMarker, MarkerStep, marker_step
+from timerwheel.cluster.lease import LeaseView, Release
+from timerwheel.cluster.rebuild import SnapshotSchedule, Takeover
+from timerwheel.cluster.snapshot import SnapshotInvalid
+from timerwheel.wheels.domain import SendSpec
+
+if TYPE_CHECKING:
+    from timerwheel.cluster.nats_io import NatsLeaseStore, PartitionLog
+    from timerwheel.cluster.placement import Placement
+    from timerwheel.cluster.settings import NodeSettings
+    from timerwheel.cluster.snapshot_io import PartitionSnapshots
+    from timerwheel.engine.engine import Engine
+    from timerwheel.wheels.settings import Settings
+
+log = structlog.get_logger("timerwheel.cluster")
+
+RESTORE_CHUNK = 1_000  # sends per engine batch while a takeover restores a partition
+REFUSED_MS = 30_000  # a node that found a partition's snapshot invalid leaves it this long
+
+
+class Takeovers:
+    node: NodeSettings
+    engine: Engine
+    settings: Settings
+    holder: str
+    address: str
+    placement: Placement
+    snapshots: SnapshotSchedule
+    takeovers: list[Takeover]
+    retire_lock: threading.Lock
+    _views: dict[int, LeaseView]
+    _owned: dict[int, Appender]
+    _taking: set[int]
+    _logs: dict[int, PartitionLog]
+    _snaps: dict[int, PartitionSnapshots]
+    _store: NatsLeaseStore
+
+    def _purge(self, partition: int) -> None:
+        raise NotImplementedError
+
+    def _check_gate(self) -> None:
+        raise NotImplementedError
+
+    def _set_gate(self, open_: bool) -> None:
+        raise NotImplementedError
+
+    async def _take_over(self, partition: int) -> None:
+        started = time.monotonic()
+        try:
+            view = self._views[partition]
+            if view.held is None:
+                return
+            epoch = view.held.epoch
+            partition_log = self._logs[partition]
+            last_seq, marker = await partition_log.last_marker()
+            step = marker_step(epoch, self.holder, marker)
+            if step is MarkerStep.DEPOSED:
+                self._views[partition] = view.deposed()
+                return
+            if step is MarkerStep.WRITE:
+                written = await partition_log.write_marker(
+                    EpochMarker(epoch, self.holder, self.address), last_seq
+                )
+                if written is None:
+                    return  # another marker got there: the next tick reads again
+                last_seq = written
+            try:
+                rebuilt = await self._snaps[partition].rebuild()
+            except SnapshotInvalid as error:
+                await self._refuse(partition, str(error))
+                return
+            fold = rebuilt.fold
+            not_before = self.engine.now_ms() - self.settings.max_past_ms + 60_000
+            specs = fold.specs(not_before)
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(None, self._restore, specs)
+            view = self._views[partition]
+            if view.held is None or view.held.epoch != epoch:
+                await loop.run_in_executor(None, self._purge, partition)
+                return
+            self._views[partition] = view.fenced(last_seq)
+            self._owned[partition] = Appender(
+                partition_log, epoch, last_seq, loop, functools.partial(self._deadline, partition),
+                monotonic_ms, self._fenced,
+            )  # fmt: skip
+            self.snapshots.owned(
+                partition, fold.records, rebuilt.replayed_bytes, self._owned[partition]
+            )  # fmt: skip
+            pointer = rebuilt.pointer
+            takeover = Takeover(
+                partition, epoch, fold.records, len(specs), time.monotonic() - started,
+                self.engine.now_ms(), pointer.through if pointer else 0,
+                pointer.live if pointer else 0,
+            )  # fmt: skip
+            self.takeovers.append(takeover)
+            log.info(
+                "cluster_partition_owned", partition=partition, epoch=epoch,
+                records_replayed=fold.records, live=len(specs),
+                snapshot_through=takeover.snapshot_through, seconds=round(takeover.seconds, 3),
+            )  # fmt: skip
+            self._check_gate()
+        except Exception as error:
+            log.warning("cluster_takeover_failed", partition=partition, error=repr(error))
+        finally:
+            self._taking.discard(partition)
+
+    async def _refuse(self, partition: int, reason: str) -> None:
+        """The partition's snapshot is missing or damaged (the log below it is purged):
+        give the lease back and leave the partition for REFUSED_MS rather than serve a
+        part of its timers. Calls on it answer UNAVAILABLE meanwhile."""
+        log.error("cluster_snapshot_invalid", partition=partition, error=reason)
+        self.placement.refuse(partition, monotonic_ms() + REFUSED_MS)
+        view = self._views[partition]
+        if view.held is None:
+            return
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(
+                self._store.delete_async(view.key, view.held.revision),
+                self.node.call_timeout_ms / 1000,
+            )
+        self._views[partition] = view.answered(Release(view.key, view.held.revision), True)
+
+    def _deadline(self, partition: int) -> int | None:
+        return self._views[partition].deadline_ms()
+
+    def _restore(self, specs: list[SendSpec]) -> None:
+        for start in range(0, len(specs), RESTORE_CHUNK):
+            self.engine.send_batch(specs[start : start + RESTORE_CHUNK])
+
+    def _fenced(self, partition: int) -> None:
+        """An append was refused: a newer epoch owns it; give it up at once."""
+        log.warning("cluster_partition_fenced", partition=partition)
+        self._views[partition] = self._views[partition].deposed()
+        self._set_gate(False)
