@@ -40,6 +40,10 @@ class Op:
     # waits on it, so it rides along with the writer's next group commit, made for a fire
     # or another op, or at most this long after it was queued (Writer.submit).
     linger_ms: ClassVar[int] = 0
+    # True for what adds work (sends): refused past the writer's queue budget. What
+    # settles work (acks, cancels, nacks, trace events) is always queued: refusing an Ack
+    # under overload would only bring its message back as a redelivery, more work.
+    sheddable: ClassVar[bool] = False
 
     @property
     def weight(self) -> int:

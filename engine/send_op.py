@@ -11,7 +11,7 @@ A `SendOp` is prepared outside the writer (validated, ids chosen, records encode
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 from timerwheel.common import SendResult, State
 from timerwheel.engine.ops import Op, WriterContext, unschedule
@@ -71,6 +71,7 @@ class SendOp(Op):
     topics: list[str] = field(default_factory=list)
     client_ids: bool = False  # some spec carries a client-chosen id
     extras: list[bytes | None] | None = None  # per send, when some carry options
+    sheddable: ClassVar[bool] = True  # refused past the writer's queue budget (Op)
 
     def results_as_prepared(self) -> list[SendResult]:
         """Each send stored under the id and time it was prepared with: the results of

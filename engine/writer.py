@@ -180,7 +180,7 @@ class Writer:
                 raise ShuttingDown(self.health.failure or "the timer engine is shutting down")
             self.health.refuse_if_full()
             limit = self._headroom.queue_limit()
-            if self._queued_weight + op.weight > limit and self._queue:
+            if op.sheddable and self._queued_weight + op.weight > limit and self._queue:
                 behind_ms = self._headroom.queue_ms(self._queued_weight)
                 raise Overloaded(
                     f"writer queue holds {self._queued_weight} operations, about {behind_ms} "

@@ -182,6 +182,12 @@ SCENARIOS: dict[str, Scenario] = {
             delay_max_ms=10 * MINUTE_MS, max_outstanding=5_000,
         ),
         Scenario(
+            "overload", "about twice what one process sustains: 40,000 sends/s, delay "
+            "3 s..60 s; the excess is refused or slowed at the producers, never the fires",
+            rate=40_000, duration_s=60.0, batch=100, producers=4, consumers=1, topics=1,
+            body_bytes=128, delay_min_ms=3 * SECOND_MS, delay_max_ms=60 * SECOND_MS,
+        ),
+        Scenario(
             "burst", "N timers due in the same second",
             rate=50_000, duration_s=20.0, count=1_000_000, batch=1_000, producers=2,
             consumers=1, topics=1, body_bytes=32, burst_window_ms=1_000,

@@ -230,6 +230,22 @@ def test_a_commit_takes_the_work_of_its_time_budget_and_the_queue_refuses_beyond
     assert all(f.done() for f in first) and wheel_count(engine, "second") == 40
 
 
+def test_acks_and_cancels_are_queued_past_the_budget_sends_are_not(make_engine):
+    """Under overload the excess is refused at the producers: an Ack or a Cancel settles
+    work, and refusing it would only bring its message back as more work."""
+    engine = make_engine(max_queued_ops=2)
+    now, later = engine.send_batch([delay(0, topic="t"), delay(5_000, topic="t")])
+    engine.run_until_idle()
+    fired = [f.timer.message_id for f in engine.fetch_fired("t", 0, 10)]
+    assert fired == [now.message_id]
+    queued = [engine.send_batch_async([delay(1_000)]) for _ in range(2)]  # the queue is full
+    with pytest.raises(Overloaded):
+        engine.send_batch_async([delay(1_000)])
+    assert engine.ack("t", fired) == fired  # queued behind the sends, not refused
+    assert engine.cancel(later.message_id) == State.CANCELLED
+    assert all(f.done() for f in queued)
+
+
 def test_closed_engine_refuses_new_work(make_engine):
     engine = make_engine()
     engine.close()

@@ -132,6 +132,24 @@ def test_smoke_scenario_spawned_server_accounts_for_every_message(tmp_path, caps
     assert leftover_processes(before) == []  # the server and the workers are all gone
 
 
+def test_overload_refused_sends_are_accounted_and_nothing_stored_is_lost(tmp_path, capsys):
+    """The overload scenario against a server whose writer queue holds one batch: what
+    the writer refuses (RESOURCE_EXHAUSTED) is counted at the producers, not as lost, and
+    every message is either stored (then delivered and acked) or refused."""
+    code, fig, _ = run_loadtest(
+        tmp_path, "--scenario", "overload", "--rate", "4000", "--duration", "3s",
+        "--delay-min", "1s", "--delay-max", "2s", "--serve-flag=--max-queued-ops=100",
+    )  # fmt: skip
+    table = capsys.readouterr().out
+    acc, send = fig["accounting"], fig["send"]
+    assert code == 0, acc["problems"]
+    refused = send["errors"].get("send_RESOURCE_EXHAUSTED", 0)
+    assert acc["sent"] + refused == send["planned"] == 12_000
+    assert acc["lost"] == 0 and acc["acked"] == acc["sent"]
+    assert fig["fire_lateness_ms"]["count"] > 0  # reported apart from send latency
+    assert "- fire lateness (server) P50 / P99 / P999 / max" in table
+
+
 def test_tdmq_thread_shape_sends_single_messages_batched_by_the_producer(tmp_path):
     """16 threads each send() one message at a time; the batching producer packs them."""
     server = start_server(tmp_path)
