@@ -19,7 +19,9 @@ as that stored id. A Get, Cancel, Reschedule, PauseSeries or ResumeSeries whose 
 timer is absent or on another token's topics is answered NOT_FOUND in the engine's words,
 with the id as sent: the same code and text either way. A send is validated whole first
 (`validate_sends`, and a scoped token's ids as a client may choose them), so an invalid
-request is answered before any id is looked up. Ack and Nack ids are mapped without a
+request is answered before any id is looked up; a send's id that its own scope holds on
+another token's topic (an unscoped token may send with a stored id) is answered
+ALREADY_EXISTS, never replaced. Ack and Nack ids are mapped without a
 look-up (`security.scopes.stored`, the inverse of what deliveries show).
 """
 
@@ -34,7 +36,7 @@ from timerwheel.engine.api import TimerApi
 from timerwheel.security import scopes
 from timerwheel.server.errors import rpc_errors
 from timerwheel.server.service import specs_from_proto
-from timerwheel.wheels.domain import NotFound
+from timerwheel.wheels.domain import AlreadyExists, NotFound
 from timerwheel.wheels.validation import (
     validate_ack_count,
     validate_client_id,
@@ -74,6 +76,18 @@ class _Call:
 
     def mine(self, topic: str | None) -> bool:
         return topic is not None and topic.startswith(self.prefixes)
+
+    def for_send(self, client_id: str, field: str) -> str:
+        """The stored id a send of `client_id` goes to. Its own scope's id on a topic not
+        its own (an unscoped token may send with a stored id) is not its to replace or
+        read: the answer a conflicting resend gets, naming the id as sent."""
+        target, topic = self.resolve(client_id)
+        if topic is not None and not self.mine(topic):
+            raise AlreadyExists(
+                f"{field}={client_id!r}: already used by a different message; "
+                "a retry must repeat the original topic, body, properties and time exactly"
+            )
+        return target
 
     def checked(self, client_id: str, field: str) -> tuple[str, str | None]:
         """`resolve` of an id first validated as the token wrote it (`/X`: the unscoped X)."""
@@ -156,7 +170,7 @@ class IdScopes(grpc.ServerInterceptor):
             return None  # a server-made id: nothing to map
         given = request.message_id
         self._validate(call, [request])
-        request.message_id = call.resolve(given)[0]
+        request.message_id = call.for_send(given, "message_id")
 
         def finish(response) -> None:
             response.message_id = given
@@ -169,9 +183,11 @@ class IdScopes(grpc.ServerInterceptor):
             return None
         self._validate(call, messages)
         given = [message.message_id for message in messages]
-        for message in messages:
+        many = len(messages) > 1
+        for index, message in enumerate(messages):
             if message.message_id:
-                message.message_id = call.resolve(message.message_id)[0]
+                field = f"messages[{index}].message_id" if many else "message_id"
+                message.message_id = call.for_send(message.message_id, field)
 
         def finish(response) -> None:
             for result, client_id in zip(response.results, given, strict=False):

@@ -251,3 +251,20 @@ def test_stored_ids_may_carry_a_scope_and_client_ids_may_not():
                 validate(bad)
     with pytest.raises(InvalidArgument, match="may hold only letters"):
         validate_client_id("orders./x")
+
+
+def test_an_id_planted_in_a_scope_on_another_topic_is_not_the_tenants(scoped):
+    """An unscoped token may send with a stored id; one in a tenant's scope but on a topic
+    outside its prefixes is neither readable nor replaceable by the tenant."""
+    start, client, _ = scoped
+    server = start()
+    orders, admin = client(server, "orders"), client(server, "admin")
+    admin.send("billing.b", b"planted", delay_ms=HOUR_MS, message_id="orders./p-1")
+    assert status_of(lambda: orders.get("p-1")).code == grpc.StatusCode.NOT_FOUND
+    for policy in (0, 1, 2):
+        refused = status_of(
+            lambda p=policy: orders.send("orders.a", b"x", delay_ms=HOUR_MS, message_id="p-1",
+                                         if_exists=p)
+        )  # fmt: skip
+        assert refused.code == grpc.StatusCode.ALREADY_EXISTS and "'p-1'" in refused.details
+    assert admin.get("orders./p-1").body == b"planted"
