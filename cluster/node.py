@@ -63,6 +63,7 @@ from timerwheel.cluster.rebuild import SnapshotSchedule, Takeover
 from timerwheel.cluster.replication import ReplicationWatch
 from timerwheel.cluster.settings import NodeSettings
 from timerwheel.cluster.snapshot_io import PartitionSnapshots, snapshot_store
+from timerwheel.cluster.standby import Standbys
 from timerwheel.cluster.takeover import Takeovers
 from timerwheel.wheels.settings import Settings, SettingsError
 
@@ -90,6 +91,7 @@ class ClusterNode(Takeovers, NodeQueries):
         self._tasks: set[asyncio.Future] = set()
         self.placement = Placement(node.name, node.lease.renew_every_ms, node.takeover_grace_ms)
         self.snapshots = SnapshotSchedule(node.snapshot, monotonic_ms)
+        self.standbys = Standbys({})  # the partitions this node would take next, kept warm
         self._gate = GateState(self.deliverable, lambda: self.engine.ready_topics())
         self._closing = False
         # Held while the delivery gate retires fired rows of partitions given up, and while
@@ -148,6 +150,7 @@ class ClusterNode(Takeovers, NodeQueries):
             await partition_log.ensure()
         store = await snapshot_store(js, self.node.replicas)
         self._snaps = {p: PartitionSnapshots(self._logs[p], store) for p in self._views}
+        self.standbys = Standbys(self._snaps)
 
     def close(self) -> None:
         """Stop firing and delivering, hand every lease back (a standby takes each at once),
@@ -190,7 +193,27 @@ class ClusterNode(Takeovers, NodeQueries):
             self._check_gate()
             self.replication.tick(now, self.held_partitions)  # off this path: a task
             self.snapshots.tick(self._owned, self._snaps)  # off this path: tasks
+            if not self._closing:
+                self.standbys.keep(self._standing_by())  # off this path: tasks
             await asyncio.sleep(self.node.tick_ms / 1000)
+
+    def _standing_by(self) -> list[int]:
+        """The partitions this node would take next and does not hold (timerwheel.cluster
+        .standby): their owner as last read, or none."""
+        mine = []
+        for partition, view in self._views.items():
+            if partition in self._owned:
+                continue
+            taking = view.held is not None or partition in self._taking
+            if partition in self.standbys.running and (taking or view.seen is None):
+                mine.append(partition)  # its takeover takes it; or stays warm, owner gone
+                continue
+            if taking:
+                continue
+            owner = view.seen.value.holder.split("/", 1)[0] if view.seen is not None else None
+            if self.placement.standby(partition, owner) == self.node.name:
+                mine.append(partition)
+        return mine
 
     def preferred(self, partition: int) -> str:
         """The live node a partition goes to first (`Placement.preferred`)."""

@@ -14,6 +14,7 @@ key listing on the node bucket).
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
 from timerwheel.cluster.partitions import preferred_node
@@ -51,6 +52,16 @@ class Placement:
         """The live node a partition goes to first (a node joining or leaving moves only
         its own share)."""
         return preferred_node(partition, self.live_nodes)
+
+    def standby(self, partition: int, owner: str | None) -> str:
+        """The node that would take the partition next: the first live node in its
+        rendezvous order that is not its owner (the preferred node while it has none)."""
+
+        def rank(name: str) -> tuple[int, str]:
+            return -zlib.crc32(f"{name}:{partition}".encode()), name
+
+        ranked = sorted(self.live_nodes, key=rank)
+        return next((name for name in ranked if name != owner), self.name)
 
     def read(self, partition: int, owner_found: bool, now_ms: int) -> None:
         """A read of the partition's lease answered: the grace runs from the first read

@@ -40,6 +40,7 @@ class Takeover:
     at_ms: int
     snapshot_through: int = 0  # the snapshot's stream sequence (0: none yet)
     snapshot_live: int = 0
+    standby_through: int = 0  # the warm standby's sequence it replayed above (0: none)
 
 
 @dataclass

@@ -63,10 +63,12 @@ async def snapshot_store(js: JetStreamContext, replicas: int) -> ObjectStore:
 class Rebuilt:
     """A partition's live timers as a takeover found them."""
 
-    fold: journal.Fold  # `records`: the log records replayed above the snapshot
+    fold: journal.Fold  # `records`: the log records folded above its snapshot
     pointer: Pointer | None
     through: int  # the stream sequence replayed through
+    replayed: int  # log records the takeover read and folded (above the standby's or S)
     replayed_bytes: int
+    standby_through: int = 0  # the warm standby's sequence it started from (0: none)
 
 
 @dataclass
@@ -119,11 +121,17 @@ class PartitionSnapshots:
         fold = await loop.run_in_executor(None, snapshot.decode, self.partition, pointer, data)
         return fold, pointer
 
-    async def rebuild(self) -> Rebuilt:
-        """What a takeover restores: the latest snapshot, and the log above it replayed
-        through the stream's last sequence now."""
-        fold, pointer = await self.load()
-        after = pointer.through if pointer is not None else 0
+    async def rebuild(self, standby: tuple[journal.Fold, int] | None = None) -> Rebuilt:
+        """What a takeover restores: the warm standby's fold through its sequence when one
+        is given and no snapshot is newer, else the latest snapshot; and the log above it
+        replayed through the stream's last sequence now."""
+        _, pointer = await self.last_pointer()
+        if standby is not None and (pointer is None or pointer.through <= standby[1]):
+            fold, after = standby
+        else:
+            standby = None
+            fold, pointer = await self.load()
+            after = pointer.through if pointer is not None else 0
         through = await self.log.last_sequence()
         records = await self.log.read_log(after, through)
         loop = asyncio.get_running_loop()
@@ -131,7 +139,10 @@ class PartitionSnapshots:
         _, now = await self.last_pointer()
         if now != pointer:
             raise SnapshotMoved(f"partition {self.partition}: a snapshot was taken meanwhile")
-        return Rebuilt(fold, pointer, through, sum(len(data) for _, data in records))
+        replayed = sum(len(data) for _, data in records)
+        return Rebuilt(
+            fold, pointer, through, len(records), replayed, standby[1] if standby else 0
+        )  # fmt: skip
 
     async def take(self, epoch: int, marker_sequence: int) -> Taken:
         """A new snapshot through the stream's last sequence (see the module docstring).

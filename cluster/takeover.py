@@ -22,6 +22,7 @@ from timerwheel.cluster.fencing import EpochMarker, MarkerStep, marker_step
 from timerwheel.cluster.lease import LeaseView, Release
 from timerwheel.cluster.rebuild import SnapshotSchedule, Takeover
 from timerwheel.cluster.snapshot import SnapshotInvalid
+from timerwheel.cluster.standby import Standbys
 from timerwheel.wheels.domain import SendSpec
 
 if TYPE_CHECKING:
@@ -46,6 +47,7 @@ class Takeovers:
     address: str
     placement: Placement
     snapshots: SnapshotSchedule
+    standbys: Standbys
     takeovers: list[Takeover]
     retire_lock: threading.Lock
     _views: dict[int, LeaseView]
@@ -85,7 +87,8 @@ class Takeovers:
                     return  # another marker got there: the next tick reads again
                 last_seq = written
             try:
-                rebuilt = await self._snaps[partition].rebuild()
+                warm = await self.standbys.take(partition)
+                rebuilt = await self._snaps[partition].rebuild(warm)
             except SnapshotInvalid as error:
                 await self._refuse(partition, str(error))
                 return
@@ -108,15 +111,16 @@ class Takeovers:
             )  # fmt: skip
             pointer = rebuilt.pointer
             takeover = Takeover(
-                partition, epoch, fold.records, len(specs), time.monotonic() - started,
+                partition, epoch, rebuilt.replayed, len(specs), time.monotonic() - started,
                 self.engine.now_ms(), pointer.through if pointer else 0,
-                pointer.live if pointer else 0,
+                pointer.live if pointer else 0, rebuilt.standby_through,
             )  # fmt: skip
             self.takeovers.append(takeover)
             log.info(
                 "cluster_partition_owned", partition=partition, epoch=epoch,
-                records_replayed=fold.records, live=len(specs),
-                snapshot_through=takeover.snapshot_through, seconds=round(takeover.seconds, 3),
+                records_replayed=rebuilt.replayed, live=len(specs),
+                snapshot_through=takeover.snapshot_through,
+                standby_through=takeover.standby_through, seconds=round(takeover.seconds, 3),
             )  # fmt: skip
             self._check_gate()
         except Exception as error:

@@ -114,6 +114,14 @@ def under_load(run: ClusterRun, fault, name: str) -> dict:
     extra["records_replayed"] = sum(
         int(e["records_replayed"]) for e in taken if int(e["partition"]) in moved
     )
+    # how the moved partitions were rebuilt (docs/cluster.md, "The bounded log")
+    extra["from_standby"] = sum(
+        1 for e in taken if int(e["partition"]) in moved and int(e.get("standby_through", 0))
+    )
+    extra["snapshots"] = sum(
+        1 for server in run.servers.values() for e in list(server.events)
+        if e.get("event") == "cluster_snapshot_taken"
+    )  # fmt: skip
     extra.update(lateness(run, acked, window_ms))
     return report(name, run, acked, missing, partitions_moved=len(moved), **extra)
 

@@ -187,6 +187,41 @@ def test_a_snapshot_bounds_the_log_and_a_takeover_replays_above_it(nodes, cluste
             engine.get(message_id)
 
 
+def test_a_warm_standby_replays_only_what_it_lags(nodes, cluster):
+    """Node b owns partition 0 (its preferred node); a, the next in its rendezvous order,
+    keeps it folded while b appends and snapshots, and replays only what it lags when it
+    takes the partition over."""
+    run = nodes(SnapshotTerms(records=THRESHOLD, bytes=1 << 30, retry_ms=500))
+    owner = run.start("b")
+    wait_for(lambda: owner.owned() == [0], OWN_S, "node b owning partition 0")
+    standby = run.start("a")
+    wait_for(lambda: 0 in standby.standbys.running, OWN_S, "node a standing by for 0")
+    api = ClusterApi(owner)
+    live: set[str] = set()
+    for round_ in range(1, 3):
+        more, gone = write(api, THRESHOLD + 2, prefix=f"s{round_}")
+        live = (live | more) - gone
+        wait_for(lambda n=round_: len(owner.snapshots.taken) >= n, 30, f"snapshot {round_}")
+    more, gone = write(api, 5, prefix="s3")
+    live = (live | more) - gone
+    last = owner.cluster_map()["map"][0]["last_sequence"]
+    warm = standby.standbys.running[0]
+    wait_for(lambda: warm.through >= last, 30, "the standby through the last record")
+    applied = warm.applied
+
+    owner.close()  # a takes it once the grace has passed (b is still registered a moment)
+    wait_for(lambda: standby.owned() == [0], OWN_S, "node a owning partition 0")
+    takeover = standby.takeovers[-1]
+    print(f"\nstandby applied {applied} records; takeover from standby through "
+          f"{takeover.standby_through}: records replayed {takeover.records}, live "
+          f"{takeover.live}")  # fmt: skip
+    assert takeover.standby_through >= last and takeover.records <= 1  # b's last marker
+    assert takeover.live == len(live)
+    for message_id in live:
+        assert standby.engine.get(message_id).body == f"body {message_id}".encode()
+    assert not standby.standbys.running  # an owner stands by for nothing of its own
+
+
 def test_a_missing_or_damaged_snapshot_is_refused_until_readable(nodes, cluster, monkeypatch):
     monkeypatch.setattr(takeover_module, "REFUSED_MS", 1_000)
     run = nodes(SnapshotTerms(records=5, bytes=1 << 30, retry_ms=500))
