@@ -48,8 +48,10 @@ class ClusterApi:
     def now_ms(self) -> int:
         return self.engine.now_ms()
 
-    def send_batch_async(self, specs: Iterable[SendSpec]) -> Future:
-        specs = list(specs)
+    def check_sends(self, specs: list[SendSpec]) -> list[int]:
+        """Validate a batch as a whole (InvalidArgument naming `messages[i]`): each send's
+        deliver time. A batch split by owner is checked here before any part is sent
+        (server.forwarding)."""
         for index, spec in enumerate(specs):
             if spec.options is not None and spec.options.repeat is not None:
                 name = "repeat" if len(specs) == 1 else f"messages[{index}].repeat"
@@ -57,7 +59,11 @@ class ClusterApi:
                     name, "<a recurring series>", "recurring series are not served in cluster "
                     "mode yet; send one-shot timers"
                 )  # fmt: skip
-        deliver_times = validate_sends(specs, self.engine.now_ms(), self.settings)
+        return validate_sends(specs, self.engine.now_ms(), self.settings)
+
+    def send_batch_async(self, specs: Iterable[SendSpec]) -> Future:
+        specs = list(specs)
+        deliver_times = self.check_sends(specs)
         owned = self.node.owned()
         named: list[SendSpec] = []
         partitions: list[int] = []

@@ -11,11 +11,14 @@ class NotOwner(FailedPrecondition):
     client can go there (`timerwheel.Client` does)."""
 
     def __init__(self, partition: int, holder: str, address: str, epoch: int) -> None:
+        name = holder.split("/", 1)[0]  # the holder is name/incarnation
         super().__init__(
-            f"not owner of partition {partition}: owner is {holder} at {address}, epoch {epoch}"
+            f"not owner of partition {partition}: owner is {name} at {address}, epoch {epoch}"
         )
         self.partition = partition
+        self.owner = name
         self.address = address
+        self.epoch = epoch
 
 
 class NoOwner(ShuttingDown):

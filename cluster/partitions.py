@@ -21,17 +21,18 @@ characters a client id may hold, so id validation is unchanged.
 
 from __future__ import annotations
 
-import re
 import zlib
 from collections.abc import Iterable
+
+from timerwheel.partitioning import CLUSTER_ID_RE
+from timerwheel.partitioning import partition_of as partition_of  # re-exported
 
 MAX_PARTITIONS = 4096  # far above any sensible count; bounds the suffix's digits
 DEFAULT_PARTITIONS = 64
 
-# The single node's server-made id (engine/ids.py: deliver time then 80 random bits) and
-# the cluster's suffix. Canonical decimal only (no leading zeros), so one partition has
-# one spelling.
-_CLUSTER_ID_RE = re.compile(r"[0-9A-F]{32}\.p(0|[1-9][0-9]{0,3})")
+# The single node's server-made id (engine/ids.py) and the cluster's suffix; the pure
+# function of an id's partition lives beside the client, which routes by it too.
+_CLUSTER_ID_RE = CLUSTER_ID_RE
 SUFFIX = ".p"
 
 
@@ -39,17 +40,6 @@ def check_partition_count(count: int) -> int:
     if not 1 <= count <= MAX_PARTITIONS:
         raise ValueError(f"partition count {count}: must be 1 to {MAX_PARTITIONS}")
     return count
-
-
-def partition_of(message_id: str, count: int) -> int:
-    """The partition of `message_id` in a cluster of `count` partitions."""
-    base = message_id.split("#", 1)[0]
-    named = _CLUSTER_ID_RE.fullmatch(base)
-    if named is not None:
-        partition = int(named.group(1))
-        if partition < count:
-            return partition
-    return zlib.crc32(base.encode()) % count
 
 
 def with_partition(server_id: str, partition: int) -> str:

@@ -5,6 +5,7 @@
 | Send, SendBatch, List, Count | its topics | - | yes  |
 | Cancel, Reschedule, PauseSeries, ResumeSeries | its topics (by id) | - | yes |
 | Get       | its topics (by id) | its topics (by id) | yes |
+| ClusterMap | yes            | yes             | yes   |
 | Subscribe, Ack, Nack | -    | its topics      | yes   |
 | TimerAdmin BulkCancel | its topics (`filter.topic`, required with prefixes) | - | yes |
 | TimerAdmin Purge, Redrive, Export, Stats, Topics, InFlight, Consumers, any other | - | - | yes |
@@ -122,6 +123,8 @@ RULES: dict[str, Rule] = {
     TIMER_SERVICE + "Subscribe": Rule(frozenset({_C, _A}), _topic),
     TIMER_SERVICE + "Ack": Rule(frozenset({_C, _A}), _topic),
     TIMER_SERVICE + "Nack": Rule(frozenset({_C, _A}), _topic),
+    # Where each partition is owned: what any client routes by (names no topic).
+    TIMER_SERVICE + "ClusterMap": Rule(frozenset({_P, _C, _A})),
     # Bulk: cancelling many is a producer's Cancel; purging fired messages and moving
     # dead letters reach into what consumers hold, so only an admin does those.
     TIMER_ADMIN + "BulkCancel": Rule(frozenset({_P, _A}), _filter_topic),

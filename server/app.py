@@ -159,7 +159,9 @@ def build_grpc_server(
             owners,
         ),
     )
-    pb_grpc.add_TimerServiceServicer_to_server(TimerService(engine, hub, budget), server)
+    cluster_map = owners.cluster_map if owners is not None else None
+    service = TimerService(engine, hub, budget, cluster_map)
+    pb_grpc.add_TimerServiceServicer_to_server(service, server)
     admin = TimerAdmin(engine, hub, protection.security, stats_root_pid)
     pb_grpc.add_TimerAdminServicer_to_server(admin, server)
     health_servicer = WorkerHealth(*worker)
@@ -184,7 +186,8 @@ def interceptors(
         RequestGuard(protection.tokens, engine.topic_of, budget, gate),
     ]
     if owners is not None and not protection.security.tls_cert_file:
-        forwarding = Forwarding(owners)  # innermost: after the guard
+        check_sends = getattr(engine, "check_sends", None)  # ClusterApi's
+        forwarding = Forwarding(owners, check_sends)  # innermost: after the guard
         chain += [forwarding, FanIn(owners, forwarding), ScatterGather(owners, forwarding)]
     if protection.tokens is not None:  # innermost: on the node that owns the ids
         chain.append(IdScopes(engine))

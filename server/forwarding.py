@@ -8,6 +8,19 @@ plain gRPC client (grpcurl) can call any node.
 
 One hop only: a call that arrives forwarded (`timerwheel-forwarded` in its metadata) is
 answered where it lands, "not owner" if ownership moved meanwhile, and the caller retries.
+A client that routes by the cluster map (`timerwheel.Client`) marks its calls
+`timerwheel-direct`: they are answered where they land too, so a stale map draws the
+"not owner" answer that names the owner, and the client refreshes its map.
+
+A SendBatch whose client-chosen ids belong to several owners is split (decision 0010):
+the messages of this node's partitions (and those without an id) are sent here, each
+other owner's messages in one forwarded call, all at once, after the whole batch is
+validated here (so a bad field is refused before anything is stored, named by its index
+in the batch). The answer comes when every part is answered: the results in the order
+sent when all succeeded; otherwise the error of the first failing part in message order,
+its indices those of the whole batch, saying which messages were acknowledged (stored
+and durable) and which were not. Each part is atomic on its owner; the batch as a whole
+is not, and a retry of the same batch is idempotent (client ids).
 The interceptor is the innermost, after the request guard: a call is authenticated here
 before it costs the owner anything. Calls between nodes use plain channels: with TLS on
 (`--tls-cert`) nothing is forwarded and the caller gets the "not owner" answer instead.
@@ -21,8 +34,15 @@ from typing import Any, Protocol
 
 import grpc
 
+from timerwheel.routing import DIRECT, in_batch, split_summary
+from timerwheel.server.errors import rpc_errors
+from timerwheel.server.service import specs_from_proto
+from timerwheel.v1 import timerwheel_pb2 as pb
+from timerwheel.wheels.domain import SendSpec
+
 FORWARDED = "timerwheel-forwarded"
 SERVICE = "/timerwheel.v1.TimerService/"
+SEND_BATCH = SERVICE + "SendBatch"
 
 # method -> the ids a request names (an empty id: a server-made one, decided here)
 ROUTED: dict[str, Callable[[Any], list[str]]] = {
@@ -39,6 +59,11 @@ def is_forwarded(invocation_metadata) -> bool:
     return any(key == FORWARDED for key, _ in invocation_metadata or ())
 
 
+def is_direct(invocation_metadata) -> bool:
+    """The client routed the call itself and asks that it be answered here."""
+    return any(key == DIRECT for key, _ in invocation_metadata or ())
+
+
 class OwnerLookup(Protocol):
     def owner_address(self, message_id: str) -> str | None:
         """HOST:PORT of the node that owns the id's partition when that is another node;
@@ -47,8 +72,13 @@ class OwnerLookup(Protocol):
 
 
 class Forwarding(grpc.ServerInterceptor):
-    def __init__(self, owners: OwnerLookup) -> None:
+    def __init__(
+        self, owners: OwnerLookup, check_sends: Callable[[list[SendSpec]], object] | None = None
+    ) -> None:
+        """`check_sends`: validates a whole batch before it is split (the node's
+        `ClusterApi.check_sends`); None: each part is validated by its owner only."""
         self._owners = owners
+        self._check_sends = check_sends
         self._channels: dict[str, grpc.Channel] = {}
         self._lock = threading.Lock()
 
@@ -57,13 +87,17 @@ class Forwarding(grpc.ServerInterceptor):
         ids_of = ROUTED.get(details.method)
         if handler is None or ids_of is None or handler.unary_unary is None:
             return handler
-        if is_forwarded(details.invocation_metadata):
-            return handler  # one hop: answered here
+        if is_forwarded(details.invocation_metadata) or is_direct(details.invocation_metadata):
+            return handler  # one hop, or routed by the client: answered here
         behaviour = handler.unary_unary
         method = details.method
         metadata = self.passed_on(details.invocation_metadata)
 
         def forwarding(request, context: grpc.ServicerContext):
+            if method == SEND_BATCH:
+                groups = self._groups(request.messages)
+                if len(groups) > 1:
+                    return self._split(behaviour, request, context, metadata, groups)
             address = self._owner_of(ids_of(request))
             if address is None:
                 return behaviour(request, context)
@@ -92,6 +126,69 @@ class Forwarding(grpc.ServerInterceptor):
         if len(addresses) != 1:
             return None
         return addresses.pop()
+
+    def _groups(self, messages) -> dict[str | None, list[int]]:
+        """A batch's message indices by owner address (None: answered here)."""
+        groups: dict[str | None, list[int]] = {}
+        owner_address = self._owners.owner_address
+        for index, message in enumerate(messages):
+            address = owner_address(message.message_id) if message.message_id else None
+            groups.setdefault(address, []).append(index)
+        return groups
+
+    def _split(self, behaviour, request, context, metadata, groups) -> pb.SendBatchResponse:
+        """A SendBatch of several owners: this node's part here, each other owner's part
+        forwarded, all at once; all answered, or the first failing part's error."""
+        if self._check_sends is not None:
+            with rpc_errors(context, "SendBatch"):  # before anything is stored anywhere
+                self._check_sends(specs_from_proto(request.messages))
+        messages = request.messages
+        calls = {}
+        for address, indices in groups.items():
+            if address is None:
+                continue
+            part = pb.SendBatchRequest(messages=[messages[i] for i in indices])
+            call = self.channel(address).unary_unary(
+                SEND_BATCH, request_serializer=pb.SendBatchRequest.SerializeToString,
+                response_deserializer=pb.SendBatchResponse.FromString,
+            )  # fmt: skip
+            calls[address] = call.future(part, timeout=context.time_remaining(), metadata=metadata)
+        answers: dict[str | None, pb.SendBatchResponse | _PartFailed] = {}
+        if None in groups:
+            part = pb.SendBatchRequest(messages=[messages[i] for i in groups[None]])
+            try:
+                answers[None] = behaviour(part, _PartContext(context))
+            except _PartFailed as failed:
+                answers[None] = failed
+        for address, future in calls.items():
+            try:
+                answers[address] = future.result()
+            except grpc.RpcError as error:
+                answers[address] = _PartFailed(error.code(), error.details() or "", address)
+        failed = [a for a in groups if isinstance(answers[a], _PartFailed)]
+        if failed:
+            first = min(failed, key=lambda a: groups[a][0])
+            failure = answers[first]
+            assert isinstance(failure, _PartFailed)
+            unacked = sorted(i for a in failed for i in groups[a])
+            acked = sorted(i for a in groups if a not in failed for i in groups[a])
+            where = f"the node at {failure.address}" if failure.address else "this node"
+            ids = [message.message_id for message in messages]
+            details = in_batch(failure.code, failure.details, groups[first], ids)
+            context.abort(
+                failure.code,
+                f"{details} (SendBatch split by partition owner: the part sent to {where} "
+                f"failed; {split_summary(unacked, acked)})",
+            )
+        response = pb.SendBatchResponse()
+        results: list[pb.SendResponse | None] = [None] * len(messages)
+        for address, indices in groups.items():
+            answer = answers[address]
+            assert isinstance(answer, pb.SendBatchResponse)
+            for index, result in zip(indices, answer.results, strict=True):
+                results[index] = result
+        response.results.extend(results)
+        return response
 
     @staticmethod
     def passed_on(invocation_metadata) -> list[tuple[str, str]]:
@@ -126,3 +223,27 @@ class Forwarding(grpc.ServerInterceptor):
             for channel in self._channels.values():
                 channel.close()
             self._channels.clear()
+
+
+class _PartFailed(Exception):
+    """A part of a split batch failed: its status code and message, and where."""
+
+    def __init__(self, code: grpc.StatusCode, details: str, address: str = "") -> None:
+        super().__init__(details)
+        self.code = code
+        self.details = details
+        self.address = address
+
+
+class _PartContext:
+    """The call's context for this node's part of a split batch: an abort becomes a
+    `_PartFailed`, so the other parts are still awaited before the call is answered."""
+
+    def __init__(self, context: grpc.ServicerContext) -> None:
+        self._context = context
+
+    def abort(self, code: grpc.StatusCode, details: str) -> None:
+        raise _PartFailed(code, details)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._context, name)

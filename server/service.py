@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
@@ -24,6 +24,7 @@ from timerwheel.delivery.api import DeliveryApi
 from timerwheel.delivery.subscriber import DeliveryRow
 from timerwheel.engine.api import TimerApi
 from timerwheel.security.limits import ByteBudget, caller_identity
+from timerwheel.server.cluster_map import cluster_map_response
 from timerwheel.server.errors import rpc_errors
 from timerwheel.server.search import is_search, search_pending
 from timerwheel.store.records import delivery_parts
@@ -251,13 +252,16 @@ def delivery_batch(rows: list[DeliveryRow]) -> pb.DeliveryBatch:
 
 class TimerService(pb_grpc.TimerServiceServicer):
     def __init__(
-        self, engine: TimerApi, hub: DeliveryApi[Any], budget: ByteBudget | None = None
-    ) -> None:
+        self, engine: TimerApi, hub: DeliveryApi[Any], budget: ByteBudget | None = None,
+        cluster_map: Callable[[], dict[str, Any]] | None = None,
+    ) -> None:  # fmt: skip
         """`budget`: the process's bytes of calls in progress, which the request guard
         charges each request to before decoding it (timerwheel.security.guard); responses
-        being built (Get, List) are charged here. Without it, a budget of its own."""
+        being built (Get, List) are charged here. Without it, a budget of its own.
+        `cluster_map`: a cluster node's map (ClusterMap); None on a single node."""
         self._engine = engine
         self._hub = hub
+        self._cluster_map = cluster_map
         settings = engine.settings
         limit = settings.max_inflight_request_bytes
         self._budget = budget or ByteBudget(limit, "max_inflight_request_bytes")
@@ -367,6 +371,12 @@ class TimerService(pb_grpc.TimerServiceServicer):
                 request.redeliver_after_ms, request.release,
             )  # fmt: skip
             return pb.NackResponse(nacked=nacked, dead_lettered=dead)
+
+    def ClusterMap(
+        self, request: pb.ClusterMapRequest, context: grpc.ServicerContext
+    ) -> pb.ClusterMapResponse:
+        with rpc_errors(context, "ClusterMap"):
+            return cluster_map_response(self._cluster_map() if self._cluster_map else None)
 
     def Subscribe(
         self, request: pb.SubscribeRequest, context: grpc.ServicerContext

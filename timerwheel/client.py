@@ -18,7 +18,9 @@ twin is `timerwheel.AsyncClient` (timerwheel/aio.py).
 A secured server (docs/security.md): `Client(target, tls=Tls(ca_file=...), token=...)`;
 see `timerwheel.credentials`. A server with `--workers N` serves each TCP connection in
 one worker: `Client(target, connections=N)` spreads one client's calls over N
-connections (timerwheel/connections.py).
+connections (timerwheel/connections.py). Against a cluster (`serve --cluster`), calls on
+an id go straight to the node that owns the id's partition, by the cluster's map
+(timerwheel/routing.py; `routing=False` sends everything to `target`).
 """
 
 from __future__ import annotations
@@ -49,6 +51,13 @@ from timerwheel.retries import (
     reschedule_is_idempotent,
     retry_unavailable,
     sends_are_idempotent,
+)
+from timerwheel.routing import (
+    DIRECT_METADATA,
+    Router,
+    in_batch,
+    reroutable,
+    split_summary,
 )
 from timerwheel.types import (
     CHANNEL_OPTIONS,
@@ -101,7 +110,9 @@ class Client:
     relative milliseconds, and wherever a call takes a delay it also takes a duration
     string ("250ms", "2s", "5m", "3d") or a `timedelta`. `connections`: how many TCP
     connections the calls take turns on (for a server with `--workers`; each connection
-    is served by one worker). Use it as a context manager, or call `close()`.
+    is served by one worker). `routing`: against a cluster, send each call on an id to
+    the node that owns it (timerwheel/routing.py); a single node is not affected. Use it
+    as a context manager, or call `close()`.
     """
 
     def __init__(
@@ -112,11 +123,17 @@ class Client:
         tls: Tls | bool | None = None,
         token: str | None = None,
         connections: int = 1,
+        routing: bool = True,
     ) -> None:
         self.target = with_default_port(target)
         self.timeout_s = timeout_s
         self._use(open_channels(self.target, tls, token, CHANNEL_OPTIONS, connections))
         self._redial = functools.partial(redial_channel, self.target, tls, token, CHANNEL_OPTIONS)
+        # Against a cluster: the map of partition owners, read at the first call on an id.
+        self.router: Router | None = None
+        if routing:
+            owner_channel = functools.partial(_owner_channel, tls=tls, token=token)
+            self.router = Router(lambda: self.service, owner_channel, timeout_s)
         # The worker each connection reached, (index, count), as `wait_ready` left them
         # (None where the server did not say); empty before it, or with one connection.
         self.connection_workers: list[Place | None] = []
@@ -140,18 +157,25 @@ class Client:
         With a message_id (and not IF_EXISTS_REPLACE) it is retried on UNAVAILABLE, so a
         server restart does not fail it (timerwheel/retries.py); without one it is not."""
         request = self.request(topic, body, **when_and_more)
-        return send_result(
-            self._unary(self.service.Send, request, retry=sends_are_idempotent([request]))
-        )
+        retry = sends_are_idempotent([request])
+        return send_result(self._routed("Send", request, request.message_id, retry=retry))
 
     def send_batch(self, requests: Sequence[pb.SendRequest]) -> list[SendResult]:
         """Many sends in one RPC; the server stores them atomically (all or none). Retried
-        on UNAVAILABLE when every message has a message_id, as `send`."""
+        on UNAVAILABLE when every message has a message_id, as `send`.
+
+        Against a cluster, a batch whose ids belong to several owners is sent as one call
+        per owner, at once: each part is atomic, the batch is not. It returns when every
+        part is acknowledged; otherwise it raises the first failing part's error (in
+        message order), saying which messages were acknowledged (docs/cluster.md)."""
         request = pb.SendBatchRequest(messages=requests)
-        response = self._unary(
-            self.service.SendBatch, request, retry=sends_are_idempotent(request.messages)
-        )
-        return [send_result(r) for r in response.results]
+        retry = sends_are_idempotent(request.messages)
+        router = self.router
+        first_id = next((m.message_id for m in request.messages if m.message_id), "")
+        if router is None or router.owner_stub(first_id) is None:
+            response = self._unary(self.service.SendBatch, request, retry=retry)
+            return [send_result(r) for r in response.results]
+        return self._send_split(router, list(request.messages), retry)
 
     def producer(
         self, *, linger_ms: int = 2, max_batch: int = 500, max_in_flight: int = 4
@@ -167,7 +191,7 @@ class Client:
         )
 
     def cancel(self, message_id: str) -> State:
-        response = self._unary(self.service.Cancel, pb.CancelRequest(message_id=message_id))
+        response = self._routed("Cancel", pb.CancelRequest(message_id=message_id), message_id)
         return State(response.state)
 
     def get(
@@ -179,7 +203,7 @@ class Client:
         request = pb.GetRequest(
             message_id=message_id, include_body=include_body, include_trace=include_trace
         )
-        return TimerInfo(self._unary(self.service.Get, request))
+        return TimerInfo(self._routed("Get", request, message_id))
 
     def list(
         self, topic: str, from_ms: int = 0, to_ms: int = 0, limit: int = 0, page_token: str = "",
@@ -227,7 +251,7 @@ class Client:
             when["delay_ms"] = duration_ms(when["delay_ms"], "delay_ms")
         request = pb.RescheduleRequest(message_id=message_id, **when)
         retry = reschedule_is_idempotent(request)
-        return self._unary(self.service.Reschedule, request, retry=retry).deliver_at_ms
+        return self._routed("Reschedule", request, message_id, retry=retry).deliver_at_ms
 
     def pause_series(self, series_id: str) -> pb.PauseSeriesResponse:
         """Pause a recurring series without deleting it: its occurrences are skipped until
@@ -396,7 +420,14 @@ class Client:
         self._use(channels)
         self.connection_workers = places
 
+    def cluster_map(self) -> pb.ClusterMapResponse:
+        """The cluster's partitions and each one's owner, address and epoch as the node
+        asked knows them; a single node answers `cluster` False."""
+        return self._unary(self.service.ClusterMap, pb.ClusterMapRequest())
+
     def close(self) -> None:
+        if self.router is not None:
+            self.router.close()
         for channel in self.channels:
             channel.close()
 
@@ -405,6 +436,86 @@ class Client:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def _routed(self, name: str, request, message_id: str, retry: bool = False):
+        """The call `name` on `message_id`: at the owner of its partition when the client
+        routes and knows it (marked direct: answered there or "not owner"); on a "not
+        owner" or UNAVAILABLE answer the map is read again and the call made once more,
+        at the owner the new map names (or at the target, which forwards it)."""
+        router = self.router
+        stub = router.owner_stub(message_id) if router is not None else None
+        if stub is None:
+            return self._unary(getattr(self.service, name), request, retry=retry)
+        try:
+            return getattr(stub, name)(request, timeout=self.timeout_s, metadata=DIRECT_METADATA)
+        except grpc.RpcError as error:
+            if not reroutable(error):
+                raise RemoteError.of(error) from None
+        router.refresh()
+        stub = router.owner_stub(message_id)
+        method = getattr(self.service, name)
+        if stub is not None:
+            method = functools.partial(getattr(stub, name), metadata=DIRECT_METADATA)
+        return self._unary(method, request, retry=retry)
+
+    def _send_split(
+        self, router: Router, messages: list[pb.SendRequest], retry: bool
+    ) -> list[SendResult]:
+        """A SendBatch as one call per owner, at once (see `send_batch`); parts answered
+        "not owner" or UNAVAILABLE are sent again once after the map is read again."""
+        everything = list(range(len(messages)))
+        answers = self._send_parts(router, messages, everything, retry=False)
+        again = [i for indices, answer in answers if _reroutable_answer(answer) for i in indices]
+        if again:
+            router.refresh()
+            answers = [(ix, a) for ix, a in answers if not _reroutable_answer(a)]
+            answers += self._send_parts(router, messages, again, retry=retry)
+        failed = [(ix, a) for ix, a in answers if isinstance(a, grpc.RpcError)]
+        if failed:
+            indices, error = min(failed, key=lambda part: part[0][0])
+            unacked = sorted(i for ix, _ in failed for i in ix)
+            acked = sorted(set(everything) - set(unacked))
+            if not acked:  # nothing of the batch was acknowledged: its error as it came
+                raise RemoteError.of(error)
+            ids = [message.message_id for message in messages]
+            details = in_batch(error.code(), error.details() or "", indices, ids)
+            raise RemoteError(
+                error.code(),
+                f"{details} (SendBatch split by partition owner; {split_summary(unacked, acked)})",
+            )
+        results: list[SendResult | None] = [None] * len(messages)
+        for indices, answer in answers:
+            for index, result in zip(indices, answer.results, strict=True):
+                results[index] = send_result(result)
+        return results  # type: ignore[return-value]  # every index is filled
+
+    def _send_parts(self, router: Router, messages, indices: list[int], retry: bool) -> list:
+        """SendBatch calls for `indices`, one per owner, made at once: [(indices, the
+        answer or the RpcError)]. `retry`: each part retried on UNAVAILABLE (one by one)."""
+        groups: dict[str, list[int]] = {}
+        for index in indices:
+            groups.setdefault(router.address_of(messages[index].message_id), []).append(index)
+        calls = []
+        for address, part_indices in groups.items():
+            part = pb.SendBatchRequest(messages=[messages[i] for i in part_indices])
+            stub = router.stub_at(address)
+            method = self.service.SendBatch if stub is None else stub.SendBatch
+            metadata = () if stub is None else DIRECT_METADATA
+            if retry:
+                calls.append((part_indices, functools.partial(method, metadata=metadata), part))
+            else:
+                future = method.future(part, timeout=self.timeout_s, metadata=metadata)
+                calls.append((part_indices, future, part))
+        answers = []
+        for part_indices, call, part in calls:
+            try:
+                if retry:
+                    answers.append((part_indices, retry_unavailable(call, part, self.timeout_s)))
+                else:
+                    answers.append((part_indices, call.result()))
+            except grpc.RpcError as error:
+                answers.append((part_indices, error))
+        return answers
 
     def _unary(self, method, request, timeout_s: object = _CLIENT_TIMEOUT, retry: bool = False):
         """One call; `retry`: on UNAVAILABLE, with backoff, for a request that is
@@ -417,6 +528,15 @@ class Client:
             return method(request, timeout=timeout)
         except grpc.RpcError as error:
             raise RemoteError.of(error) from None
+
+
+def _reroutable_answer(answer: object) -> bool:
+    return isinstance(answer, grpc.RpcError) and reroutable(answer)
+
+
+def _owner_channel(address: str, *, tls: Tls | bool | None, token: str | None) -> grpc.Channel:
+    """A channel to a cluster node the map names, with the client's credentials."""
+    return open_channels(address, tls, token, CHANNEL_OPTIONS, 1)[0]
 
 
 def _ready(channel: grpc.Channel, deadline: float) -> None:

@@ -153,6 +153,7 @@ CALLS = {
     "Purge": lambda c, a: c.purge(pb.TimerFilter(topic=_topic())),
     "Redrive": lambda c, a: c.redrive(f"{_topic()}.dlq"),
     "Topics": lambda c, a: c.topics_page(),
+    "ClusterMap": lambda c, a: c.cluster_map(),
 }
 ALLOWED = {
     "producer": {
@@ -166,8 +167,9 @@ ALLOWED = {
         "PauseSeries",
         "ResumeSeries",
         "BulkCancel",
+        "ClusterMap",
     },
-    "consumer": {"Get", "Subscribe", "Ack", "Nack"},
+    "consumer": {"Get", "Subscribe", "Ack", "Nack", "ClusterMap"},
     "admin": set(CALLS),
 }
 

@@ -745,3 +745,35 @@ class TopicLag(_message.Message):
     in_flight: int
     oldest_unacked_fired_at_ms: int
     def __init__(self, topic: _Optional[str] = ..., consumers: _Optional[int] = ..., pending: _Optional[int] = ..., fired_unacked: _Optional[int] = ..., in_flight: _Optional[int] = ..., oldest_unacked_fired_at_ms: _Optional[int] = ...) -> None: ...
+
+class ClusterMapRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ClusterMapResponse(_message.Message):
+    __slots__ = ("cluster", "partitions", "node", "address", "owners")
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    OWNERS_FIELD_NUMBER: _ClassVar[int]
+    cluster: bool
+    partitions: int
+    node: str
+    address: str
+    owners: _containers.RepeatedCompositeFieldContainer[PartitionOwner]
+    def __init__(self, cluster: _Optional[bool] = ..., partitions: _Optional[int] = ..., node: _Optional[str] = ..., address: _Optional[str] = ..., owners: _Optional[_Iterable[_Union[PartitionOwner, _Mapping]]] = ...) -> None: ...
+
+class PartitionOwner(_message.Message):
+    __slots__ = ("partition", "node", "holder", "address", "epoch")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    node: str
+    holder: str
+    address: str
+    epoch: int
+    def __init__(self, partition: _Optional[int] = ..., node: _Optional[str] = ..., holder: _Optional[str] = ..., address: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...

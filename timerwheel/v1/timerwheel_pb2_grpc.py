@@ -95,6 +95,11 @@ class TimerServiceStub:
                 request_serializer=timerwheel_dot_v1_dot_timerwheel__pb2.ResumeSeriesRequest.SerializeToString,
                 response_deserializer=timerwheel_dot_v1_dot_timerwheel__pb2.ResumeSeriesResponse.FromString,
                 _registered_method=True)
+        self.ClusterMap = channel.unary_unary(
+                '/timerwheel.v1.TimerService/ClusterMap',
+                request_serializer=timerwheel_dot_v1_dot_timerwheel__pb2.ClusterMapRequest.SerializeToString,
+                response_deserializer=timerwheel_dot_v1_dot_timerwheel__pb2.ClusterMapResponse.FromString,
+                _registered_method=True)
 
 
 class TimerServiceServicer:
@@ -186,6 +191,16 @@ class TimerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ClusterMap(self, request, context):
+        """The cluster's partitions and the node that owns each, as the node asked last read
+        the leases: what a client routes id-keyed calls by (docs/cluster.md, "ClusterMap and
+        routing"). Any role may read it. A single node (not in cluster mode) answers
+        `cluster` false and one partition, which it owns.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TimerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -248,6 +263,11 @@ def add_TimerServiceServicer_to_server(servicer, server):
                     servicer.ResumeSeries,
                     request_deserializer=timerwheel_dot_v1_dot_timerwheel__pb2.ResumeSeriesRequest.FromString,
                     response_serializer=timerwheel_dot_v1_dot_timerwheel__pb2.ResumeSeriesResponse.SerializeToString,
+            ),
+            'ClusterMap': grpc.unary_unary_rpc_method_handler(
+                    servicer.ClusterMap,
+                    request_deserializer=timerwheel_dot_v1_dot_timerwheel__pb2.ClusterMapRequest.FromString,
+                    response_serializer=timerwheel_dot_v1_dot_timerwheel__pb2.ClusterMapResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -575,6 +595,33 @@ class TimerService:
             '/timerwheel.v1.TimerService/ResumeSeries',
             timerwheel_dot_v1_dot_timerwheel__pb2.ResumeSeriesRequest.SerializeToString,
             timerwheel_dot_v1_dot_timerwheel__pb2.ResumeSeriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ClusterMap(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/timerwheel.v1.TimerService/ClusterMap',
+            timerwheel_dot_v1_dot_timerwheel__pb2.ClusterMapRequest.SerializeToString,
+            timerwheel_dot_v1_dot_timerwheel__pb2.ClusterMapResponse.FromString,
             options,
             channel_credentials,
             insecure,
