@@ -15,8 +15,9 @@ from structlog.testing import capture_logs
 from timerwheel.common import State
 from timerwheel.engine.engine import Engine
 from timerwheel.store import keys, upgrade
-from timerwheel.store.integrity import StoreDamaged
-from timerwheel.store.rocks import RocksDatabase
+from timerwheel.store import open_store as open_store_module
+from timerwheel.store.integrity import StoreDamaged, StoreRefused
+from timerwheel.store.rocks import RocksDatabase, RocksTuning
 from timerwheel.wheels.clock import VirtualClock
 from timerwheel.wheels.settings import HOUR_MS, MINUTE_MS, Settings
 
@@ -168,4 +169,17 @@ def test_a_version_without_a_step_is_refused_before_any_write(v1, monkeypatch):
     monkeypatch.setitem(upgrade.STEPS, 2, lambda view, batch: None)  # none from 1
     with pytest.raises(StoreDamaged, match="schema version 1"):
         open_engine(data_dir, VirtualClock(expected["made_at_ms"]))
+    assert family_contents(data_dir) == before
+
+
+def test_a_store_that_needs_an_upgrade_is_refused_when_it_opens_read_only(v1, monkeypatch):
+    """A full disk opens a store read-only: nothing can be written, so an older layout
+    cannot be upgraded, and is not served in it either."""
+    data_dir, _ = v1
+    before = family_contents(data_dir)
+    monkeypatch.setattr(keys, "SCHEMA_VERSION", 2)
+    monkeypatch.setitem(upgrade.STEPS, 1, lambda view, batch: None)
+    monkeypatch.setattr(open_store_module, "free_bytes", lambda path: 0)
+    with pytest.raises(StoreRefused, match=r"upgrades to 2 .* free space first"):
+        open_store_module.open_store(str(data_dir), RocksTuning(), lambda: None)
     assert family_contents(data_dir) == before
