@@ -42,6 +42,18 @@ RETRY_MAP_S = 5.0  # a map that could not be read is asked for again after this
 MAP_TIMEOUT_S = 5.0  # one ClusterMap call at most
 
 
+UNSPECIFIED_HOSTS = frozenset({"0.0.0.0", "::", "[::]", ""})
+
+
+def reachable(address: str) -> bool:
+    """Whether a client can dial the address a node advertises: not a wildcard bind
+    (`serve --host 0.0.0.0` advertises 0.0.0.0, which would reach this machine, not the
+    node). Such a partition is treated as one whose owner is unknown: calls on it go to
+    the target."""
+    host = address.rpartition(":")[0]
+    return bool(address) and host not in UNSPECIFIED_HOSTS
+
+
 def reroutable(error: grpc.RpcError) -> bool:
     """An answer after which the map is read again and the call retried once: the node no
     longer owns the partition, or it (or the partition's owner) is away."""
@@ -140,7 +152,7 @@ class Router:
             return
         addresses = [""] * answer.partitions
         for owner in answer.owners:
-            if 0 <= owner.partition < answer.partitions:
+            if 0 <= owner.partition < answer.partitions and reachable(owner.address):
                 addresses[owner.partition] = owner.address
         with self._lock:
             self._partitions, self._addresses = answer.partitions, addresses

@@ -9,7 +9,8 @@ import pytest
 
 from timerwheel.client import TimerClient
 from timerwheel.partitioning import partition_of
-from timerwheel.routing import in_batch, reroutable, spans, split_summary
+from timerwheel.routing import Router, in_batch, reachable, reroutable, spans, split_summary
+from timerwheel.v1 import timerwheel_pb2 as pb
 
 
 def test_a_single_node_answers_a_map_of_one_and_the_client_routes_nothing(server):
@@ -81,3 +82,17 @@ def test_a_scoped_id_goes_where_the_id_the_client_sent_goes():
                 assert partition_of(f"{scoped}#3", count) == partition_of(message_id, count)
     made = "0123456789ABCDEF0123456789ABCDEF.p5"
     assert partition_of(made, 6) == 5 and partition_of(f"orders./{made}", 6) == 5
+
+
+def test_a_wildcard_address_is_not_routed_to():
+    """A node bound to 0.0.0.0 advertises it: dialled, it would reach the client's own
+    machine. The client treats such a partition as one of no known owner."""
+    assert reachable("10.0.0.7:7071") and reachable("[fd00::7]:7071") and reachable("n1:7071")
+    assert not any(map(reachable, ["0.0.0.0:7071", "[::]:7071", ":7071", ""]))
+    router = Router(lambda: None, lambda address: None, 1.0)  # type: ignore[arg-type,return-value]
+    owners = [
+        pb.PartitionOwner(partition=0, node="n1", address="10.0.0.7:7071", epoch=2),
+        pb.PartitionOwner(partition=1, node="n2", address="0.0.0.0:7072", epoch=3),
+    ]
+    router._use(pb.ClusterMapResponse(cluster=True, partitions=2, owners=owners))
+    assert router._addresses == ["10.0.0.7:7071", ""] and not router.single
