@@ -170,5 +170,7 @@ def test_a_topic_limited_producer_bulk_cancels_only_inside_its_prefixes(tokened)
         error = status_of(lambda s=selection: producer.bulk_cancel(s))
         assert error.code == DENIED and field in error.details, error.details
     assert admin.get(theirs).state == admin.get(mine).state == pb.SCHEDULED
-    done = producer.bulk_cancel(F(topic="orders.eu", id_prefix="acct-"))
+    # The admin's id is unscoped: the token names it, and its prefix, with a leading `/`
+    # (a plain prefix selects the token's own scoped ids: decision 0012).
+    done = producer.bulk_cancel(F(topic="orders.eu", id_prefix="/acct-"))
     assert done.cancelled == 1 and admin.get(mine).state == pb.CANCELLED
