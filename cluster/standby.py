@@ -31,7 +31,8 @@ from timerwheel.cluster.snapshot_io import PartitionSnapshots, fold_records
 log = structlog.get_logger("timerwheel.cluster")
 
 POLL_S = 0.5  # a standby reads the log above its sequence this often
-FAILED_S = 5.0  # and waits this much longer after a round that failed
+FAILED_S = 1.0  # and waits this much longer after a round that failed
+TAKE_WAIT_S = 2.0  # a takeover waits at most this for the standby's read in progress
 
 
 class Standby:
@@ -54,8 +55,7 @@ class Standby:
                     await self._catch_up()
             except asyncio.CancelledError:
                 raise
-            except Exception as error:
-                self.fold = None  # start again from the snapshot
+            except Exception as error:  # NATS away for a moment: the fold through X stays
                 log.warning("cluster_standby_failed", partition=self.partition, error=repr(error))
                 await asyncio.sleep(FAILED_S)
             await asyncio.sleep(POLL_S)
@@ -66,6 +66,7 @@ class Standby:
             return
         _, pointer = await self.snaps.last_pointer()
         if self.fold is None or (pointer is not None and pointer.through > self.through):
+            self.fold = None  # until the load succeeds
             self.fold, pointer = await self.snaps.load()
             self.through = pointer.through if pointer is not None else 0
         if last <= self.through:
@@ -75,14 +76,25 @@ class Standby:
         if after != pointer and after is not None and after.through > self.through:
             return  # a purge may have taken records of this read: the snapshot next round
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, fold_records, self.fold, records)
+        try:
+            await loop.run_in_executor(None, fold_records, self.fold, records)
+        except BaseException:
+            self.fold = None  # folded in part: start again from the snapshot
+            raise
         self.through = last
         self.applied += len(records)
 
     async def take(self) -> tuple[journal.Fold, int] | None:
-        """Stop, between two reads; the fold and its sequence, if it has one."""
-        async with self._lock:
-            self._stopped = True
+        """Stop, between two reads; the fold and its sequence, if it has one. None if a
+        read does not end within TAKE_WAIT_S (the takeover starts from the snapshot
+        rather than wait on a slow read)."""
+        self._stopped = True
+        try:
+            await asyncio.wait_for(self._lock.acquire(), TAKE_WAIT_S)
+        except TimeoutError:
+            self._task.cancel()
+            return None
+        self._lock.release()
         self._task.cancel()
         with contextlib.suppress(BaseException):
             await self._task
