@@ -268,3 +268,52 @@ def test_an_id_planted_in_a_scope_on_another_topic_is_not_the_tenants(scoped):
         )  # fmt: skip
         assert refused.code == grpc.StatusCode.ALREADY_EXISTS and "'p-1'" in refused.details
     assert admin.get("orders./p-1").body == b"planted"
+
+
+def test_the_v1_fixture_store_written_before_scopes_keeps_its_ids(tmp_path, make_server):
+    """The store `tests/fixtures/store-v1.tar.gz`, written by the code before scopes
+    (4ca027b: client ids unscoped on `orders`), served with tokens: no migration runs,
+    the tenant of `orders` reaches its ids by the same ids, a tenant of `billing.` neither
+    sees nor is blocked by them, and a consumer acks the deliveries as it is shown them."""
+    import tarfile
+    from pathlib import Path
+
+    fixture = Path(__file__).parent.parent / "fixtures" / "store-v1.tar.gz"
+    with tarfile.open(fixture) as archive:
+        archive.extractall(tmp_path, filter="data")
+    roles = {"orders": ("producer", ["orders"]), "orders-consumer": ("consumer", ["orders"]),
+             "billing": ("producer", ["billing."]), "admin": ("admin", [])}  # fmt: skip
+    lines = []
+    for name, (role, topics) in roles.items():
+        lines += ["[[tokens]]", f'name = "{name}"', f'role = "{role}"', f'token = "{name}-t"']
+        if topics:
+            lines.append(f"topics = {json.dumps(topics)}")
+    (tmp_path / "tokens.toml").write_text("\n".join(lines) + "\n")
+    security = SecuritySettings(auth_tokens_file=str(tmp_path / "tokens.toml"))
+    server = make_server(data_dir=str(tmp_path / "data"), security=security)
+
+    def client(name: str) -> TimerClient:
+        return TimerClient(server.target, timeout_s=WAIT_S, token=f"{name}-t")
+
+    with client("orders") as orders, client("billing") as billing, \
+            client("orders-consumer") as consumer, client("admin") as admin:  # fmt: skip
+        for message_id in ("hour-1", "fired-1", "series-1"):
+            timer = orders.get(message_id)
+            assert (timer.message_id, timer.topic) == (message_id, "orders")
+            _same_refusal(
+                lambda m=message_id: billing.get(m), lambda: billing.get("absent"),
+                message_id, "absent",
+            )  # fmt: skip
+        billing.send("billing.b", b"mine", delay_ms=HOUR_MS, message_id="hour-1")
+        assert billing.get("hour-1").body == b"mine"
+        assert admin.get("hour-1").body == b"body of hour-1"  # stored as it was
+        assert admin.get("billing./hour-1").body == b"mine"
+        shown: list[str] = []
+        with consumer.subscribe("orders") as subscription:
+            for batch in subscription:
+                shown += [d.message_id for d in batch]
+                if "/fired-1" in shown:
+                    break
+        assert all(m.startswith("/") for m in shown), shown  # unscoped ids, shown so
+        assert consumer.ack("orders", shown) == len(set(shown))
+        assert orders.get("fired-1").state == 3 and admin.get("fired-1").state == 3
