@@ -118,14 +118,17 @@ def _validate_scoped(message_id: str, field: str, validate) -> str:
 # quarter of the cost of checking them one by one (one C-level match, no Python call per
 # id). A newline inside an id would pass as a separator, so the newlines are counted
 # too. Only when the pass fails are the ids checked one by one, for the error that names
-# the first bad one.
-_MESSAGE_REFS_RE = re.compile(rf"(?:(?:{_SCOPE}/)?[A-Za-z0-9_.:@#-]{{1,{MAX_MESSAGE_REF_LEN}}}\n)*")
+# the first bad one. Ids with a scope take a second regex, only when a '/' is there: the
+# optional scope would otherwise be tried (and given up) at every id of the usual Ack.
+_MESSAGE_REFS_RE = re.compile(rf"(?:[A-Za-z0-9_.:@#-]{{1,{MAX_MESSAGE_REF_LEN}}}\n)*")
+_SCOPED_REFS_RE = re.compile(rf"(?:(?:{_SCOPE}/)?[A-Za-z0-9_.:@#-]{{1,{MAX_MESSAGE_REF_LEN}}}\n)*")
 
 
 def validate_message_refs(message_ids: list[str], field: str = "message_ids") -> None:
     """`validate_message_ref` for every id of a list; the error names its index."""
     joined = "\n".join(message_ids) + "\n"
-    if joined.count("\n") == len(message_ids) and _MESSAGE_REFS_RE.fullmatch(joined):
+    refs = _SCOPED_REFS_RE if "/" in joined else _MESSAGE_REFS_RE
+    if joined.count("\n") == len(message_ids) and refs.fullmatch(joined):
         return
     for index, message_id in enumerate(message_ids):
         validate_message_ref(message_id, f"{field}[{index}]")
