@@ -64,6 +64,13 @@ class NodeSettings:
     call_timeout_ms: int = 2_000
     takeover_grace_ms: int = 3_000
     snapshot: SnapshotTerms = field(default_factory=SnapshotTerms.from_env)
+    # The address other nodes and clients reach this node at (HOST, or HOST:PORT): what
+    # its leases and the cluster map advertise. "": the address it listens on, which must
+    # then be a reachable one (not 0.0.0.0 or ::).
+    advertise: str = ""
+    # With TLS on (`--tls-cert`), the CA that signed the other nodes' certificates, for
+    # the calls nodes make to each other (None: the system's trusted roots).
+    peer_ca_file: str | None = None
 
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name or "." in self.name:
@@ -76,11 +83,58 @@ class NodeSettings:
             raise SettingsError(str(error)) from error
         if self.replicas not in (1, 3, 5):
             raise SettingsError(f"replicas {self.replicas}: 1, 3 or 5")
+        if self.advertise:
+            host, port = split_host_port(self.advertise)
+            if not host or is_wildcard(host) or (port is not None and not 0 < port < 65536):
+                raise SettingsError(
+                    f"advertise {self.advertise!r}: a host other nodes and clients can "
+                    "reach, with an optional :PORT (e.g. 10.0.0.5 or node1.example.com:7070)"
+                )
         if not 10 <= self.tick_ms <= self.lease.renew_every_ms:
             raise SettingsError(
                 f"tick_ms {self.tick_ms}: 10 to the renewal interval "
                 f"({self.lease.renew_every_ms} ms)"
             )
+        if self.peer_ca_file is not None and not os.access(self.peer_ca_file, os.R_OK):
+            raise SettingsError(f"cluster_ca {self.peer_ca_file!r}: not a readable file")
+
+    def advertised(self, host: str, port: int) -> str:
+        """Where this node is reached, listening on `host`:`port`. Raises SettingsError
+        when that is a wildcard address and nothing else was advertised."""
+        if not self.advertise:
+            if is_wildcard(host):
+                raise SettingsError(
+                    f"host {host!r} cannot be reached at that address: give --advertise "
+                    "HOST (where other nodes and clients reach this node)"
+                )
+            return join_host_port(host, port)
+        host, given_port = split_host_port(self.advertise)
+        return join_host_port(host, port if given_port is None else given_port)
+
+
+def split_host_port(text: str) -> tuple[str, int | None]:
+    """HOST, HOST:PORT, [V6] or [V6]:PORT (a bare V6 address has no port); a port that
+    is not a number is -1."""
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        return host, _port(rest[1:]) if rest.startswith(":") else None
+    if text.count(":") == 1:
+        host, _, port = text.partition(":")
+        return host, _port(port)
+    return text, None
+
+
+def _port(text: str) -> int:
+    return int(text) if text.isdigit() else -1
+
+
+def is_wildcard(host: str) -> bool:
+    """An address that means every interface: nobody can call it."""
+    return host.strip("[]") in ("", "0.0.0.0", "::")
+
+
+def join_host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def index_dir(data_dir: str) -> str:

@@ -62,6 +62,7 @@ from timerwheel.server.forwarding import Forwarding
 from timerwheel.server.id_scopes import IdScopes
 from timerwheel.server.keepalive import keepalive_options
 from timerwheel.server.memory import receive_options, return_freed_memory
+from timerwheel.server.peers import peer_credentials
 from timerwheel.server.rpc_metrics import RpcMetrics
 from timerwheel.server.scatter import ClusterView, ScatterGather
 from timerwheel.server.service import TimerService
@@ -112,6 +113,7 @@ def build_grpc_server(
     settings: Settings, engine: TimerApi, hub: DeliveryApi[Any], *, reuse_port: bool = False,
     stats_root_pid: int | None = None, protection: Protection = UNPROTECTED,
     worker: tuple[int, int] = (0, 1), owners: ClusterView | None = None,
+    peer_credentials: grpc.ChannelCredentials | None = None,
 ) -> GrpcServer:  # fmt: skip
     """The gRPC server with every service on it, not yet bound: TimerService and TimerAdmin
     over `engine` and `hub` (in-process objects, or the remote ones of a worker process),
@@ -124,7 +126,8 @@ def build_grpc_server(
     (index, count) among them, which its health answers tell (timerwheel.server.worker_health).
     `owners`: a cluster node's partition owners; calls on another node's ids are forwarded
     there (timerwheel.server.forwarding), and List, Count and Topics gathered from every
-    node (timerwheel.server.scatter), unless TLS is on.
+    node (timerwheel.server.scatter), over TLS with `peer_credentials`
+    (timerwheel.server.peers).
     """
     return_freed_memory()  # freed request bytes leave the process (timerwheel.server.memory)
     unary_pool = ThreadPoolExecutor(settings.grpc_workers, thread_name_prefix="grpc-unary")
@@ -157,6 +160,7 @@ def build_grpc_server(
             budget,
             receive_gate(settings),
             owners,
+            peer_credentials,
         ),
     )
     cluster_map = owners.cluster_map if owners is not None else None
@@ -175,7 +179,7 @@ def interceptors(
     engine: TimerApi, protection: Protection,
     stream_pool: ThreadPoolExecutor, settle_pool: ThreadPoolExecutor, probes: Probes,
     budget: ByteBudget | None = None, gate: ReceiveGate | None = None,
-    owners: ClusterView | None = None,
+    owners: ClusterView | None = None, peer_credentials: grpc.ChannelCredentials | None = None,
 ) -> list[grpc.ServerInterceptor]:  # fmt: skip
     """Outermost first. The pools before the guard: they wrap what the guard returns, so
     the pool they set is seen. The RPC metrics (only while metrics are on) before all:
@@ -185,9 +189,9 @@ def interceptors(
         SettlePool(settle_pool),
         RequestGuard(protection.tokens, engine.topic_of, budget, gate),
     ]
-    if owners is not None and not protection.security.tls_cert_file:
+    if owners is not None:
         check_sends = getattr(engine, "check_sends", None)  # ClusterApi's
-        forwarding = Forwarding(owners, check_sends)  # innermost: after the guard
+        forwarding = Forwarding(owners, check_sends, peer_credentials)  # after the guard
         chain += [forwarding, FanIn(owners, forwarding), ScatterGather(owners, forwarding)]
     if protection.tokens is not None:  # innermost: on the node that owns the ids
         chain.append(IdScopes(engine))
@@ -249,14 +253,19 @@ class TimerServer:
             self.hub = DeliveryHub(source, settings)
             if settings.metrics_port >= 0:
                 self.metrics = self._serve_metrics()
+            peers = None if cluster is None else peer_credentials(
+                self.protection.security, cluster.peer_ca_file
+            )  # fmt: skip
             self._grpc = build_grpc_server(
-                settings, api, self.hub, protection=self.protection, owners=self.node
-            )
+                settings, api, self.hub, protection=self.protection, owners=self.node,
+                peer_credentials=peers,
+            )  # fmt: skip
             self.health = self._grpc.health
             address = bind_address(settings.host, settings.port)
             self.port = listen(self._grpc.server, address, self.protection.security)
             if self.node is not None:
-                self.node.start(bind_address(settings.host, self.port))
+                assert cluster is not None
+                self.node.start(cluster.advertised(settings.host, self.port))
             if settings.console_port >= 0:
                 self.console = ConsoleEndpoint(
                     settings.console_host, settings.console_port,

@@ -22,8 +22,8 @@ its indices those of the whole batch, saying which messages were acknowledged (s
 and durable) and which were not. Each part is atomic on its owner; the batch as a whole
 is not, and a retry of the same batch is idempotent (client ids).
 The interceptor is the innermost, after the request guard: a call is authenticated here
-before it costs the owner anything. Calls between nodes use plain channels: with TLS on
-(`--tls-cert`) nothing is forwarded and the caller gets the "not owner" answer instead.
+before it costs the owner anything. Calls between nodes go over TLS when the node serves
+TLS (`timerwheel.server.peers`).
 """
 
 from __future__ import annotations
@@ -73,12 +73,16 @@ class OwnerLookup(Protocol):
 
 class Forwarding(grpc.ServerInterceptor):
     def __init__(
-        self, owners: OwnerLookup, check_sends: Callable[[list[SendSpec]], object] | None = None
-    ) -> None:
+        self, owners: OwnerLookup, check_sends: Callable[[list[SendSpec]], object] | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
+    ) -> None:  # fmt: skip
         """`check_sends`: validates a whole batch before it is split (the node's
-        `ClusterApi.check_sends`); None: each part is validated by its owner only."""
+        `ClusterApi.check_sends`); None: each part is validated by its owner only.
+        `credentials`: TLS for the calls to other nodes (timerwheel.server.peers); None:
+        plain channels."""
         self._owners = owners
         self._check_sends = check_sends
+        self._credentials = credentials
         self._channels: dict[str, grpc.Channel] = {}
         self._lock = threading.Lock()
 
@@ -215,7 +219,10 @@ class Forwarding(grpc.ServerInterceptor):
         with self._lock:
             channel = self._channels.get(address)
             if channel is None:
-                channel = self._channels[address] = grpc.insecure_channel(address)
+                channel = self._channels[address] = (
+                    grpc.insecure_channel(address) if self._credentials is None
+                    else grpc.secure_channel(address, self._credentials)
+                )  # fmt: skip
             return channel
 
     def close(self) -> None:

@@ -171,6 +171,16 @@ def _register_cluster(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--replicas", type=int, help="JetStream replicas of each partition's log (default 3)"
     )
+    group.add_argument(
+        "--advertise", metavar="HOST[:PORT]",
+        help="where other nodes and clients reach this node (default: --host and the port "
+        "it listens on; required with --host 0.0.0.0)",
+    )  # fmt: skip
+    group.add_argument(
+        "--cluster-ca", metavar="FILE",
+        help="with --tls-cert: the CA of the other nodes' certificates, for the calls nodes "
+        "make to each other (default: the system's trusted roots)",
+    )  # fmt: skip
 
 
 def cluster_from_args(args: argparse.Namespace, settings):
@@ -178,7 +188,7 @@ def cluster_from_args(args: argparse.Namespace, settings):
     from timerwheel.wheels.settings import SettingsError
 
     if not args.cluster:
-        for flag in ("node_name", "partitions", "replicas"):
+        for flag in ("node_name", "partitions", "replicas", "advertise", "cluster_ca"):
             if getattr(args, flag) is not None:
                 raise SettingsError(f"--{flag.replace('_', '-')} needs --cluster")
         return None
@@ -193,8 +203,13 @@ def cluster_from_args(args: argparse.Namespace, settings):
     if not args.node_name:
         raise SettingsError("--cluster needs --node-name (unique in the cluster)")
     urls = tuple(url.strip() for url in args.cluster.split(",") if url.strip())
-    given = {"partitions": args.partitions, "replicas": args.replicas}
-    return NodeSettings(args.node_name, urls, **{k: v for k, v in given.items() if v is not None})
+    given = {
+        "partitions": args.partitions, "replicas": args.replicas, "advertise": args.advertise,
+        "peer_ca_file": args.cluster_ca,
+    }  # fmt: skip
+    node = NodeSettings(args.node_name, urls, **{k: v for k, v in given.items() if v is not None})
+    node.advertised(settings.host, settings.port)  # a wildcard --host needs --advertise
+    return node
 
 
 def security_from_args(args: argparse.Namespace) -> SecuritySettings:

@@ -55,7 +55,8 @@ def _issue(subject, key, issuer, issuer_key, *, ca: bool, sans=(), usage=None):
     if sans:
         builder = builder.add_extension(x509.SubjectAlternativeName(list(sans)), critical=False)
     if usage:
-        builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        usages = list(usage) if isinstance(usage, tuple | list) else [usage]
+        builder = builder.add_extension(x509.ExtendedKeyUsage(usages), critical=False)
     return builder.sign(issuer_key, hashes.SHA256())
 
 
@@ -102,6 +103,18 @@ def make_pki(directory: Path) -> Pki:
     client_paths = _write(directory, "client", client, client_key)
     intruder_paths = _write(directory, "intruder", intruder, intruder_key)
     return Pki(ca_path, *server_paths, *client_paths, wrong_path, *intruder_paths)
+
+
+def make_node_pki(directory: Path) -> tuple[str, str, str]:
+    """A cluster's CA and one node certificate for 127.0.0.1 and localhost, good for both
+    ends of a call between nodes (server and client authentication): (ca, cert, key)."""
+    ca_cert, ca_key, ca_path = _ca(directory, "cluster-ca")
+    key = ec.generate_private_key(ec.SECP256R1())
+    sans = (x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1")))
+    usages = (ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH)
+    cert = _issue(_name("node"), key, ca_cert.subject, ca_key, ca=False, sans=sans, usage=usages)
+    cert_path, key_path = _write(directory, "node", cert, key)
+    return ca_path, cert_path, key_path
 
 
 # role name -> (role, topic prefixes); the names are the token names in the file
