@@ -240,7 +240,7 @@ def _wrapped(handler, method: str, check, principal: Principal | None) -> grpc.R
     def admit(request, context) -> None:
         if principal is not None:
             set_caller(principal.name)
-            set_call_scope(principal.topics)
+            set_call_scope(principal.topics, principal.id_scope)
         _refuse_undecodable(request, short_name(method), context)
         if check is not None:
             try:
@@ -283,7 +283,7 @@ def _admitted(
     def receive(requests, context) -> Charged:
         if principal is not None:
             set_caller(principal.name)  # what caller_identity() counts this call against
-            set_call_scope(principal.topics)  # its ids' scope (timerwheel.server.id_scopes)
+            set_call_scope(principal.topics, principal.id_scope)  # timerwheel.server.id_scopes
         key = caller_identity(context)
         if not gate.acquire(key, context.is_active):
             context.abort(

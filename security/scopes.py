@@ -7,7 +7,10 @@ of a token of `billing.` as `billing./order-1`. Neither can reach, learn of or b
 other's. The scope is the token's prefixes, sorted and without those another one covers,
 joined by `,` (`billing.,invoices.`); when that is longer than `MAX_SCOPE_LEN` or holds
 a character outside `_PLAIN`, `~` and 16 hex digits of its SHA-256 stand for it. So
-tokens of the same prefixes (a tenant's producer and consumer) share a scope.
+tokens of the same prefixes (a tenant's producer and consumer) share a scope. A token
+file's `id_scope` pins it instead (timerwheel.security.tokens): tokens of one tenant with
+different prefixes then share it, and it stays when the prefixes change. A token still
+reaches only the ids of its scope held on its own topics.
 
 `/` is in neither the client-id nor the topic alphabet, so no client can spell another
 tenant's stored id in a send, and the split of a stored id is unambiguous. Tokens without
@@ -57,10 +60,11 @@ def scope_of(prefixes: tuple[str, ...]) -> str:
     return "~" + hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def set_call_scope(prefixes: tuple[str, ...]) -> None:
-    """The call running on this thread is made with a token of these topic prefixes
-    (set by the request guard for every authenticated call)."""
-    _SCOPE.set((scope_of(prefixes), prefixes))
+def set_call_scope(prefixes: tuple[str, ...], pinned: str = "") -> None:
+    """The call running on this thread is made with a token of these topic prefixes and
+    this `id_scope` ("": derived from the prefixes), set by the request guard for every
+    authenticated call."""
+    _SCOPE.set((pinned or scope_of(prefixes), prefixes))
 
 
 def call_scope() -> tuple[str, tuple[str, ...]]:

@@ -5,6 +5,8 @@
     role = "producer"             # producer | consumer | admin
     sha256 = "<hex sha256 of the token>"   # or: token = "<plain token>" (warned about)
     topics = ["orders."]          # optional: topic prefixes this token may use
+    id_scope = "orders"           # optional, with topics: its client ids' scope (else
+                                  # its prefixes; timerwheel.security.scopes)
 
 Only the SHA-256 of each token is kept in memory. A presented token is hashed and
 compared with every entry's hash by `hmac.compare_digest`, all entries every time, so
@@ -25,7 +27,8 @@ from enum import Enum
 from timerwheel.wheels.settings import SettingsError
 
 _HEX64 = re.compile(r"[0-9a-fA-F]{64}")
-_KNOWN_KEYS = {"name", "role", "sha256", "token", "topics"}
+_KNOWN_KEYS = {"name", "role", "sha256", "token", "topics", "id_scope"}
+_ID_SCOPE = re.compile(r"[A-Za-z0-9_.%|,-]{1,64}")  # no '~': a derived scope's hash form
 
 
 class Role(Enum):
@@ -41,6 +44,7 @@ class Principal:
     name: str
     role: Role
     topics: tuple[str, ...] = ()  # empty: every topic
+    id_scope: str = ""  # its client ids' scope when pinned; "": derived from `topics`
 
     def may_use(self, topic: str) -> bool:
         return not self.topics or topic.startswith(self.topics)
@@ -124,7 +128,18 @@ def _entry(path: str, index: int, entry: object) -> tuple[bytes, Principal, bool
             f"{where}: topics={topics!r}: an admin token cannot be limited to topics "
             "(Export and Stats see every topic); give it role producer or consumer"
         )
-    return _digest(where, entry), Principal(name, role, tuple(topics)), "token" in entry
+    id_scope = entry.get("id_scope", "")
+    if id_scope != "" and (not isinstance(id_scope, str) or not _ID_SCOPE.fullmatch(id_scope)):
+        raise SettingsError(
+            f"{where}: id_scope={id_scope!r}: must be 1 to 64 of letters, digits and _ . % | , -"
+        )
+    if id_scope and not topics:
+        raise SettingsError(
+            f"{where}: id_scope={id_scope!r}: applies to a token with topics (one without "
+            "them names every id as stored)"
+        )
+    principal = Principal(name, role, tuple(topics), id_scope)
+    return _digest(where, entry), principal, "token" in entry
 
 
 def _digest(where: str, entry: dict) -> bytes:

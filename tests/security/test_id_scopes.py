@@ -24,6 +24,10 @@ TOKENS = {
     "orders-consumer": ("consumer", ["orders."]),
     "billing": ("producer", ["billing."]),
     "admin": ("admin", []),
+    # One tenant's tokens of different prefixes, sharing a pinned id scope.
+    "acme-producer": ("producer", ["acme.orders.", "acme.invoices."], "acme"),
+    "acme-consumer": ("consumer", ["acme.orders."], "acme"),
+    "acme-refunds": ("producer", ["acme.refunds.", "acme.orders."], "acme"),
 }
 HOUR_MS = 3_600_000
 
@@ -31,11 +35,13 @@ HOUR_MS = 3_600_000
 def _write_tokens(path) -> dict[str, str]:
     secrets = {name: f"{name}-token-{'x' * 40}" for name in TOKENS}
     lines = []
-    for name, (role, topics) in TOKENS.items():
+    for name, (role, topics, *pinned) in TOKENS.items():
         lines += ["[[tokens]]", f'name = "{name}"', f'role = "{role}"']
         lines.append(f'sha256 = "{sha256_hex(secrets[name])}"')
         if topics:
             lines.append(f"topics = {json.dumps(topics)}")
+        if pinned:
+            lines.append(f'id_scope = "{pinned[0]}"')
     path.write_text("\n".join(lines) + "\n")
     return secrets
 
@@ -317,3 +323,48 @@ def test_the_v1_fixture_store_written_before_scopes_keeps_its_ids(tmp_path, make
         assert all(m.startswith("/") for m in shown), shown  # unscoped ids, shown so
         assert consumer.ack("orders", shown) == len(set(shown))
         assert orders.get("fired-1").state == 3 and admin.get("fired-1").state == 3
+
+
+def test_a_pinned_id_scope_is_shared_by_a_tenants_tokens_of_other_prefixes(scoped):
+    """`id_scope` in the token file: a consumer of fewer prefixes than its producer, and a
+    token whose prefixes changed, name the tenant's ids as sent; each still reaches only
+    the ids on its own topics."""
+    start, client, _ = scoped
+    server = start()
+    producer, consumer = client(server, "acme-producer"), client(server, "acme-consumer")
+    refunds, admin = client(server, "acme-refunds"), client(server, "admin")
+    producer.send("acme.orders.a", b"o", delay_ms=0, message_id="ord-1")
+    producer.send("acme.invoices.a", b"i", delay_ms=HOUR_MS, message_id="inv-1")
+    with consumer.subscribe("acme.orders.a") as subscription:
+        assert [d.message_id for d in next(iter(subscription))] == ["ord-1"]
+    assert consumer.ack("acme.orders.a", ["ord-1"]) == 1
+    assert refunds.get("ord-1").state == 3  # another token of the tenant, same id
+    assert admin.get("acme/inv-1").body == b"i"
+    # inv-1 is on a topic acme-refunds may not use: absent to it, and not its to take.
+    assert status_of(lambda: refunds.get("inv-1")).details == status_of(
+        lambda: refunds.get("inv-404")
+    ).details.replace("inv-404", "inv-1")
+    refused = status_of(
+        lambda: refunds.send("acme.refunds.a", b"r", delay_ms=HOUR_MS, message_id="inv-1")
+    )
+    assert refused.code == grpc.StatusCode.ALREADY_EXISTS
+
+
+def test_the_token_file_checks_id_scope(tmp_path):
+    from timerwheel.security.tokens import load_tokens
+    from timerwheel.wheels.settings import SettingsError
+
+    def table(extra: str, topics: str = 'topics = ["a."]'):
+        path = tmp_path / "t.toml"
+        path.write_text(
+            f'[[tokens]]\nname = "n"\nrole = "producer"\ntoken = "x"\n{topics}\n{extra}\n'
+        )
+        return load_tokens(str(path))
+
+    assert table('id_scope = "acme"').entries[0][1].id_scope == "acme"
+    assert table("").entries[0][1].id_scope == ""
+    for bad in ('id_scope = "a/b"', 'id_scope = "~x"', "id_scope = 3", f'id_scope = "{"x" * 65}"'):
+        with pytest.raises(SettingsError, match="id_scope"):
+            table(bad)
+    with pytest.raises(SettingsError, match="applies to a token with topics"):
+        table('id_scope = "acme"', topics="")
