@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 import grpc
 
+from timerwheel.security.scopes import call_scope, stored
 from timerwheel.server.admin_service import TOPICS_LIMIT_MAX, topics_limit
 from timerwheel.server.fan_in import PeerLookup
 from timerwheel.server.forwarding import SERVICE, Forwarding, is_forwarded
@@ -191,9 +192,13 @@ def _merge_list(pages: list[pb.ListResponse], limit: int) -> pb.ListResponse:
         if page.next_page_token:
             frontier = keys.decode_page_token(page.next_page_token)
             bound = frontier if bound is None else min(bound, frontier)
+    # By stored id: a scoped token is shown its ids without its scope, and the nodes'
+    # continuation keys are of stored ids (timerwheel.security.scopes: `stored` undoes
+    # `view`).
+    scope, _ = call_scope()
     keyed = sorted(
-        (keys.wheel_key(m.deliver_at_ms, m.message_id), m) for page in pages
-        for m in page.messages
+        (keys.wheel_key(m.deliver_at_ms, stored(scope, m.message_id) if scope else m.message_id), m)
+        for page in pages for m in page.messages
     )  # fmt: skip
     if bound is not None:
         keyed = [(key, m) for key, m in keyed if key <= bound]

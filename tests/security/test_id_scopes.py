@@ -368,3 +368,29 @@ def test_the_token_file_checks_id_scope(tmp_path):
             table(bad)
     with pytest.raises(SettingsError, match="applies to a token with topics"):
         table('id_scope = "acme"', topics="")
+
+
+def test_a_cluster_list_merges_a_scoped_tokens_pages_by_stored_id():
+    """Scatter-gather merges the nodes' List pages by (deliver time, id) below their
+    continuation keys, which are of stored ids; a scoped token's pages show ids without
+    the scope, so the merge keys them by the stored id again."""
+    from timerwheel.security.scopes import set_call_scope
+    from timerwheel.server.scatter import _merge_list
+    from timerwheel.store import keys
+
+    def page(timers, after=None) -> pb.ListResponse:
+        token = keys.encode_page_token(keys.wheel_key(*after)) if after else ""
+        messages = [pb.TimerMessage(deliver_at_ms=t, message_id=i) for t, i in timers]
+        return pb.ListResponse(messages=messages, next_page_token=token)
+
+    # Stored: orders./a, orders./c (shown a, c) and the unscoped Z (shown /Z), all at 5;
+    # the other node stopped at (5, "orders./b"): orders./a and Z sort below it, orders./c
+    # beyond it (waits for the next page), though its shown "c" sorts below "orders./b".
+    pages = [page([(5, "a"), (5, "c"), (5, "/Z")]), page([], after=(5, "orders./b"))]
+    set_call_scope(("orders.",))
+    try:
+        merged = _merge_list(pages, limit=10)
+    finally:
+        set_call_scope(())
+    assert [m.message_id for m in merged.messages] == ["/Z", "a"]
+    assert keys.decode_page_token(merged.next_page_token) == keys.wheel_key(5, "orders./b")
