@@ -363,7 +363,11 @@ def test_histograms_summarise_and_merge_across_processes():
 
 # == scenarios and the command line ==========================================================
 def test_scenarios_presets_and_overrides():
-    assert set(SCENARIOS) == {"smoke", "tdmq", "tdmq-threads", "burst", "cancel", "backlog"}
+    assert set(SCENARIOS) == {
+        "smoke", "tdmq", "tdmq-threads", "overload", "burst", "cancel", "backlog"
+    }  # fmt: skip
+    overload = scenario("overload")  # about twice what one process sustains
+    assert (overload.rate, overload.scaled_delay_ms) == (40_000, (3_000, 60_000))
     threads = scenario("tdmq-threads")
     assert (threads.producer_threads, threads.batch, threads.rate) == (16, 1, 14_000)
     tdmq = scenario("tdmq")
