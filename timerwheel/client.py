@@ -37,11 +37,11 @@ from timerwheel.acks import DEFAULT_ACK_LINGER_MS
 from timerwheel.common import SendResult, State
 from timerwheel.connections import (
     Place,
+    channel_ready,
     one_stub,
     open_channels,
-    place_in,
     redial_channel,
-    redials,
+    spread,
 )
 from timerwheel.consumer import Message, consume
 from timerwheel.credentials import Tls
@@ -55,14 +55,14 @@ from timerwheel.retries import (
 from timerwheel.routing import (
     DIRECT_METADATA,
     Router,
-    in_batch,
     reroutable,
-    split_summary,
 )
+from timerwheel.split_send import send_split
 from timerwheel.types import (
     CHANNEL_OPTIONS,
     DEFAULT_TARGET,
     RemoteError,
+    Subscription,
     TimerInfo,
     send_request,
     send_result,
@@ -75,30 +75,6 @@ from timerwheel.v1 import timerwheel_pb2_grpc as pb_grpc
 __all__ = ["DEFAULT_TARGET", "Client", "RemoteError", "Subscription", "TimerClient"]
 
 _CLIENT_TIMEOUT = object()  # _unary default: the client's timeout_s
-
-
-class Subscription:
-    """A live Subscribe stream: iterate for `list[Delivery]` batches; `cancel()` ends it."""
-
-    def __init__(self, call: Iterator[pb.DeliveryBatch]) -> None:
-        self._call = call
-
-    def __iter__(self) -> Iterator[list[pb.Delivery]]:
-        try:
-            for batch in self._call:
-                yield list(batch.deliveries)
-        except grpc.RpcError as error:
-            if error.code() != grpc.StatusCode.CANCELLED:
-                raise RemoteError.of(error) from None
-
-    def cancel(self) -> None:
-        self._call.cancel()  # the server redelivers whatever was not acked
-
-    def __enter__(self) -> Subscription:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.cancel()
 
 
 class Client:
@@ -175,7 +151,7 @@ class Client:
         if router is None or router.owner_stub(first_id) is None:
             response = self._unary(self.service.SendBatch, request, retry=retry)
             return [send_result(r) for r in response.results]
-        return self._send_split(router, list(request.messages), retry)
+        return send_split(router, self.service, list(request.messages), retry, self.timeout_s)
 
     def producer(
         self, *, linger_ms: int = 2, max_batch: int = 500, max_in_flight: int = 4
@@ -401,24 +377,10 @@ class Client:
         is closed."""
         deadline = time.monotonic() + timeout_s
         for channel in self.channels:
-            _ready(channel, deadline)
+            channel_ready(channel, deadline)
         if len(self.channels) > 1:
-            self._spread(deadline)
-
-    def _spread(self, deadline: float) -> None:
-        channels = list(self.channels)
-        places = [_place_of(channel, deadline) for channel in channels]
-        for index in redials(places):
-            channel = self._redial()
-            try:
-                _ready(channel, deadline)
-            except BaseException:
-                channel.close()
-                raise
-            channels[index].close()
-            channels[index], places[index] = channel, _place_of(channel, deadline)
-        self._use(channels)
-        self.connection_workers = places
+            channels, self.connection_workers = spread(self.channels, self._redial, deadline)
+            self._use(channels)
 
     def cluster_map(self) -> pb.ClusterMapResponse:
         """The cluster's partitions and each one's owner, address and epoch as the node
@@ -458,65 +420,6 @@ class Client:
             method = functools.partial(getattr(stub, name), metadata=DIRECT_METADATA)
         return self._unary(method, request, retry=retry)
 
-    def _send_split(
-        self, router: Router, messages: list[pb.SendRequest], retry: bool
-    ) -> list[SendResult]:
-        """A SendBatch as one call per owner, at once (see `send_batch`); parts answered
-        "not owner" or UNAVAILABLE are sent again once after the map is read again."""
-        everything = list(range(len(messages)))
-        answers = self._send_parts(router, messages, everything, retry=False)
-        again = [i for indices, answer in answers if _reroutable_answer(answer) for i in indices]
-        if again:
-            router.refresh()
-            answers = [(ix, a) for ix, a in answers if not _reroutable_answer(a)]
-            answers += self._send_parts(router, messages, again, retry=retry)
-        failed = [(ix, a) for ix, a in answers if isinstance(a, grpc.RpcError)]
-        if failed:
-            indices, error = min(failed, key=lambda part: part[0][0])
-            unacked = sorted(i for ix, _ in failed for i in ix)
-            acked = sorted(set(everything) - set(unacked))
-            if not acked:  # nothing of the batch was acknowledged: its error as it came
-                raise RemoteError.of(error)
-            ids = [message.message_id for message in messages]
-            details = in_batch(error.code(), error.details() or "", indices, ids)
-            raise RemoteError(
-                error.code(),
-                f"{details} (SendBatch split by partition owner; {split_summary(unacked, acked)})",
-            )
-        results: list[SendResult | None] = [None] * len(messages)
-        for indices, answer in answers:
-            for index, result in zip(indices, answer.results, strict=True):
-                results[index] = send_result(result)
-        return results  # type: ignore[return-value]  # every index is filled
-
-    def _send_parts(self, router: Router, messages, indices: list[int], retry: bool) -> list:
-        """SendBatch calls for `indices`, one per owner, made at once: [(indices, the
-        answer or the RpcError)]. `retry`: each part retried on UNAVAILABLE (one by one)."""
-        groups: dict[str, list[int]] = {}
-        for index in indices:
-            groups.setdefault(router.address_of(messages[index].message_id), []).append(index)
-        calls = []
-        for address, part_indices in groups.items():
-            part = pb.SendBatchRequest(messages=[messages[i] for i in part_indices])
-            stub = router.stub_at(address)
-            method = self.service.SendBatch if stub is None else stub.SendBatch
-            metadata = () if stub is None else DIRECT_METADATA
-            if retry:
-                calls.append((part_indices, functools.partial(method, metadata=metadata), part))
-            else:
-                future = method.future(part, timeout=self.timeout_s, metadata=metadata)
-                calls.append((part_indices, future, part))
-        answers = []
-        for part_indices, call, part in calls:
-            try:
-                if retry:
-                    answers.append((part_indices, retry_unavailable(call, part, self.timeout_s)))
-                else:
-                    answers.append((part_indices, call.result()))
-            except grpc.RpcError as error:
-                answers.append((part_indices, error))
-        return answers
-
     def _unary(self, method, request, timeout_s: object = _CLIENT_TIMEOUT, retry: bool = False):
         """One call; `retry`: on UNAVAILABLE, with backoff, for a request that is
         idempotent though its method is not (the idempotent methods are retried by gRPC
@@ -530,29 +433,9 @@ class Client:
             raise RemoteError.of(error) from None
 
 
-def _reroutable_answer(answer: object) -> bool:
-    return isinstance(answer, grpc.RpcError) and reroutable(answer)
-
-
 def _owner_channel(address: str, *, tls: Tls | bool | None, token: str | None) -> grpc.Channel:
     """A channel to a cluster node the map names, with the client's credentials."""
     return open_channels(address, tls, token, CHANNEL_OPTIONS, 1)[0]
-
-
-def _ready(channel: grpc.Channel, deadline: float) -> None:
-    grpc.channel_ready_future(channel).result(timeout=max(0.0, deadline - time.monotonic()))
-
-
-def _place_of(channel: grpc.Channel, deadline: float) -> Place | None:
-    """The worker that answers on `channel`'s connection, as its health answer says."""
-    check = health_pb2_grpc.HealthStub(channel).Check
-    try:
-        _, call = check.with_call(
-            health_pb2.HealthCheckRequest(), timeout=max(0.001, deadline - time.monotonic())
-        )
-    except grpc.RpcError:
-        return None  # no answer in time, or no health service: leave the spread as it is
-    return place_in(call.trailing_metadata())
 
 
 TimerClient = Client  # the name before `timerwheel.Client`; existing callers keep working

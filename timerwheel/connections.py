@@ -21,11 +21,13 @@ subchannel pool (`grpc.use_local_subchannel_pool`): that is what makes them sepa
 
 from __future__ import annotations
 
+import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import count as counter
 
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from timerwheel.credentials import Tls, open_aio_channel, open_channel
 
@@ -135,3 +137,40 @@ class TakingTurns:
 def one_stub(stubs: tuple):
     """The stub to call through: the only one, or all of them taking turns."""
     return stubs[0] if len(stubs) == 1 else TakingTurns(stubs)
+
+
+def channel_ready(channel: grpc.Channel, deadline: float) -> None:
+    """Block until `channel` is connected (grpc.FutureTimeoutError at `deadline`)."""
+    grpc.channel_ready_future(channel).result(timeout=max(0.0, deadline - time.monotonic()))
+
+
+def spread(
+    channels: list[grpc.Channel], redial: Callable[[], grpc.Channel], deadline: float
+) -> tuple[list[grpc.Channel], list[Place | None]]:
+    """The connections spread evenly over the server's workers (see the module's
+    docstring): the channels, some dialled again (the old ones closed), and where each
+    went."""
+    channels = list(channels)
+    places = [place_of(channel, deadline) for channel in channels]
+    for index in redials(places):
+        channel = redial()
+        try:
+            channel_ready(channel, deadline)
+        except BaseException:
+            channel.close()
+            raise
+        channels[index].close()
+        channels[index], places[index] = channel, place_of(channel, deadline)
+    return channels, places
+
+
+def place_of(channel: grpc.Channel, deadline: float) -> Place | None:
+    """The worker that answers on `channel`'s connection, as its health answer says."""
+    check = health_pb2_grpc.HealthStub(channel).Check
+    try:
+        _, call = check.with_call(
+            health_pb2.HealthCheckRequest(), timeout=max(0.001, deadline - time.monotonic())
+        )
+    except grpc.RpcError:
+        return None  # no answer in time, or no health service: leave the spread as it is
+    return place_in(call.trailing_metadata())

@@ -8,7 +8,7 @@ timer whose `state` is a `State` name) and `RemoteError`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import datetime, timedelta
 
 import grpc
@@ -152,3 +152,27 @@ def timer_filter(
     return pb.TimerFilter(
         topic=topic, series_id=series_id, id_prefix=id_prefix, from_ms=from_ms, to_ms=to_ms
     )
+
+
+class Subscription:
+    """A live Subscribe stream: iterate for `list[Delivery]` batches; `cancel()` ends it."""
+
+    def __init__(self, call: Iterator[pb.DeliveryBatch]) -> None:
+        self._call = call
+
+    def __iter__(self) -> Iterator[list[pb.Delivery]]:
+        try:
+            for batch in self._call:
+                yield list(batch.deliveries)
+        except grpc.RpcError as error:
+            if error.code() != grpc.StatusCode.CANCELLED:
+                raise RemoteError.of(error) from None
+
+    def cancel(self) -> None:
+        self._call.cancel()  # the server redelivers whatever was not acked
+
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cancel()
