@@ -38,9 +38,12 @@ from timerwheel.credentials import Tls
 from timerwheel.durations import duration_ms
 from timerwheel.producer import AsyncProducer
 from timerwheel.retries import (
+    DEFAULT_SCHEDULE,
+    RetrySchedule,
     reschedule_is_idempotent,
     retry_unavailable_async,
     sends_are_idempotent,
+    with_schedule,
 )
 from timerwheel.types import (
     CHANNEL_OPTIONS,
@@ -99,15 +102,19 @@ class AsyncClient:
         tls: Tls | bool | None = None,
         token: str | None = None,
         connections: int = 1,
+        restart_budget_s: float | None = None,
     ) -> None:
         """Arguments as `timerwheel.Client` (tls=, token= for a secured server;
-        connections= for one spread over a server's workers)."""
+        connections= for one spread over a server's workers; restart_budget_s= for
+        servers slower to come back)."""
         self.target = with_default_port(target)
         self.timeout_s = timeout_s
-        self._use(open_aio_channels(self.target, tls, token, CHANNEL_OPTIONS, connections))
-        self._redial = functools.partial(
-            redial_aio_channel, self.target, tls, token, CHANNEL_OPTIONS
-        )
+        self.retry = DEFAULT_SCHEDULE if restart_budget_s is None else RetrySchedule(
+            restart_budget_s
+        )  # fmt: skip
+        options = with_schedule(CHANNEL_OPTIONS, self.retry)
+        self._use(open_aio_channels(self.target, tls, token, options, connections))
+        self._redial = functools.partial(redial_aio_channel, self.target, tls, token, options)
         self.connection_workers: list[Place | None] = []  # as Client's
 
     def _use(self, channels: list[grpc.aio.Channel]) -> None:
@@ -340,7 +347,7 @@ class AsyncClient:
         timeout = self.timeout_s if timeout_s is _CLIENT_TIMEOUT else timeout_s
         try:
             if retry:
-                return await retry_unavailable_async(method, request, timeout)  # type: ignore[arg-type]
+                return await retry_unavailable_async(method, request, timeout, self.retry)  # type: ignore[arg-type]
             return await method(request, timeout=timeout)
         except grpc.RpcError as error:
             raise RemoteError.of(error) from None

@@ -48,9 +48,12 @@ from timerwheel.credentials import Tls
 from timerwheel.durations import duration_ms
 from timerwheel.producer import Producer
 from timerwheel.retries import (
+    DEFAULT_SCHEDULE,
+    RetrySchedule,
     reschedule_is_idempotent,
     retry_unavailable,
     sends_are_idempotent,
+    with_schedule,
 )
 from timerwheel.routing import (
     DIRECT_METADATA,
@@ -87,8 +90,10 @@ class Client:
     string ("250ms", "2s", "5m", "3d") or a `timedelta`. `connections`: how many TCP
     connections the calls take turns on (for a server with `--workers`; each connection
     is served by one worker). `routing`: against a cluster, send each call on an id to
-    the node that owns it (timerwheel/routing.py); a single node is not affected. Use it
-    as a context manager, or call `close()`.
+    the node that owns it (timerwheel/routing.py); a single node is not affected.
+    `restart_budget_s`: how long the idempotent calls ride through a server that is
+    away, retrying (about 3 s by default; timerwheel/retries.py). Use it as a context
+    manager, or call `close()`.
     """
 
     def __init__(
@@ -100,15 +105,20 @@ class Client:
         token: str | None = None,
         connections: int = 1,
         routing: bool = True,
+        restart_budget_s: float | None = None,
     ) -> None:
         self.target = with_default_port(target)
         self.timeout_s = timeout_s
-        self._use(open_channels(self.target, tls, token, CHANNEL_OPTIONS, connections))
-        self._redial = functools.partial(redial_channel, self.target, tls, token, CHANNEL_OPTIONS)
+        self.retry = DEFAULT_SCHEDULE if restart_budget_s is None else RetrySchedule(
+            restart_budget_s
+        )  # fmt: skip
+        options = with_schedule(CHANNEL_OPTIONS, self.retry)
+        self._use(open_channels(self.target, tls, token, options, connections))
+        self._redial = functools.partial(redial_channel, self.target, tls, token, options)
         # Against a cluster: the map of partition owners, read at the first call on an id.
         self.router: Router | None = None
         if routing:
-            owner_channel = functools.partial(_owner_channel, tls=tls, token=token)
+            owner_channel = functools.partial(_owner_channel, tls=tls, token=token, options=options)
             self.router = Router(lambda: self.service, owner_channel, timeout_s)
         # The worker each connection reached, (index, count), as `wait_ready` left them
         # (None where the server did not say); empty before it, or with one connection.
@@ -151,7 +161,8 @@ class Client:
         if router is None or router.owner_stub(first_id) is None:
             response = self._unary(self.service.SendBatch, request, retry=retry)
             return [send_result(r) for r in response.results]
-        return send_split(router, self.service, list(request.messages), retry, self.timeout_s)
+        messages = list(request.messages)
+        return send_split(router, self.service, messages, retry, self.timeout_s, self.retry)
 
     def producer(
         self, *, linger_ms: int = 2, max_batch: int = 500, max_in_flight: int = 4
@@ -427,15 +438,17 @@ class Client:
         timeout = self.timeout_s if timeout_s is _CLIENT_TIMEOUT else timeout_s
         try:
             if retry:
-                return retry_unavailable(method, request, timeout)  # type: ignore[arg-type]
+                return retry_unavailable(method, request, timeout, self.retry)  # type: ignore[arg-type]
             return method(request, timeout=timeout)
         except grpc.RpcError as error:
             raise RemoteError.of(error) from None
 
 
-def _owner_channel(address: str, *, tls: Tls | bool | None, token: str | None) -> grpc.Channel:
+def _owner_channel(
+    address: str, *, tls: Tls | bool | None, token: str | None, options: list
+) -> grpc.Channel:
     """A channel to a cluster node the map names, with the client's credentials."""
-    return open_channels(address, tls, token, CHANNEL_OPTIONS, 1)[0]
+    return open_channels(address, tls, token, options, 1)[0]
 
 
 TimerClient = Client  # the name before `timerwheel.Client`; existing callers keep working

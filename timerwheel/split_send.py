@@ -17,7 +17,7 @@ import functools
 import grpc
 
 from timerwheel.common import SendResult
-from timerwheel.retries import retry_unavailable
+from timerwheel.retries import RetrySchedule, retry_unavailable
 from timerwheel.routing import DIRECT_METADATA, Router, in_batch, reroutable, split_summary
 from timerwheel.types import RemoteError, send_result
 from timerwheel.v1 import timerwheel_pb2 as pb
@@ -26,17 +26,17 @@ from timerwheel.v1 import timerwheel_pb2_grpc as pb_grpc
 
 def send_split(
     router: Router, service: pb_grpc.TimerServiceStub, messages: list[pb.SendRequest],
-    retry: bool, timeout_s: float | None,
+    retry: bool, timeout_s: float | None, schedule: RetrySchedule | None = None,
 ) -> list[SendResult]:  # fmt: skip
     """A SendBatch as one call per owner, at once (see `send_batch`); parts answered
     "not owner" or UNAVAILABLE are sent again once after the map is read again."""
     everything = list(range(len(messages)))
-    answers = _send_parts(router, service, messages, everything, False, timeout_s)
+    answers = _send_parts(router, service, messages, everything, False, timeout_s, schedule)
     again = [i for indices, answer in answers if _reroutable_answer(answer) for i in indices]
     if again:
         router.refresh()
         answers = [(ix, a) for ix, a in answers if not _reroutable_answer(a)]
-        answers += _send_parts(router, service, messages, again, retry, timeout_s)
+        answers += _send_parts(router, service, messages, again, retry, timeout_s, schedule)
     failed = [(ix, a) for ix, a in answers if isinstance(a, grpc.RpcError)]
     if failed:
         indices, error = min(failed, key=lambda part: part[0][0])
@@ -60,6 +60,7 @@ def send_split(
 def _send_parts(
     router: Router, service: pb_grpc.TimerServiceStub, messages: list[pb.SendRequest],
     indices: list[int], retry: bool, timeout_s: float | None,
+    schedule: RetrySchedule | None = None,
 ) -> list:  # fmt: skip
     """SendBatch calls for `indices`, one per owner, made at once: [(indices, the
     answer or the RpcError)]. `retry`: each part retried on UNAVAILABLE (one by one)."""
@@ -81,7 +82,7 @@ def _send_parts(
     for part_indices, call, part in calls:
         try:
             if retry:
-                answers.append((part_indices, retry_unavailable(call, part, timeout_s)))
+                answers.append((part_indices, retry_unavailable(call, part, timeout_s, schedule)))
             else:
                 answers.append((part_indices, call.result()))
         except grpc.RpcError as error:

@@ -18,6 +18,7 @@ from timerwheel.retries import (
     MAX_ATTEMPTS,
     MAX_BACKOFF_S,
     SERVICE_CONFIG,
+    RetrySchedule,
     backoffs,
     reschedule_is_idempotent,
     sends_are_idempotent,
@@ -84,3 +85,21 @@ def test_the_retries_end_at_the_deadline():
         assert code is grpc.StatusCode.UNAVAILABLE and took_s < 0.5 + INITIAL_BACKOFF_S
         code, took_s = timed_failure(client.stats)
         assert code is grpc.StatusCode.DEADLINE_EXCEEDED and took_s < 0.5 + INITIAL_BACKOFF_S
+
+
+def test_a_larger_restart_budget_scales_every_wait():
+    """`restart_budget_s` for servers slower to come back (a big store, a busy machine):
+    the same shape of waits, scaled, in gRPC's policy and in the client's own retries."""
+    schedule = RetrySchedule(12.0)  # four times the default's 3 s
+    nominal = [4 * min(INITIAL_BACKOFF_S * BACKOFF_MULTIPLIER**n, MAX_BACKOFF_S) for n in range(4)]
+    for wait, expected in zip(schedule.backoffs(), nominal, strict=True):
+        assert expected * (1 - JITTER) <= wait <= expected * (1 + JITTER)
+    policy = json.loads(schedule.service_config())["methodConfig"][0]["retryPolicy"]
+    assert (policy["initialBackoff"], policy["maxBackoff"]) == ("0.8s", "6.4s")
+    with Client(NOBODY, timeout_s=30, restart_budget_s=6.0) as client:  # twice the default
+        code, took_s = timed_failure(client.stats)  # gRPC's retry policy, from the channel
+        assert code is grpc.StatusCode.UNAVAILABLE and took_s >= 2 * BUDGET_S
+        code, took_s = timed_failure(lambda: client.send("t", b"x", message_id="a"))
+        assert code is grpc.StatusCode.UNAVAILABLE and took_s >= 2 * BUDGET_S
+    with pytest.raises(ValueError, match=r"restart_budget_s=0\.1"):
+        Client(NOBODY, restart_budget_s=0.1)
