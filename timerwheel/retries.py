@@ -24,11 +24,11 @@ The schedule: at most `MAX_ATTEMPTS` attempts (gRPC's own ceiling), waiting
 randomised by 20%, as gRPC does): about 3 s of waiting in all, so a server back within
 about 2 s is not noticed, and a server that is not there at all is reported (UNAVAILABLE)
 after those 3 s rather than at once. A client may scale that budget (`RetrySchedule`,
-`Client(..., restart_budget_s=...)`): the same shape, every wait scaled. All attempts share the call's deadline (`timeout_s`):
-a deadline that comes first ends the call (gRPC says DEADLINE_EXCEEDED, the clients' own
-retries the last UNAVAILABLE). The channel tries to reconnect at least once a second
-(`RETRY_OPTIONS`; gRPC's default backs off to two minutes), so a server that is back is
-found again within the budget.
+`Client(..., restart_budget_s=...)`): the same shape, every wait scaled. All attempts
+share the call's deadline (`timeout_s`): a deadline that comes first ends the call (gRPC
+says DEADLINE_EXCEEDED, the clients' own retries the last UNAVAILABLE). The channel
+tries to reconnect at least once a second (`RETRY_OPTIONS`; gRPC's default backs off to
+two minutes), so a server that is back is found again within the budget.
 
 wait_for_ready is not set: it would make every call to a stopped server wait out its
 whole deadline instead of saying UNAVAILABLE, and a send with a server-made id must
