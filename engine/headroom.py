@@ -39,21 +39,25 @@ class Headroom:
     max_take: int  # max_group_ops
     max_queued: int  # max_queued_ops
     cost_s: float = FIRST_COST_S  # seconds a unit of work, averaged over recent commits
+    # The limits for the cost now, kept as plain attributes: the writer reads them at
+    # every submit and commit, and they change only when a commit is measured.
+    take: int = 0  # the operations' weight the next commit may take (at least one)
+    queue: int = 0  # the queued weight beyond which a new send is refused
+
+    def __post_init__(self) -> None:
+        self._update()
 
     def committed(self, units: int, seconds: float) -> None:
         """A commit of `units` (operation weights plus fired timers) took `seconds`."""
         if units < MIN_UNITS or seconds <= 0:
             return
         self.cost_s += SMOOTHING * (seconds / units - self.cost_s)
+        self._update()
 
-    def take_limit(self) -> int:
-        """The operations' weight the next commit may take (at least one operation)."""
-        return _clamp(self.commit_budget_ms / 1000 / self.cost_s, 1, self.max_take)
-
-    def queue_limit(self) -> int:
-        """The queued weight beyond which a new operation is refused."""
-        floor = min(self.take_limit(), self.max_queued)
-        return _clamp(self.queue_budget_ms / 1000 / self.cost_s, floor, self.max_queued)
+    def _update(self) -> None:
+        self.take = _clamp(self.commit_budget_ms / 1000 / self.cost_s, 1, self.max_take)
+        floor = min(self.take, self.max_queued)
+        self.queue = _clamp(self.queue_budget_ms / 1000 / self.cost_s, floor, self.max_queued)
 
     def queue_ms(self, weight: int) -> int:
         """About how long the writer needs for `weight` queued: for a refusal's message."""

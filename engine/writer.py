@@ -179,7 +179,7 @@ class Writer:
             if self._stopping:
                 raise ShuttingDown(self.health.failure or "the timer engine is shutting down")
             self.health.refuse_if_full()
-            limit = self._headroom.queue_limit()
+            limit = self._headroom.queue
             if op.sheddable and self._queued_weight + op.weight > limit and self._queue:
                 behind_ms = self._headroom.queue_ms(self._queued_weight)
                 raise Overloaded(
@@ -214,7 +214,7 @@ class Writer:
     def _take_ops(self) -> list[Op]:
         ops: list[Op] = []
         weight = 0
-        limit = self._headroom.take_limit()
+        limit = self._headroom.take
         with self._cond:
             while self._queue and (not ops or weight + self._queue[0].weight <= limit):
                 op = self._queue.popleft()

@@ -18,8 +18,8 @@ def headroom(**changes) -> Headroom:
 
 def test_before_any_commit_it_assumes_a_slow_unit():
     room = headroom()
-    assert room.take_limit() == int(0.020 / FIRST_COST_S)  # 400
-    assert room.queue_limit() == int(1.0 / FIRST_COST_S)  # 20,000
+    assert room.take == int(0.020 / FIRST_COST_S)  # 400
+    assert room.queue == int(1.0 / FIRST_COST_S)  # 20,000
 
 
 def test_it_follows_the_measured_cost():
@@ -27,11 +27,11 @@ def test_it_follows_the_measured_cost():
     for _ in range(60):
         room.committed(1_000, 0.010)  # 10 µs a unit
     assert room.cost_s == pytest.approx(10e-6, rel=0.01)
-    assert room.take_limit() in range(1_990, 2_001)  # 20 ms of 10 µs units
-    assert room.queue_limit() in range(99_000, 100_001)  # 1 s of them
+    assert room.take in range(1_990, 2_001)  # 20 ms of 10 µs units
+    assert room.queue in range(99_000, 100_001)  # 1 s of them
     for _ in range(60):
         room.committed(1_000, 0.100)  # the machine became ten times slower
-    assert room.take_limit() in range(199, 201)
+    assert room.take in range(199, 201)
     assert room.queue_ms(10_000) in range(990, 1_010)
 
 
@@ -39,15 +39,15 @@ def test_the_fixed_bounds_hold_however_fast_the_writer():
     room = headroom(max_take=5, max_queued=10)
     for _ in range(60):
         room.committed(1_000, 1e-6)
-    assert room.take_limit() == 5 and room.queue_limit() == 10
+    assert room.take == 5 and room.queue == 10
 
 
 def test_a_very_slow_writer_still_takes_one_and_queues_a_commit():
     room = headroom()
     for _ in range(60):
         room.committed(100, 10.0)  # 100 ms a unit
-    assert room.take_limit() == 1
-    assert room.queue_limit() == 10  # 1 s of them, above one commit's
+    assert room.take == 1
+    assert room.queue == 10  # 1 s of them, above one commit's
 
 
 def test_small_commits_and_empty_timings_teach_nothing():
@@ -68,5 +68,5 @@ def test_limits_stay_within_their_bounds(commits, commit_ms, queue_ms, max_take,
     for units, seconds in commits:
         room.committed(units, seconds)
         assert room.cost_s > 0
-        assert 1 <= room.take_limit() <= max_take
-        assert min(room.take_limit(), max_queued) <= room.queue_limit() <= max_queued
+        assert 1 <= room.take <= max_take
+        assert min(room.take, max_queued) <= room.queue <= max_queued
