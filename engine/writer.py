@@ -11,9 +11,8 @@ One iteration, in order:
  2. the tick (`timerwheel.engine.tick`): one chunk of every running cascade (top level first),
     one chunk of firing out of the second wheel, the recurring series found due, and
     once a second a chunk of the retention sweep;
- 3. apply the queued operations (as many as `commit_budget_ms` of the writer's measured
-    work, at most `max_group_ops`: `timerwheel.engine.headroom`), each checked before
-    staged (a series due at once when sent or rescheduled fires inside its operation);
+ 3. apply the queued operations (up to `max_group_ops`), each checked before staged (a
+    series due at once when sent or rescheduled fires inside its operation);
  4. stage the scheduler state into `meta` and the pending-timer counters the batch
     changed (`timerwheel.store.counts`, from the deltas steps 2-3 noted), and write the batch to
     the WAL, without an fsync;
@@ -72,7 +71,6 @@ import structlog
 
 from timerwheel.common import TimerwheelError
 from timerwheel.engine.bulk_ops import BulkCancelOp
-from timerwheel.engine.headroom import Headroom
 from timerwheel.engine.linger import Lingering
 from timerwheel.engine.ops import AckOp, CancelOp, Op, WriterContext
 from timerwheel.engine.send_op import SendOp
@@ -131,13 +129,6 @@ class Writer:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._syncer: WalSyncer | None = None  # with a thread: fsyncs behind the writer
-        # Commit and queue sizes in time (timerwheel.engine.headroom). Measured only with a
-        # thread: in manual mode (tests in virtual time) commits keep the fixed bounds, so
-        # a run does not depend on the machine's speed.
-        self._headroom = Headroom(
-            settings.commit_budget_ms, settings.queue_budget_ms,
-            settings.max_group_ops, settings.max_queued_ops,
-        )  # fmt: skip
 
     # == control ========================================================================
     def start(self) -> None:
@@ -179,13 +170,11 @@ class Writer:
             if self._stopping:
                 raise ShuttingDown(self.health.failure or "the timer engine is shutting down")
             self.health.refuse_if_full()
-            limit = self._headroom.queue
+            limit = self._settings.max_queued_ops
             if op.sheddable and self._queued_weight + op.weight > limit and self._queue:
-                behind_ms = self._headroom.queue_ms(self._queued_weight)
                 raise Overloaded(
-                    f"writer queue holds {self._queued_weight} operations, about {behind_ms} "
-                    f"ms of its work (limit {limit}: queue_budget_ms "
-                    f"{self._settings.queue_budget_ms}); retry later"
+                    f"writer queue holds {self._queued_weight} operations (limit {limit}); "
+                    "retry later"
                 )
             self._queue.append(op)
             self._queued_weight += op.weight
@@ -214,7 +203,7 @@ class Writer:
     def _take_ops(self) -> list[Op]:
         ops: list[Op] = []
         weight = 0
-        limit = self._headroom.take
+        limit = self._settings.max_group_ops
         with self._cond:
             while self._queue and (not ops or weight + self._queue[0].weight <= limit):
                 op = self._queue.popleft()
@@ -310,7 +299,6 @@ class Writer:
 
     def _group_commit(self) -> bool:
         """One group commit. True when a cascade or the firing has more to do now."""
-        began = time.perf_counter()
         ops = self._take_ops()
         commit_s, wants_sync = 0.0, False
         saved = self._scheduler.state
@@ -346,9 +334,6 @@ class Writer:
             raise
         if counted:
             self._counts.committed(counted)
-        if self._thread is not None and ops:  # the staging and the write, per unit of work
-            units = sum(op.weight for op in ops) + sum(map(len, batch.fired_entries.values()))
-            self._headroom.committed(units, time.perf_counter() - began)
         if wants_sync and self._syncer is not None:
             self._syncer.hand_over(ops, outcomes)  # answered once the WAL is synced
         else:

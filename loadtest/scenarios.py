@@ -183,7 +183,7 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             "overload", "about twice what one process sustains: 40,000 sends/s, delay "
-            "3 s..60 s; the excess is refused or slowed at the producers, never the fires",
+            "3 s..60 s; the target: the excess slowed or refused at the producers, not the fires",
             rate=40_000, duration_s=60.0, batch=100, producers=4, consumers=1, topics=1,
             body_bytes=128, delay_min_ms=3 * SECOND_MS, delay_max_ms=60 * SECOND_MS,
         ),

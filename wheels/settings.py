@@ -101,12 +101,6 @@ class Settings:
 
     # Backpressure.
     max_queued_ops: int = 200_000  # timers waiting for the writer
-    # The same two bounds in time, of the writer's measured work (timerwheel.engine.headroom):
-    # a commit takes operations for at most commit_budget_ms, so fires falling due wait no
-    # longer behind them; beyond queue_budget_ms of queued work a send is refused
-    # (RESOURCE_EXHAUSTED), so under overload the producers wait, not the fires.
-    commit_budget_ms: int = 20
-    queue_budget_ms: int = 1_000
     max_unacked: int = 1_000_000  # fired, not acked, per service
 
     # Delivery.
@@ -321,7 +315,6 @@ _POSITIVE_FIELDS = (
     "max_property_key_len", "max_property_value_len", "max_properties_bytes",
     "max_batch_messages", "retention_ms", "minute_cascade_lead_ms", "hour_cascade_lead_ms",
     "cascade_chunk", "fire_chunk", "sweep_chunk", "max_group_ops", "max_queued_ops",
-    "commit_budget_ms", "queue_budget_ms",
     "max_unacked", "ack_timeout_ms", "max_in_flight_default", "block_cache_bytes",
     "write_buffer_bytes", "wheel_write_buffer_bytes", "max_in_flight_limit",
     "delivery_batch_max", "delivery_batch_bytes", "grpc_workers", "settle_workers",

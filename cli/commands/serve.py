@@ -47,14 +47,6 @@ SETTING_FLAGS = {
     "--max-in-flight": ("max_in_flight_default", "un-acked per subscriber when it asks 0"),
     "--max-unacked": ("max_unacked", "fired, un-acked backlog at which sends are refused"),
     "--max-queued-ops": ("max_queued_ops", "writer queue depth at which sends are refused"),
-    "--queue-budget": (
-        "queue_budget_ms",
-        "writer work queued at which sends are refused, in time (default 1s)",
-    ),
-    "--commit-budget": (
-        "commit_budget_ms",
-        "writer work one group commit takes, in time; fires wait at most this (default 20ms)",
-    ),
     "--max-delay": ("max_delay_ms", "furthest delivery time accepted (default 400d)"),
     "--fire-tick": (
         "fire_tick_ms",
