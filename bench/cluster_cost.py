@@ -57,6 +57,7 @@ TOPIC = "cost"
 PARTITIONS = 6
 DELAY_MIN_MS, DELAY_MAX_MS = 500, 2_000
 DRAIN_S = 60.0
+MISSING_SAMPLE = 200  # ids never received whose state is asked for at the end
 
 
 def cpu_seconds(pid: int) -> float:
@@ -74,6 +75,19 @@ def cpu_seconds(pid: int) -> float:
         except psutil.Error:
             pass
     return total
+
+
+def states_of(target: str, ids: list[str]) -> dict[str, int]:
+    """How many of `ids` the cluster holds in each state (or which error a Get gets)."""
+    tally: dict[str, int] = {}
+    with TimerClient(target, timeout_s=10) as client:
+        for message_id in ids:
+            try:
+                name = client.get(message_id, include_body=False).state.name
+            except Exception as error:  # any refusal: the tally names it
+                name = f"error {getattr(error, 'code', type(error).__name__)}"
+            tally[name] = tally.get(name, 0) + 1
+    return tally
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -222,6 +236,8 @@ def measure(shape: str, rate: int, batch: int, duration_s: float, warmup_s: floa
             call.cancel()
         for thread in consumers:
             thread.join(10)
+        missing = sorted(set(load.sent) - load.received)
+        missing_states = states_of(targets[0].address, missing[:MISSING_SAMPLE])
         in_window = sum(1 for at, _ in load.sent.values() if at >= window_start)
         by_node = {t.name: 0 for t in targets}
         for at, name in load.sent.values():
@@ -235,7 +251,9 @@ def measure(shape: str, rate: int, batch: int, duration_s: float, warmup_s: floa
             "nodes": len(targets),
             "partitions_by_node": {t.name: t.owned for t in targets} if clustered else {},
             "sent": len(load.sent),
-            "lost": len(set(load.sent) - load.received),
+            "lost": len(missing),  # sent, acknowledged, never received within the drain
+            # what the server says of (a sample of) those: FIRED or SCHEDULED = late, held
+            "missing_states": missing_states,
             "sends_per_s": round(in_window / window_s, 1),
             "send_latency_ms": {"p50": round(percentile(latencies, 0.5) * 1000, 2),
                                 "p99": round(percentile(latencies, 0.99) * 1000, 2)},
