@@ -24,6 +24,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from timerwheel.acks import DEFAULT_ACK_LINGER_MS
+from timerwheel.aio_consume import consume_async
 from timerwheel.common import SendResult, State
 from timerwheel.connections import (
     Place,
@@ -33,7 +34,7 @@ from timerwheel.connections import (
     redial_aio_channel,
     redials,
 )
-from timerwheel.consumer import Message, consume_async
+from timerwheel.consumer import Message
 from timerwheel.credentials import Tls
 from timerwheel.durations import duration_ms
 from timerwheel.producer import AsyncProducer

@@ -43,9 +43,7 @@ at DEBUG, so a message that always fails neither storms nor floods the log.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import inspect
 import logging
 import queue
 import threading
@@ -54,18 +52,14 @@ from typing import TYPE_CHECKING
 
 from timerwheel.acks import (
     DEFAULT_ACK_LINGER_MS,
-    MAX_ACK_CALLS_ON_WIRE,
     AckSender,
     Settlements,
-    check_linger_ms,
-    gate_wait_s,
     in_calls,
 )
 from timerwheel.types import RemoteError
 from timerwheel.v1 import timerwheel_pb2 as pb
 
 if TYPE_CHECKING:
-    from timerwheel.aio import AsyncClient
     from timerwheel.client import Client
 
 # The standard library's logging, as a client library should use: the application
@@ -86,7 +80,7 @@ class Message:
 
     __slots__ = ("_settler", "delivery", "settled")
 
-    def __init__(self, delivery: pb.Delivery, settler: _Settler) -> None:
+    def __init__(self, delivery: pb.Delivery, settler: Settler) -> None:
         self.delivery = delivery
         self._settler = settler
         self.settled = False  # acked or nacked (guarded by the settler's lock)
@@ -108,7 +102,7 @@ class Message:
         return f"Message(message_id={d.message_id!r}, topic={d.topic!r}, attempt={d.attempt})"
 
 
-class _Settler:
+class Settler:
     """Settles each message once (the first of ack and nack wins), into `settlements`."""
 
     def __init__(self, settlements: Settlements) -> None:
@@ -131,13 +125,13 @@ def _handle(handler: Callable, message: Message) -> None:
     try:
         handler(message)
     except Exception as exc:
-        _log_failure(message, exc)
-        message.nack(_reason(exc))
+        log_failure(message, exc)
+        message.nack(failure_reason(exc))
     else:
         message.ack()
 
 
-def _log_failure(message: Message, exc: Exception) -> None:
+def log_failure(message: Message, exc: Exception) -> None:
     """A handler raised: a warning with the traceback for a message's first failure, a
     one-line debug record for its retries. A poison message fails on every attempt, and a
     traceback each time buries the logs; its first says what is wrong, and the dead letter
@@ -147,15 +141,15 @@ def _log_failure(message: Message, exc: Exception) -> None:
     else:
         log.debug(
             "consume_handler_failed message_id=%s attempt=%d error=%s",
-            message.message_id, message.delivery.attempt, _reason(exc),
+            message.message_id, message.delivery.attempt, failure_reason(exc),
         )  # fmt: skip
 
 
-def _reason(exc: Exception) -> str:
+def failure_reason(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"[:500]
 
 
-class _Drain:
+class Drain:
     """What a stopping consumer's releases did: `draining` once the server took one (the
     stream then ends by itself once it holds nothing, so the consumer waits for that)."""
 
@@ -167,7 +161,7 @@ class _Drain:
             self.draining = True
 
 
-def _release(client: Client, topic: str, message_ids: list[str], drain: _Drain) -> None:
+def _release(client: Client, topic: str, message_ids: list[str], drain: Drain) -> None:
     """Give back messages no handler started: not failed attempts. A failure is logged,
     not raised: the messages then go back as the stream ends, as they did before."""
     for ids in in_calls(message_ids):
@@ -177,17 +171,6 @@ def _release(client: Client, topic: str, message_ids: list[str], drain: _Drain) 
             log.warning("consume_release_failed count=%d error=%s", len(ids), exc)
 
 
-async def _release_async(
-    client: AsyncClient, topic: str, message_ids: list[str], drain: _Drain
-) -> None:
-    for ids in in_calls(message_ids):
-        try:
-            drain.answered(await client.nack(topic, ids, release=True))
-        except RemoteError as exc:
-            log.warning("consume_release_failed count=%d error=%s", len(ids), exc)
-
-
-# == threads (timerwheel.Client) ===========================================================
 def consume(
     client: Client,
     topic: str,
@@ -202,7 +185,7 @@ def consume(
     if concurrency < 1:
         raise ValueError(f"concurrency={concurrency}: must be >= 1")
     sender = AckSender(client, topic, ack_linger_ms)
-    settler = _Settler(sender.settlements)
+    settler = Settler(sender.settlements)
     subscription = client.subscribe(topic, max_in_flight)
     work: queue.SimpleQueue[Message | None] = queue.SimpleQueue()
     ending = threading.Event()
@@ -212,7 +195,7 @@ def consume(
     handing_out = threading.Lock()
     stream_ended = threading.Event()
     stream_error: list[RemoteError] = []
-    drain = _Drain()
+    drain = Drain()
     unstarted: list[Message] = []  # taken by a worker after the stop: released after
 
     def read() -> None:
@@ -279,135 +262,3 @@ def _drain_queue(work: queue.SimpleQueue[Message | None]) -> list[Message]:
         while (message := work.get_nowait()) is not None:
             messages.append(message)
     return messages
-
-
-# == asyncio (timerwheel.AsyncClient) ======================================================
-async def consume_async(
-    client: AsyncClient,
-    topic: str,
-    handler: Callable[[Message], object],
-    *,
-    concurrency: int = 1,
-    max_in_flight: int = 0,
-    stop: asyncio.Event | None = None,
-    ack_linger_ms: int = DEFAULT_ACK_LINGER_MS,
-) -> int:
-    """`consume` for asyncio: `concurrency` tasks; an async handler is awaited."""
-    if concurrency < 1:
-        raise ValueError(f"concurrency={concurrency}: must be >= 1")
-    linger_s = check_linger_ms(ack_linger_ms) / 1000
-    settlements = Settlements()
-    arrived = asyncio.Event()
-    settlements.wake = arrived.set  # called on the loop's thread: handlers run as tasks
-    settler = _Settler(settlements)
-    subscription = client.subscribe(topic, max_in_flight)
-    work: asyncio.Queue[Message | None] = asyncio.Queue()
-    ending = asyncio.Event()  # hand out no more messages
-    handled = asyncio.Event()  # every handler has finished: the last settlements are in
-    drain = _Drain()
-    unstarted: list[Message] = []  # taken by a task after the stop: released after
-
-    def stopping() -> bool:
-        return ending.is_set() or (stop is not None and stop.is_set())
-
-    async def read() -> None:
-        async for batch in subscription:
-            if stopping():  # one thread: nothing is queued after the stop has drained it
-                await _release_async(client, topic, [d.message_id for d in batch], drain)
-                continue
-            for delivery in batch:
-                work.put_nowait(Message(delivery, settler))
-
-    async def work_loop() -> None:
-        while (message := await work.get()) is not None:
-            if stopping():
-                unstarted.append(message)
-                continue
-            try:
-                result = handler(message)
-                if inspect.isawaitable(result):
-                    await result
-            except Exception as exc:
-                _log_failure(message, exc)
-                message.nack(_reason(exc))
-            else:
-                message.ack()
-
-    async def send_settled() -> int:
-        """Settlements in batches as timerwheel.acks.AckSender sends them (the linger,
-        the gate, up to MAX_ACK_CALLS_ON_WIRE batches on the wire); returns acked."""
-        loop = asyncio.get_running_loop()
-        calls: set[asyncio.Task[int]] = set()
-        newest: asyncio.Task[int] | None = None
-        newest_sent_at = 0.0  # loop.time() when the newest call went
-        acked, errors = 0, []
-
-        def gate_wait() -> float | None:
-            out_s = None if newest is None or newest.done() else loop.time() - newest_sent_at
-            return gate_wait_s(len(calls), out_s, linger_s, MAX_ACK_CALLS_ON_WIRE)
-
-        def returned(task: asyncio.Task[int]) -> None:
-            nonlocal acked
-            calls.discard(task)
-            if task.cancelled():
-                return
-            if task.exception() is not None:
-                errors.append(task.exception())
-            else:
-                acked += task.result()
-
-        async def send(acks: list[str], nacks: dict[str, list[str]]) -> int:
-            sent = sum([await client.ack(topic, ids) for ids in in_calls(acks)])
-            for reason, message_ids in nacks.items():
-                await client.nack(topic, message_ids, reason)
-            return sent
-
-        while True:
-            await arrived.wait()
-            while not handled.is_set() and (wait_s := gate_wait()) != 0.0:
-                await asyncio.wait(calls, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED)
-            if linger_s and not handled.is_set():  # gather more; the end cuts it short
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(handled.wait(), linger_s)
-            arrived.clear()
-            acks, nacks = settlements.take()
-            if acks or nacks:
-                newest, newest_sent_at = asyncio.create_task(send(acks, nacks)), loop.time()
-                newest.add_done_callback(returned)
-                calls.add(newest)
-            if handled.is_set() and not settlements.waiting:
-                await asyncio.gather(*calls, return_exceptions=True)  # every call answered
-                if errors:
-                    raise errors[0]
-                return acked
-
-    reader = asyncio.create_task(read())
-    workers = [asyncio.create_task(work_loop()) for _ in range(concurrency)]
-    sender = asyncio.create_task(send_settled())
-    waits = {reader} if stop is None else {reader, asyncio.create_task(stop.wait())}
-    try:
-        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        ending.set()
-        queued = []
-        while not work.empty():
-            if (message := work.get_nowait()) is not None:
-                queued.append(message)
-        await _release_async(client, topic, [m.delivery.message_id for m in queued], drain)
-        for _ in workers:
-            work.put_nowait(None)
-        await asyncio.gather(*workers)
-        await _release_async(client, topic, [m.delivery.message_id for m in unstarted], drain)
-        handled.set()
-        arrived.set()
-        ack_result = (await asyncio.gather(sender, return_exceptions=True))[0]
-        if drain.draining and not isinstance(ack_result, BaseException):
-            await asyncio.wait({reader}, timeout=STOP_DRAIN_S)  # the server ends it
-        subscription.cancel()
-        stream_error = (await asyncio.gather(reader, return_exceptions=True))[0]
-        for waiter in waits - {reader}:
-            waiter.cancel()
-    for error in (stream_error, ack_result):
-        if isinstance(error, BaseException):
-            raise error
-    return ack_result

@@ -18,7 +18,7 @@ import pytest
 from helpers.waits import WAIT_S
 
 from timerwheel.acks import AckSender, check_linger_ms, gate_wait_s
-from timerwheel.consumer import consume_async
+from timerwheel.aio_consume import consume_async
 from timerwheel.types import RemoteError
 from timerwheel.v1 import timerwheel_pb2 as pb
 
