@@ -375,18 +375,46 @@ class ExportRequest(_message.Message):
     def __init__(self, out_dir: _Optional[str] = ..., max_rows_per_file: _Optional[int] = ...) -> None: ...
 
 class ExportResponse(_message.Message):
-    __slots__ = ("out_dir", "rows", "files", "cut_at_ms", "seconds")
+    __slots__ = ("out_dir", "rows", "files", "cut_at_ms", "seconds", "nodes", "timers")
     OUT_DIR_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
     FILES_FIELD_NUMBER: _ClassVar[int]
     CUT_AT_MS_FIELD_NUMBER: _ClassVar[int]
     SECONDS_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    TIMERS_FIELD_NUMBER: _ClassVar[int]
     out_dir: str
     rows: int
     files: int
     cut_at_ms: int
     seconds: float
-    def __init__(self, out_dir: _Optional[str] = ..., rows: _Optional[int] = ..., files: _Optional[int] = ..., cut_at_ms: _Optional[int] = ..., seconds: _Optional[float] = ...) -> None: ...
+    nodes: _containers.RepeatedCompositeFieldContainer[ExportNode]
+    timers: int
+    def __init__(self, out_dir: _Optional[str] = ..., rows: _Optional[int] = ..., files: _Optional[int] = ..., cut_at_ms: _Optional[int] = ..., seconds: _Optional[float] = ..., nodes: _Optional[_Iterable[_Union[ExportNode, _Mapping]]] = ..., timers: _Optional[int] = ...) -> None: ...
+
+class ExportNode(_message.Message):
+    __slots__ = ("node", "address", "partitions", "out_dir", "rows", "files", "timers", "bytes", "cut_at_ms", "seconds")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    OUT_DIR_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    TIMERS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    CUT_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    address: str
+    partitions: _containers.RepeatedScalarFieldContainer[int]
+    out_dir: str
+    rows: int
+    files: int
+    timers: int
+    bytes: int
+    cut_at_ms: int
+    seconds: float
+    def __init__(self, node: _Optional[str] = ..., address: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ..., out_dir: _Optional[str] = ..., rows: _Optional[int] = ..., files: _Optional[int] = ..., timers: _Optional[int] = ..., bytes: _Optional[int] = ..., cut_at_ms: _Optional[int] = ..., seconds: _Optional[float] = ...) -> None: ...
 
 class StatsRequest(_message.Message):
     __slots__ = ()
@@ -467,7 +495,7 @@ class ClusterStats(_message.Message):
     def __init__(self, node: _Optional[str] = ..., holder: _Optional[str] = ..., address: _Optional[str] = ..., partitions: _Optional[int] = ..., owned: _Optional[_Iterable[int]] = ..., live_nodes: _Optional[_Iterable[str]] = ..., delivering: _Optional[bool] = ..., takeovers: _Optional[int] = ..., map: _Optional[_Iterable[_Union[ClusterPartition, _Mapping]]] = ...) -> None: ...
 
 class ClusterPartition(_message.Message):
-    __slots__ = ("partition", "owner", "address", "epoch", "verdict", "appended", "last_sequence", "stream_leader", "replicas_current", "replica_lag")
+    __slots__ = ("partition", "owner", "address", "epoch", "verdict", "appended", "last_sequence", "stream_leader", "replicas_current", "replica_lag", "standby_sequence", "standby_lag", "snapshot_sequence", "snapshot_age_ms")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
@@ -478,6 +506,10 @@ class ClusterPartition(_message.Message):
     STREAM_LEADER_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_CURRENT_FIELD_NUMBER: _ClassVar[int]
     REPLICA_LAG_FIELD_NUMBER: _ClassVar[int]
+    STANDBY_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    STANDBY_LAG_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_AGE_MS_FIELD_NUMBER: _ClassVar[int]
     partition: int
     owner: str
     address: str
@@ -488,7 +520,11 @@ class ClusterPartition(_message.Message):
     stream_leader: str
     replicas_current: int
     replica_lag: int
-    def __init__(self, partition: _Optional[int] = ..., owner: _Optional[str] = ..., address: _Optional[str] = ..., epoch: _Optional[int] = ..., verdict: _Optional[str] = ..., appended: _Optional[int] = ..., last_sequence: _Optional[int] = ..., stream_leader: _Optional[str] = ..., replicas_current: _Optional[int] = ..., replica_lag: _Optional[int] = ...) -> None: ...
+    standby_sequence: int
+    standby_lag: int
+    snapshot_sequence: int
+    snapshot_age_ms: int
+    def __init__(self, partition: _Optional[int] = ..., owner: _Optional[str] = ..., address: _Optional[str] = ..., epoch: _Optional[int] = ..., verdict: _Optional[str] = ..., appended: _Optional[int] = ..., last_sequence: _Optional[int] = ..., stream_leader: _Optional[str] = ..., replicas_current: _Optional[int] = ..., replica_lag: _Optional[int] = ..., standby_sequence: _Optional[int] = ..., standby_lag: _Optional[int] = ..., snapshot_sequence: _Optional[int] = ..., snapshot_age_ms: _Optional[int] = ...) -> None: ...
 
 class LatenessMinute(_message.Message):
     __slots__ = ("minute_ms", "fires", "p50_ms", "p99_ms", "max_ms")
