@@ -10,6 +10,9 @@ record), 6 partitions. The load is open loop at `--rate` sends a second, SendBat
 `--batch` client ids of one partition each (so no call needs the forwarding hop), each
 batch to the node that owns its partition (what a routing client does), timers due 0.5-2 s
 later; one consumer stream per node takes that node's own deliveries and acks them there.
+A cluster is loaded once its partition map has settled (unchanged for `SETTLED_FOR_S`:
+a cluster just started hands partitions to their preferred nodes for a few seconds);
+`owners_moved_in_window` says whether it moved while measured.
 
 Measured over the steady part (from `--warmup` to the end of sending), from /proc:
 
@@ -57,6 +60,10 @@ TOPIC = "cost"
 PARTITIONS = 6
 DELAY_MIN_MS, DELAY_MAX_MS = 500, 2_000
 DRAIN_S = 60.0
+# The map counts as settled when unchanged this long: more than the takeover grace (3 s)
+# plus a few renewal intervals, so the hand-over to preferred nodes has finished.
+SETTLED_FOR_S = 10.0
+SETTLE_TIMEOUT_S = 90.0
 MISSING_SAMPLE = 200  # ids never received whose state is asked for at the end
 
 
@@ -88,6 +95,29 @@ def states_of(target: str, ids: list[str]) -> dict[str, int]:
                 name = f"error {getattr(error, 'code', type(error).__name__)}"
             tally[name] = tally.get(name, 0) + 1
     return tally
+
+
+def owners_of(address: str) -> dict[int, str]:
+    """partition -> owner node name, as the node at `address` knows the map."""
+    with TimerClient(address, timeout_s=10) as client:
+        return {o.partition: o.node for o in client.cluster_map().owners}
+
+
+def settled_owners(address: str) -> dict[int, str]:
+    """The partition map once it has stopped moving. A cluster that has just started
+    hands partitions to their preferred nodes one renewal at a time after the takeover
+    grace (docs/cluster.md, "Placement"); a load started before that is sent to nodes
+    that forward it, and every node's CPU then looks alike whatever it owns."""
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    owners, since = owners_of(address), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = owners_of(address)
+        if now != owners or "" in now.values():
+            owners, since = now, time.monotonic()
+        elif time.monotonic() - since >= SETTLED_FOR_S:
+            return owners
+    raise SystemExit(f"the partition map did not settle in {SETTLE_TIMEOUT_S:g} s: {owners}")
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -198,12 +228,11 @@ def measure(shape: str, rate: int, batch: int, duration_s: float, warmup_s: floa
     with _started(shape, base) as targets_and_nats:
         targets, nats_pids = targets_and_nats
         owner_of: dict[int, Target] = {}
-        for target in targets:
-            if clustered:
-                with TimerClient(target.address, timeout_s=10) as client:
-                    target.owned = sorted(client.stats().cluster.owned)
-                for p in target.owned:
-                    owner_of[p] = target
+        settled = settled_owners(targets[0].address) if clustered else {}
+        by_name = {t.name: t for t in targets}
+        for partition, name in settled.items():
+            owner_of[partition] = by_name[name]
+            by_name[name].owned.append(partition)
         load = Load(targets, owner_of, rate, batch, duration_s, clustered)
         consumers = [threading.Thread(target=load.consume, args=(t,), daemon=True)
                      for t in targets]  # fmt: skip
@@ -236,6 +265,8 @@ def measure(shape: str, rate: int, batch: int, duration_s: float, warmup_s: floa
             call.cancel()
         for thread in consumers:
             thread.join(10)
+        # Ownership must not have moved in the window: the figures per own message assume it.
+        moved = owners_of(targets[0].address) != settled if clustered else False
         missing = sorted(set(load.sent) - load.received)
         missing_states = states_of(targets[0].address, missing[:MISSING_SAMPLE])
         in_window = sum(1 for at, _ in load.sent.values() if at >= window_start)
@@ -250,6 +281,7 @@ def measure(shape: str, rate: int, batch: int, duration_s: float, warmup_s: floa
             "shape": shape,
             "nodes": len(targets),
             "partitions_by_node": {t.name: t.owned for t in targets} if clustered else {},
+            "owners_moved_in_window": moved,
             "sent": len(load.sent),
             "lost": len(missing),  # sent, acknowledged, never received within the drain
             # what the server says of (a sample of) those: FIRED or SCHEDULED = late, held
