@@ -26,7 +26,7 @@ from timerwheel.cluster.partitions import with_partition
 from timerwheel.common import SendResult, State
 from timerwheel.engine.ids import MessageIds
 from timerwheel.wheels.bulk import BulkResult, RedriveResult, TimerFilter
-from timerwheel.wheels.domain import FailedPrecondition, InvalidArgument, SendSpec, Timer, When
+from timerwheel.wheels.domain import SendSpec, Timer, When
 from timerwheel.wheels.lateness import LatenessMinute
 from timerwheel.wheels.settings import Settings
 from timerwheel.wheels.validation import validate_message_ref, validate_sends
@@ -52,13 +52,6 @@ class ClusterApi:
         """Validate a batch as a whole (InvalidArgument naming `messages[i]`): each send's
         deliver time. A batch split by owner is checked here before any part is sent
         (server.forwarding)."""
-        for index, spec in enumerate(specs):
-            if spec.options is not None and spec.options.repeat is not None:
-                name = "repeat" if len(specs) == 1 else f"messages[{index}].repeat"
-                raise InvalidArgument(
-                    name, "<a recurring series>", "recurring series are not served in cluster "
-                    "mode yet; send one-shot timers"
-                )  # fmt: skip
         return validate_sends(specs, self.engine.now_ms(), self.settings)
 
     def send_batch_async(self, specs: Iterable[SendSpec]) -> Future:
@@ -90,11 +83,17 @@ class ClusterApi:
             try:
                 results: list[SendResult] = done.result()
                 by_partition: dict[int, list[journal.Entry]] = {}
+                series: list[str] = []
                 for spec, partition, sent in zip(named, partitions, results, strict=True):
-                    if not sent.existed:
-                        entry = journal.sent_of(spec, sent.message_id, sent.deliver_at_ms)
-                        by_partition.setdefault(partition, []).append(entry)
+                    if sent.existed:
+                        continue
+                    if spec.options is not None and spec.options.repeat is not None:
+                        series.append(sent.message_id)  # logged as the engine stored it
+                        continue
+                    entry = journal.sent_of(spec, sent.message_id, sent.deliver_at_ms)
+                    by_partition.setdefault(partition, []).append(entry)
                 logged = [self.node.journal(p, entries) for p, entries in by_partition.items()]
+                logged += self._series_records(series)
             except BaseException as error:
                 result.set_exception(error)
                 return
@@ -102,6 +101,12 @@ class ClusterApi:
 
         stored.add_done_callback(stored_done)
         return result
+
+    def _series_records(self, series_ids: Iterable[str]) -> list[Future]:
+        """The records of these series' last changes not yet in the log (the node logs
+        each change the engine makes to a series: timerwheel.cluster.series_log)."""
+        found = (self.node.series_logged(series_id) for series_id in series_ids)
+        return [future for future in found if future is not None]
 
     def cancel(self, message_id: str) -> State:
         validate_message_ref(message_id)
@@ -117,7 +122,8 @@ class ClusterApi:
         self.node.require_owner(partition)
         deliver_at_ms = self.engine.reschedule(message_id, when)
         entry = journal.Rescheduled(message_id, deliver_at_ms)
-        self.node.wait_logged([self.node.journal(partition, [entry])])
+        logged = [self.node.journal(partition, [entry]), *self._series_records([message_id])]
+        self.node.wait_logged(logged)
         return deliver_at_ms
 
     def get(self, message_id: str, include_trace: bool = False) -> Timer:
@@ -136,18 +142,34 @@ class ClusterApi:
         self, timer_filter: TimerFilter, limit: int = 0, page_token: str = "",
         purge: bool = False,
     ) -> BulkResult:  # fmt: skip
-        raise FailedPrecondition(
-            "BulkCancel and Purge are not served in cluster mode yet: cancel by id"
-        )
+        """This node's partitions only (server.bulk_scatter asks every node): applied to
+        the engine, then every timer it cancelled or purged logged as cancelled, in its
+        partition's log, before the answer."""
+        result = self.engine.bulk_cancel(timer_filter, limit, page_token, purge)
+        changed = [*result.cancelled_ids, *(i for ids in result.fired.values() for i in ids)]
+        by_partition: dict[int, list[str]] = {}
+        for message_id in changed:
+            by_partition.setdefault(self.node.partition_of(message_id), []).append(message_id)
+        self.node.wait_logged(
+            self.node.journal(partition, [journal.Cancelled(tuple(ids))])
+            for partition, ids in sorted(by_partition.items())
+        )  # fmt: skip
+        return result
 
     def redrive(
         self, dlq_topic: str, timer_filter: TimerFilter, limit: int = 0, page_token: str = ""
     ) -> RedriveResult:
-        raise FailedPrecondition("Redrive is not served in cluster mode yet")
+        """This node's partitions only (server.bulk_scatter asks every node). Nothing to
+        log: the log never holds a dead-letter move (a takeover fires a dead letter again
+        on the topic it came from, where a redrive puts it)."""
+        return self.engine.redrive(dlq_topic, timer_filter, limit, page_token)
 
     def pause_series(self, series_id: str, paused: bool) -> SeriesPause:
-        name = "PauseSeries" if paused else "ResumeSeries"
-        raise FailedPrecondition(f"{name} is not served in cluster mode yet")
+        validate_message_ref(series_id, "series_id")
+        self.node.require_owner(self.node.partition_of(series_id))
+        done = self.engine.pause_series(series_id, paused)
+        self.node.wait_logged(self._series_records([series_id]))
+        return done
 
     def list_pending(
         self, topic: str, from_ms: int, to_ms: int, limit: int, page_token: str = "",

@@ -15,6 +15,15 @@ record is in the log (a quorum fsynced it), so the log holds exactly what was pr
 | `cancel`     | ids                                                 | drop each             |
 | `ack`        | ids (a recurring occurrence's `<series>#<n>` too)   | drop each             |
 | `reschedule` | id, new deliver time (ms)                           | live[id].time = it    |
+|              |                                                     | (not of a series)     |
+| `series`     | series id, occurrences fired (number, schedule      | live[id#n] = each     |
+|              | time), the series as left (a send: its `extras`     | occurrence; live[id]  |
+|              | hold the next number, time, paused), or null        | = the series, or drop |
+
+A series' every change (sent, moved, paused, stepped, retired) is logged by the owner as
+its engine committed it (`timerwheel.cluster.series_log`), in commit order and before the
+callers of that commit are answered; its occurrences are logged as they fire, so an
+un-acked one fires again after a takeover, and an acked one (its `ack`) does not.
 
 What is not logged, and why it costs no acknowledged message: fires (a new owner fires
 again what is due and not acked: at least once), delivery attempts and nacks (counted
@@ -32,8 +41,9 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from timerwheel.engine.series import SERIES_ID, SERIES_OCCURRENCE, occurrence_id
 from timerwheel.store.extras import decode_extras, encode_extras
-from timerwheel.wheels.domain import IfExists, SendSpec, When, WhenKind
+from timerwheel.wheels.domain import IfExists, SendOptions, SendSpec, When, WhenKind
 
 VERSION = 1
 
@@ -75,7 +85,39 @@ class Rescheduled:
     deliver_at_ms: int
 
 
-Entry = Sent | Cancelled | Acked | Rescheduled
+@dataclass(frozen=True, slots=True)
+class SeriesState:
+    series_id: str
+    sent: Sent | None  # the series as its engine left it; None: retired (finished)
+    occurrences: tuple[tuple[int, int], ...] = ()  # (number, schedule time) fired
+
+
+Entry = Sent | Cancelled | Acked | Rescheduled | SeriesState
+
+
+def is_series(sent: Sent) -> bool:
+    """A recurring series' send: its options hold a `repeat` (store.extras)."""
+    return b'"repeat"' in sent.options
+
+
+def occurrence_of(series: Sent, number: int, at_ms: int) -> Sent:
+    """Occurrence `number` of `series`, as its engine stores it when it fires
+    (timerwheel.engine.series): the series' topic, body and properties and the series
+    properties, its delivery options, due at its schedule time."""
+    options = decode_extras(series.options) if series.options else None
+    delivery = b""
+    if options is not None and (
+        options.max_attempts is not None or options.dead_letter_topic or options.retry
+    ):
+        kept = SendOptions(options.max_attempts, options.dead_letter_topic, retry=options.retry)
+        delivery = encode_extras(kept)
+    properties = {
+        **series.properties, SERIES_ID: series.message_id, SERIES_OCCURRENCE: str(number)
+    }  # fmt: skip
+    return Sent(
+        occurrence_id(series.message_id, number), series.topic, series.body, properties,
+        at_ms, delivery,
+    )  # fmt: skip
 
 
 def sent_of(spec: SendSpec, message_id: str, deliver_at_ms: int) -> Sent:
@@ -88,20 +130,36 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
+def _sent_row(entry: Sent) -> list:
+    return [
+        "send", entry.message_id, entry.topic, _b64(entry.body), dict(entry.properties),
+        entry.deliver_at_ms, _b64(entry.options),
+    ]  # fmt: skip
+
+
+def _sent_of_row(row: list) -> Sent:
+    _, message_id, topic, body, properties, at_ms, options = row
+    return Sent(
+        str(message_id), str(topic), base64.b64decode(body),
+        {str(k): str(v) for k, v in properties.items()}, int(at_ms), base64.b64decode(options),
+    )  # fmt: skip
+
+
 def encode(entries: Iterable[Entry]) -> bytes:
     rows: list[list] = []
     for entry in entries:
         if isinstance(entry, Sent):
-            rows.append([
-                "send", entry.message_id, entry.topic, _b64(entry.body),
-                dict(entry.properties), entry.deliver_at_ms, _b64(entry.options),
-            ])  # fmt: skip
+            rows.append(_sent_row(entry))
         elif isinstance(entry, Cancelled):
             rows.append(["cancel", list(entry.message_ids)])
         elif isinstance(entry, Acked):
             rows.append(["ack", list(entry.message_ids)])
-        else:
+        elif isinstance(entry, Rescheduled):
             rows.append(["reschedule", entry.message_id, entry.deliver_at_ms])
+        else:
+            sent = None if entry.sent is None else _sent_row(entry.sent)
+            occurrences = [list(occurrence) for occurrence in entry.occurrences]
+            rows.append(["series", entry.series_id, occurrences, sent])
     return json.dumps({"v": VERSION, "e": rows}, separators=(",", ":")).encode()
 
 
@@ -119,18 +177,17 @@ def decode(data: bytes) -> list[Entry]:
         for row in record["e"]:
             kind = row[0]
             if kind == "send":
-                _, message_id, topic, body, properties, at_ms, options = row
-                entries.append(Sent(
-                    str(message_id), str(topic), base64.b64decode(body),
-                    {str(k): str(v) for k, v in properties.items()}, int(at_ms),
-                    base64.b64decode(options),
-                ))  # fmt: skip
+                entries.append(_sent_of_row(row))
             elif kind == "cancel":
                 entries.append(Cancelled(tuple(str(i) for i in row[1])))
             elif kind == "ack":
                 entries.append(Acked(tuple(str(i) for i in row[1])))
             elif kind == "reschedule":
                 entries.append(Rescheduled(str(row[1]), int(row[2])))
+            elif kind == "series":
+                sent = None if row[3] is None else _sent_of_row(row[3])
+                occurrences = tuple((int(n), int(at)) for n, at in row[2])
+                entries.append(SeriesState(str(row[1]), sent, occurrences))
             else:
                 raise BadRecord(f"log entry kind {kind!r}")
         return entries
@@ -158,13 +215,27 @@ class Fold:
             elif isinstance(entry, (Cancelled, Acked)):
                 for message_id in entry.message_ids:
                     self.live.pop(message_id, None)
+            elif isinstance(entry, SeriesState):
+                self._series(entry)
             else:
                 found = self.live.get(entry.message_id)
-                if found is not None:
+                # a series' move is its `series` entry (its time and its `extras`)
+                if found is not None and not is_series(found):
                     self.live[entry.message_id] = Sent(
                         found.message_id, found.topic, found.body, found.properties,
                         entry.deliver_at_ms, found.options,
                     )  # fmt: skip
+
+    def _series(self, entry: SeriesState) -> None:
+        series = entry.sent or self.live.get(entry.series_id)
+        if series is not None:
+            for number, at_ms in entry.occurrences:
+                occurrence = occurrence_of(series, number, at_ms)
+                self.live[occurrence.message_id] = occurrence
+        if entry.sent is None:
+            self.live.pop(entry.series_id, None)
+        else:
+            self.live[entry.series_id] = entry.sent
 
     def specs(self, not_before_ms: int = 0) -> list[SendSpec]:
         return [sent.spec(not_before_ms) for sent in self.live.values()]

@@ -61,6 +61,7 @@ from timerwheel.cluster.placement import Placement
 from timerwheel.cluster.purge import purge_until_done
 from timerwheel.cluster.rebuild import SnapshotSchedule, Takeover
 from timerwheel.cluster.replication import ReplicationWatch
+from timerwheel.cluster.series_log import SeriesLog
 from timerwheel.cluster.settings import NodeSettings
 from timerwheel.cluster.snapshot_io import PartitionSnapshots, snapshot_store
 from timerwheel.cluster.standby import Standbys
@@ -75,7 +76,7 @@ log = structlog.get_logger("timerwheel.cluster")
 CLOSE_STEP_S = 3.0  # each step of a node's stop (leases handed back, NATS closed) at most
 
 
-class ClusterNode(Takeovers, NodeQueries):
+class ClusterNode(SeriesLog, Takeovers, NodeQueries):
     """`TimerApi` over the partitions this node owns (see the module docstring)."""
 
     def __init__(self, node: NodeSettings, engine: Engine) -> None:
@@ -102,6 +103,8 @@ class ClusterNode(Takeovers, NodeQueries):
         self._loop: LoopThread | None = None
         self._task: Future | None = None
         self.replication = ReplicationWatch(None)  # its streams' replicas (owned partitions)
+        self._init_series_log()
+        engine.add_series_listener(self.on_series_changes)  # each series change logged
 
     # == lifecycle ========================================================================
     def start(self, address: str) -> ClusterNode:

@@ -17,13 +17,14 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from timerwheel.cluster import journal
 from timerwheel.cluster.appender import Appender, monotonic_ms
 from timerwheel.cluster.fencing import EpochMarker, MarkerStep, marker_step
 from timerwheel.cluster.lease import LeaseView, Release
 from timerwheel.cluster.rebuild import SnapshotSchedule, Takeover
+from timerwheel.cluster.restore import restore_op
 from timerwheel.cluster.snapshot import SnapshotInvalid
 from timerwheel.cluster.standby import Standbys
-from timerwheel.wheels.domain import SendSpec
 
 if TYPE_CHECKING:
     from timerwheel.cluster.nats_io import NatsLeaseStore, PartitionLog
@@ -50,6 +51,7 @@ class Takeovers:
     standbys: Standbys
     takeovers: list[Takeover]
     retire_lock: threading.Lock
+    series_lock: threading.RLock
     _views: dict[int, LeaseView]
     _owned: dict[int, Appender]
     _taking: set[int]
@@ -58,6 +60,12 @@ class Takeovers:
     _store: NatsLeaseStore
 
     def _purge(self, partition: int) -> None:
+        raise NotImplementedError
+
+    def series_taken(self, partition: int, appender: Appender) -> None:
+        raise NotImplementedError
+
+    def series_dropped(self, partition: int) -> None:
         raise NotImplementedError
 
     def _check_gate(self) -> None:
@@ -94,31 +102,34 @@ class Takeovers:
                 return
             fold = rebuilt.fold
             not_before = self.engine.now_ms() - self.settings.max_past_ms + 60_000
-            specs = fold.specs(not_before)
+            sents = list(fold.live.values())
             loop = asyncio.get_running_loop()
-            await loop.run_in_executor(None, self._restore, specs)
+            await loop.run_in_executor(None, self._restore, sents, not_before)
             view = self._views[partition]
             if view.held is None or view.held.epoch != epoch:
                 await loop.run_in_executor(None, self._purge, partition)
                 return
             self._views[partition] = view.fenced(last_seq)
-            self._owned[partition] = Appender(
+            appender = Appender(
                 partition_log, epoch, last_seq, loop, functools.partial(self._deadline, partition),
                 monotonic_ms, self._fenced,
             )  # fmt: skip
+            with self.series_lock:  # series changes of the restore: logged first
+                self._owned[partition] = appender
+                self.series_taken(partition, appender)
             self.snapshots.owned(
                 partition, fold.records, rebuilt.replayed_bytes, self._owned[partition]
             )  # fmt: skip
             pointer = rebuilt.pointer
             takeover = Takeover(
-                partition, epoch, rebuilt.replayed, len(specs), time.monotonic() - started,
+                partition, epoch, rebuilt.replayed, len(sents), time.monotonic() - started,
                 self.engine.now_ms(), pointer.through if pointer else 0,
                 pointer.live if pointer else 0, rebuilt.standby_through,
             )  # fmt: skip
             self.takeovers.append(takeover)
             log.info(
                 "cluster_partition_owned", partition=partition, epoch=epoch,
-                records_replayed=rebuilt.replayed, live=len(specs),
+                records_replayed=rebuilt.replayed, live=len(sents),
                 snapshot_through=takeover.snapshot_through,
                 standby_through=takeover.standby_through, seconds=round(takeover.seconds, 3),
             )  # fmt: skip
@@ -127,6 +138,7 @@ class Takeovers:
             log.warning("cluster_takeover_failed", partition=partition, error=repr(error))
         finally:
             self._taking.discard(partition)
+            self.series_dropped(partition)  # held changes not taken by an appender
 
     async def _refuse(self, partition: int, reason: str) -> None:
         """The partition's snapshot is missing or damaged (the log below it is purged):
@@ -147,9 +159,11 @@ class Takeovers:
     def _deadline(self, partition: int) -> int | None:
         return self._views[partition].deadline_ms()
 
-    def _restore(self, specs: list[SendSpec]) -> None:
-        for start in range(0, len(specs), RESTORE_CHUNK):
-            self.engine.send_batch(specs[start : start + RESTORE_CHUNK])
+    def _restore(self, sents: list[journal.Sent], not_before_ms: int) -> None:
+        for start in range(0, len(sents), RESTORE_CHUNK):
+            chunk = sents[start : start + RESTORE_CHUNK]
+            op = restore_op(chunk, not_before_ms, self.engine.now_ms())
+            self.engine.submit_sends(op).result()
 
     def _fenced(self, partition: int) -> None:
         """An append was refused: a newer epoch owns it; give it up at once."""

@@ -24,7 +24,7 @@ from timerwheel.wheels.trace import TraceEvent, TraceKind, fire_stored
 class BulkCancelOp(Op):
     """Cancel the SCHEDULED timers among `message_ids` that `filter` selects; with
     `purge`, also retire the FIRED ones (ready entry out, CANCELLED). Returns
-    (cancelled, {topic: purged FIRED ids})."""
+    (cancelled, {topic: purged FIRED ids}, the cancelled ids)."""
 
     filter: TimerFilter = field(default_factory=TimerFilter)
     message_ids: list[str] = field(default_factory=list)
@@ -39,8 +39,8 @@ class BulkCancelOp(Op):
 
     def apply(
         self, ctx: WriterContext, batch: StagedBatch, now_ms: int
-    ) -> tuple[int, dict[str, list[str]]]:
-        cancelled = 0
+    ) -> tuple[int, dict[str, list[str]], list[str]]:
+        cancelled: list[str] = []
         purged: dict[str, list[str]] = {}
         expire_at_ms = now_ms + ctx.retention_ms
         for message_id in dict.fromkeys(self.message_ids):
@@ -57,11 +57,11 @@ class BulkCancelOp(Op):
                 ctx.store.stage_cancel(
                     batch, message_id, raw, [w.name for w in wheels], now_ms, expire_at_ms
                 )
-                cancelled += 1
+                cancelled.append(message_id)
             elif state is State.FIRED and self.purge:
                 bulk_cf.stage_purge_fired(ctx.store, batch, key, raw, now_ms, expire_at_ms)
                 purged.setdefault(topic, []).append(message_id)
-        return cancelled, purged
+        return len(cancelled), purged, cancelled
 
 
 @dataclass

@@ -32,7 +32,7 @@ from timerwheel.engine.send_op import SendOp
 from timerwheel.engine.series import PauseOp, SeriesPause
 from timerwheel.engine.store_health import StoreHealth
 from timerwheel.engine.trace_ops import DeliveryEvents, TraceBarrier, TraceOp
-from timerwheel.engine.writer import FiredListener, Writer
+from timerwheel.engine.writer import FiredListener, SeriesListener, Writer
 from timerwheel.observability.gauges import UnackedByTopic, engine_gauges
 from timerwheel.observability.thread_cpu import thread_cpu_seconds
 from timerwheel.store import bulk as bulk_cf
@@ -240,13 +240,13 @@ class Engine(EngineApi):
         if not selection.ids:
             return BulkResult(next_token=next_token)
         op = BulkCancelOp(filter=timer_filter, message_ids=selection.ids, purge=purge)
-        cancelled, fired = self._writer.wait(self._writer.submit(op))
+        cancelled, fired, cancelled_ids = self._writer.wait(self._writer.submit(op))
         for topic, ids in fired.items():  # out of the backlog, as an ack takes them
             with self._acked_lock:
                 self._acked += len(ids)
             self._unacked_by_topic.acked(topic, len(ids))
         purged = sum(map(len, fired.values()))
-        return BulkResult(cancelled, purged, next_token, fired)
+        return BulkResult(cancelled, purged, next_token, fired, cancelled_ids)
 
     def redrive(
         self, dlq_topic: str, timer_filter: TimerFilter, limit: int = 0, page_token: str = ""
@@ -392,6 +392,10 @@ class Engine(EngineApi):
     def add_fired_listener(self, listener: FiredListener) -> None:
         """`listener(topics)` is called on the writer thread after each commit that fired."""
         self._writer.add_listener(listener)
+
+    def add_series_listener(self, listener: SeriesListener) -> None:
+        """`listener(changes)`: on the writer thread after a commit that changed a series."""
+        self._writer.add_series_listener(listener)
 
     def writer_running(self) -> bool:
         """False once a background writer has stopped (closed, or failed for good)."""

@@ -19,7 +19,7 @@ from timerwheel.engine.series import fire_due_series
 from timerwheel.store import extras as extras_cf
 from timerwheel.store import records
 from timerwheel.store import trace as trace_cf
-from timerwheel.store.batch import StagedBatch
+from timerwheel.store.batch import SeriesChange, StagedBatch
 from timerwheel.wheels.domain import (
     NO_PROPERTIES,
     AlreadyExists,
@@ -332,6 +332,9 @@ def stage_new(
     if sent:
         placed = records.with_placement(send.record, wheel.name if wheel else "")
         send = send._replace(record=placed)
+    if records.is_series(send.record):  # sent, replaced or moved: noted for the listeners
+        extras = send.extras or extras_cf.get_extras(ctx.store, batch, message_id)
+        batch.series_changes.append(SeriesChange(send.message_id, send.record, extras))
     if wheel is None and records.is_series(send.record):  # first occurrence due: fire it
         batch.records[message_id] = send.record
         seq = ctx.scheduler.take_fire_seqs(1)

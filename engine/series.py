@@ -19,6 +19,10 @@ batch, at most `MAX_CATCH_UP` of them; the rest follow one millisecond later. Th
 catch-up bounds (`Repeat.catch_up_window_ms`, `max_catch_up`) skip missed occurrences
 first (`timerwheel.wheels.recurrence`).
 
+Every change of a series (sent, moved, paused, stepped, retired) is noted in the batch
+(`StagedBatch.series_changes`) for the engine's series listeners: cluster mode logs each
+one, so a takeover continues the series where it was.
+
 A paused series (`PauseOp`: a flag in its `extras`) keeps its record and its wheel key:
 when its time comes it fires nothing and moves on to its first time after now, so every
 time that comes round while it is paused is skipped, none caught up when it is resumed,
@@ -36,7 +40,7 @@ from timerwheel.engine.ops import Op, WriterContext
 from timerwheel.store import extras as extras_cf
 from timerwheel.store import records
 from timerwheel.store import trace as trace_cf
-from timerwheel.store.batch import StagedBatch
+from timerwheel.store.batch import SeriesChange, StagedBatch
 from timerwheel.wheels.domain import FailedPrecondition, NotFound, SendOptions, When, WhenKind
 from timerwheel.wheels.recurrence import (
     MAX_CATCH_UP,
@@ -74,11 +78,13 @@ def _fire_one(
     series_id = message_id.decode()
     skip_to = first_after if paused else catch_up_from
     at_ms = skip_to(repeat, at_ms, now_ms)
+    occurrences: list[tuple[int, int]] = []
     if at_ms > now_ms:  # paused, or nothing missed is inside the catch-up window
         ctx.scheduler.fire_seq_unused()
     else:
         for fired in range(1, MAX_CATCH_UP + 1):
             _stage_occurrence(ctx, batch, series_id, raw, options, number, at_ms, seq, now_ms)
+            occurrences.append((number, at_ms))
             number += 1
             at_ms = next_occurrence_ms(repeat, at_ms, now_ms, fired)
             if at_ms > now_ms or fired == MAX_CATCH_UP or finished(repeat, number, at_ms):
@@ -87,16 +93,19 @@ def _fire_one(
     if finished(repeat, number, at_ms):
         retired = records.with_transition(raw, State.ACKED, acked_at_ms=now_ms)
         extras_cf.stage_retire(ctx.store, batch, series_id, retired, now_ms + ctx.retention_ms)
+        batch.series_changes.append(SeriesChange(series_id, None, None, tuple(occurrences)))
         return
     fire_at_ms = max(at_ms, now_ms + 1)
     wheel = ctx.scheduler.placement(fire_at_ms)
     assert wheel is not None
+    next_record = records.with_deliver_at(raw, fire_at_ms)
     ctx.store.stage_schedule(
-        batch, message_id, records.with_deliver_at(raw, fire_at_ms), fire_at_ms,
-        topic.encode(), wheel.name,
+        batch, message_id, next_record, fire_at_ms, topic.encode(), wheel.name,
     )  # fmt: skip
     next_extras = extras_cf.encode_extras(options, number, at_ms, paused)
     extras_cf.stage_extras(batch, message_id, next_extras)
+    change = SeriesChange(series_id, next_record, next_extras, tuple(occurrences))
+    batch.series_changes.append(change)
 
 
 def _stage_occurrence(
@@ -163,9 +172,9 @@ class PauseOp(Op):
         options, number, at_ms, paused = extras_cf.decode_series_state(extras)
         if paused is self.paused:
             return SeriesPause(False, records.record_deliver_at_ms(raw))
-        extras_cf.stage_extras(
-            batch, message_id, extras_cf.encode_extras(options, number, at_ms, self.paused)
-        )
+        next_extras = extras_cf.encode_extras(options, number, at_ms, self.paused)
+        extras_cf.stage_extras(batch, message_id, next_extras)
+        batch.series_changes.append(SeriesChange(self.series_id, raw, next_extras))
         kind = TraceKind.PAUSED if self.paused else TraceKind.RESUMED
         trace_cf.stage_event(batch, self.series_id, TraceEvent(kind, now_ms))
         batch.operations += 1

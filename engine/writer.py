@@ -78,7 +78,7 @@ from timerwheel.engine.store_health import StoreHealth, WriterFailed
 from timerwheel.engine.tick import Tick
 from timerwheel.engine.wal_syncer import WalSyncer, complete, fail
 from timerwheel.observability import metrics
-from timerwheel.store.batch import StagedBatch
+from timerwheel.store.batch import SeriesChange, StagedBatch
 from timerwheel.store.counts import CountChanges, PendingCounts
 from timerwheel.store.rocks import WalSyncFailed
 from timerwheel.store.timer_store import TimerStore
@@ -90,6 +90,8 @@ from timerwheel.wheels.settings import Settings
 log = structlog.get_logger("timerwheel.writer")
 
 FiredListener = Callable[[set[str]], None]
+# After a commit that changed a series, before its callers are answered (cluster.series_log)
+SeriesListener = Callable[[list[SeriesChange]], None]
 # Re-check the clock at least this often when idle, so a wall-clock step cannot strand
 # the writer in a long sleep computed from the old time.
 MAX_IDLE_SLEEP_S = 0.25
@@ -126,6 +128,7 @@ class Writer:
         self._lingering = Lingering()
         self._asleep_until_ms: int | None = None  # while the writer waits for work
         self._listeners: list[FiredListener] = []
+        self._series_listeners: list[SeriesListener] = []
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._syncer: WalSyncer | None = None  # with a thread: fsyncs behind the writer
@@ -147,6 +150,9 @@ class Writer:
 
     def add_listener(self, listener: FiredListener) -> None:
         self._listeners.append(listener)
+
+    def add_series_listener(self, listener: SeriesListener) -> None:
+        self._series_listeners.append(listener)
 
     @property
     def queued_weight(self) -> int:
@@ -334,6 +340,8 @@ class Writer:
             raise
         if counted:
             self._counts.committed(counted)
+        if batch.series_changes:  # before any caller of this batch is answered
+            _call_each(self._series_listeners, batch.series_changes, "series_listener_failed")
         if wants_sync and self._syncer is not None:
             self._syncer.hand_over(ops, outcomes)  # answered once the WAL is synced
         else:
@@ -353,11 +361,15 @@ class Writer:
         metrics.recorder().wal_synced(time.perf_counter() - started)
 
     def _notify(self, topics: set[str]) -> None:
-        for listener in self._listeners:
-            try:
-                listener(topics)
-            except Exception:
-                log.exception("fired_listener_failed")
+        _call_each(self._listeners, topics, "fired_listener_failed")
+
+
+def _call_each(listeners: list, argument: object, failed: str) -> None:
+    for listener in listeners:
+        try:
+            listener(argument)
+        except Exception:
+            log.exception(failed)
 
 
 def _apply(op: Op, ctx: WriterContext, batch: StagedBatch, now_ms: int) -> tuple[bool, object]:

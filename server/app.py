@@ -57,6 +57,7 @@ from timerwheel.security.protection import (
 from timerwheel.security.settings import SecuritySettings
 from timerwheel.server import reflection
 from timerwheel.server.admin_service import TimerAdmin
+from timerwheel.server.bulk_scatter import BulkScatter
 from timerwheel.server.fan_in import FanIn
 from timerwheel.server.forwarding import Forwarding
 from timerwheel.server.id_scopes import IdScopes
@@ -193,6 +194,7 @@ def interceptors(
         check_sends = getattr(engine, "check_sends", None)  # ClusterApi's
         forwarding = Forwarding(owners, check_sends, peer_credentials)  # after the guard
         chain += [forwarding, FanIn(owners, forwarding), ScatterGather(owners, forwarding)]
+        chain.append(BulkScatter(owners, forwarding))  # BulkCancel, Purge, Redrive
     if protection.tokens is not None:  # innermost: on the node that owns the ids
         chain.append(IdScopes(engine))
     recorder = metrics.recorder()

@@ -1,10 +1,10 @@
 """Calls on another node's partition, passed on to its owner (cluster mode, docs/cluster.md).
 
 A unary TimerService call that names message ids (Send and SendBatch with client-chosen
-ids, Get, Cancel, Reschedule) whose partition another node owns is passed on as it came:
-its bytes, its metadata (the caller's token included: the owner checks it again) and
-what is left of its deadline; the owner's answer, or its error, goes back as it is. So a
-plain gRPC client (grpcurl) can call any node.
+ids, Get, Cancel, Reschedule, PauseSeries, ResumeSeries) whose partition another node owns
+is passed on as it came: its bytes, its metadata (the caller's token included: the owner
+checks it again) and what is left of its deadline; the owner's answer, or its error, goes
+back as it is. So a plain gRPC client (grpcurl) can call any node.
 
 One hop only: a call that arrives forwarded (`timerwheel-forwarded` in its metadata) is
 answered where it lands, "not owner" if ownership moved meanwhile, and the caller retries.
@@ -51,6 +51,8 @@ ROUTED: dict[str, Callable[[Any], list[str]]] = {
     SERVICE + "Get": lambda request: [request.message_id],
     SERVICE + "Cancel": lambda request: [request.message_id],
     SERVICE + "Reschedule": lambda request: [request.message_id],
+    SERVICE + "PauseSeries": lambda request: [request.series_id],
+    SERVICE + "ResumeSeries": lambda request: [request.series_id],
 }
 
 

@@ -3,10 +3,23 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from rocksdict import WriteBatch
 
 from timerwheel.store import keys
+
+
+class SeriesChange(NamedTuple):
+    """A recurring series as one batch leaves it (timerwheel.engine.series): its record and
+    `extras` (None, None: retired), and the occurrences (number, schedule time) the batch
+    fired. Reported to the engine's series listeners after the commit (cluster mode logs
+    them: timerwheel.cluster.series_log)."""
+
+    series_id: str
+    record: bytes | None
+    extras: bytes | None
+    occurrences: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass
@@ -49,6 +62,8 @@ class StagedBatch:
     count_deltas: dict[bytes, int] = field(default_factory=dict)
     # Recurring series found due: (id, record, topic, fire seq), fired by timerwheel.engine.series.
     series_due: list[tuple[bytes, bytes, str, int]] = field(default_factory=list)
+    # Every series this batch created, moved, paused, stepped or retired, in order.
+    series_changes: list[SeriesChange] = field(default_factory=list)
     # The scheduler's state as `meta` holds it once this batch is committed (every value,
     # staged or not: timerwheel.store.timer_store.TimerStore.stage_state).
     meta_state: dict[bytes, bytes | None] = field(default_factory=dict)

@@ -71,6 +71,7 @@ class BulkResult:
     purged: int = 0
     next_token: str = ""
     fired: dict[str, list[str]] = field(default_factory=dict)
+    cancelled_ids: list[str] = field(default_factory=list)  # the SCHEDULED ones cancelled
 
 
 @dataclass(frozen=True)
