@@ -6,6 +6,7 @@ mixes this in; nothing here changes a lease or the engine.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
@@ -21,6 +22,7 @@ from timerwheel.cluster.replication import NOT_READ, ReplicationWatch
 if TYPE_CHECKING:
     from timerwheel.cluster.placement import Placement
     from timerwheel.cluster.settings import NodeSettings
+    from timerwheel.cluster.standby import Standbys
 
 JOURNAL_WAIT_S = 10.0  # a caller waits at most this for its entry to be in the log
 
@@ -31,6 +33,7 @@ class NodeQueries:
     address: str
     placement: Placement
     replication: ReplicationWatch
+    standbys: Standbys
     takeovers: list
     _views: dict[int, LeaseView]
     _owned: dict[int, Appender]
@@ -92,11 +95,14 @@ class NodeQueries:
     def cluster_map(self) -> dict[str, Any]:
         """Partition -> owner, address, epoch as this node last read them; its own role."""
         now = monotonic_ms()
+        wall_ms = time.time_ns() // 1_000_000  # a snapshot's age: JetStream's stored time
         partitions = []
         for partition, view in sorted(self._views.items()):
             seen = view.seen
             appender = self._owned.get(partition)
             replication = self.replication.of(partition) if appender else NOT_READ
+            standby = self.standbys.running.get(partition)
+            snapshot_at = replication.snapshot_at_ms
             partitions.append({
                 "partition": partition,
                 "owner": seen.value.holder if seen else "",
@@ -108,6 +114,10 @@ class NodeQueries:
                 "stream_leader": replication.stream_leader,
                 "replicas_current": replication.replicas_current,
                 "replica_lag": replication.replica_lag,
+                "standby_sequence": standby.through if standby and standby.fold is not None else 0,
+                "standby_lag": standby.lag if standby else 0,
+                "snapshot_sequence": replication.snapshot_through,
+                "snapshot_age_ms": max(0, wall_ms - snapshot_at) if snapshot_at else 0,
             })  # fmt: skip
         return {
             "node": self.node.name, "holder": self.holder, "address": self.address,

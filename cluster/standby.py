@@ -42,6 +42,7 @@ class Standby:
         self.fold: journal.Fold | None = None  # None: (re)load the latest snapshot first
         self.through = 0
         self.applied = 0  # log records applied since it started (for Stats and the tests)
+        self.stream_last = 0  # the stream's last sequence as its last round read it
         self._lock = asyncio.Lock()
         self._stopped = False
         self._task = asyncio.ensure_future(self._run())
@@ -62,6 +63,7 @@ class Standby:
 
     async def _catch_up(self) -> None:
         last = await self.snaps.log.last_sequence()  # one call a round while nothing moves
+        self.stream_last = max(self.stream_last, last)
         if self.fold is not None and last <= self.through:
             return
         _, pointer = await self.snaps.last_pointer()
@@ -99,6 +101,13 @@ class Standby:
         with contextlib.suppress(BaseException):
             await self._task
         return (self.fold, self.through) if self.fold is not None else None
+
+    @property
+    def lag(self) -> int:
+        """Stream sequences it has not folded of those its last read found (Stats)."""
+        if self.fold is None:  # (re)loading its snapshot: it has folded nothing yet
+            return self.stream_last
+        return max(0, self.stream_last - self.through)
 
     def stop(self) -> None:
         self._stopped = True

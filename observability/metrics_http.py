@@ -126,6 +126,28 @@ def cluster_families(cluster: dict):
         "The largest lag of a follower of an owned partition's stream, in stream operations",
         "partition", {str(r["partition"]): r["replica_lag"] for r in read},
     )  # fmt: skip
+    standing = [r for r in rows if r.get("standby_sequence") or r.get("standby_lag")]
+    yield _labelled(
+        "timerwheel_cluster_standby_sequence",
+        "The stream sequence this node's warm standby of a partition has folded through",
+        "partition", {str(r["partition"]): r["standby_sequence"] for r in standing},
+    )  # fmt: skip
+    yield _labelled(
+        "timerwheel_cluster_standby_lag",
+        "Stream sequences this node's warm standby of a partition has not folded yet",
+        "partition", {str(r["partition"]): r["standby_lag"] for r in standing},
+    )  # fmt: skip
+    snapped = [r for r in rows if r.get("snapshot_sequence")]
+    yield _labelled(
+        "timerwheel_cluster_snapshot_sequence",
+        "The stream sequence an owned partition's latest snapshot holds its log through",
+        "partition", {str(r["partition"]): r["snapshot_sequence"] for r in snapped},
+    )  # fmt: skip
+    yield _labelled(
+        "timerwheel_cluster_snapshot_age_seconds",
+        "Age of an owned partition's latest snapshot (since JetStream stored its pointer)",
+        "partition", {str(r["partition"]): r["snapshot_age_ms"] / 1000 for r in snapped},
+    )  # fmt: skip
     leaders = GaugeMetricFamily(
         "timerwheel_cluster_stream_leader",
         "1 for the NATS server leading each owned partition's stream",

@@ -154,6 +154,17 @@ def _print_cluster(cluster) -> None:
             f"{row.verdict:<8}{row.last_sequence or '':>9}  {row.stream_leader or '':<14}"
             f"{row.replicas_current if read else '':>7}{row.replica_lag if read else '':>7}"
         )
+    standing = [r for r in cluster.map if r.standby_sequence or r.standby_lag]
+    if standing:  # the partitions this node keeps warm, and how far behind their streams
+        print(f"{'standby of':<18}" + "; ".join(
+            f"p{r.partition} through {r.standby_sequence} (lag {r.standby_lag})" for r in standing
+        ))  # fmt: skip
+    snapped = [r for r in cluster.map if r.snapshot_sequence]
+    if snapped:  # owned partitions' latest snapshots
+        print(f"{'snapshots':<18}" + "; ".join(
+            f"p{r.partition} through {r.snapshot_sequence}, {r.snapshot_age_ms / 1000:,.0f} s old"
+            for r in snapped
+        ))  # fmt: skip
 
 
 def _by_thread(seconds: dict[str, float]) -> str:

@@ -4,6 +4,8 @@ leaves them (no NATS: the map is the node's own view)."""
 
 from __future__ import annotations
 
+import time
+
 from helpers.engines import T0, engine_factory
 
 from timerwheel.cluster.appender import monotonic_ms
@@ -56,3 +58,37 @@ class FakeAppender:
 
     appended = 9
     last_sequence = 12
+
+
+def test_the_metrics_show_this_nodes_standbys_and_its_owned_partitions_snapshots(tmp_path):
+    with engine_factory(tmp_path, VirtualClock(T0)) as make:
+        node = ClusterNode(NodeSettings("n1", ("nats://127.0.0.1:1",), 3), make())
+        node.address = "127.0.0.1:7071"
+        node._views = {p: LeaseView(p, node.holder, node.node.lease) for p in range(3)}
+        mine = LeaseEntry(LeaseValue(node.holder, 0, 1, node.address), 57)
+        held = Held(epoch=57, revision=57, renewed_at_ms=monotonic_ms(), marker_sequence=3)
+        node._views[2] = LeaseView(2, node.holder, node.node.lease, held=held, seen=mine)
+        node._owned[2] = FakeAppender()  # type: ignore[assignment]
+        node.standbys.running[0] = FakeStandby()  # type: ignore[assignment]
+        ten_s_ago = time.time_ns() // 1_000_000 - 10_000
+        node.replication._seen = {2: Replication("nats-b", 3, 0, 11, ten_s_ago)}
+
+        rows = {row["partition"]: row for row in node.cluster_map()["map"]}
+        found = samples(cluster_families(node.cluster_map()))
+
+    assert (rows[0]["standby_sequence"], rows[0]["standby_lag"]) == (40, 5)
+    assert rows[2]["snapshot_sequence"] == 11 and 10_000 <= rows[2]["snapshot_age_ms"] < 70_000
+    assert (rows[1]["standby_sequence"], rows[1]["snapshot_sequence"]) == (0, 0)
+    assert found["timerwheel_cluster_standby_sequence"] == {("0",): 40}
+    assert found["timerwheel_cluster_standby_lag"] == {("0",): 5}
+    assert found["timerwheel_cluster_snapshot_sequence"] == {("2",): 11}
+    (age,) = found["timerwheel_cluster_snapshot_age_seconds"].values()
+    assert 10 <= age < 70
+
+
+class FakeStandby:
+    """What the map reads of a running standby: folded through 40, the stream at 45."""
+
+    fold = object()
+    through = 40
+    lag = 5
