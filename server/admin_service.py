@@ -215,6 +215,8 @@ class TimerAdmin(pb_grpc.TimerAdminServicer):
                 files=summary.files,
                 cut_at_ms=summary.cut_at_ms,
                 seconds=summary.seconds,
+                timers=summary.timers,
+                bytes=summary.bytes,
             )
 
 

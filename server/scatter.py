@@ -1,5 +1,5 @@
-"""List, Count and Topics for the whole cluster: scatter-gather (cluster mode,
-docs/cluster.md, "Any node answers").
+"""List, Count and Topics (and Export: timerwheel.server.export_scatter) for the whole
+cluster: scatter-gather (cluster mode, docs/cluster.md, "Any node answers").
 
 Each node's engine holds only the partitions it owns. A List, Count or Topics a node
 receives from a client is asked of every other node that owns partitions (marked
@@ -31,6 +31,7 @@ from typing import Any, Protocol
 import grpc
 
 from timerwheel.security.scopes import call_scope, stored
+from timerwheel.server import export_scatter
 from timerwheel.server.admin_service import TOPICS_LIMIT_MAX, topics_limit
 from timerwheel.server.fan_in import PeerLookup
 from timerwheel.server.forwarding import SERVICE, Forwarding, is_forwarded
@@ -40,7 +41,11 @@ from timerwheel.v1 import timerwheel_pb2 as pb
 LIST = SERVICE + "List"
 COUNT = SERVICE + "Count"
 TOPICS = "/timerwheel.v1.TimerAdmin/Topics"
-RESPONSES = {LIST: pb.ListResponse, COUNT: pb.CountResponse, TOPICS: pb.TopicsResponse}
+EXPORT = export_scatter.EXPORT  # each node writes its own partitions: server.export_scatter
+RESPONSES = {
+    LIST: pb.ListResponse, COUNT: pb.CountResponse, TOPICS: pb.TopicsResponse,
+    EXPORT: pb.ExportResponse,
+}  # fmt: skip
 PARTITIONS = "timerwheel-partitions"  # trailing metadata: the partitions an answer is for
 ASK_BOUND_S = 10.0  # a node that has not answered in this long has not answered
 LIST_DEFAULT_LIMIT = 100  # a List's limit 0 (engine.lookups)
@@ -155,9 +160,12 @@ class ScatterGather(grpc.ServerInterceptor):
         remaining = context.time_remaining()
         # three quarters of what is left to the caller, so it still hears which node failed
         timeout_s = ASK_BOUND_S if remaining is None else min(ASK_BOUND_S, remaining * 0.75)
+        if method == EXPORT:
+            timeout_s = export_scatter.timeout_s(remaining)
 
-        def ask_all(one_request):
-            """[(answer, partitions)] of this node (first) and every peer."""
+        def ask_all(one_request, named: bool = False):
+            """[(answer, partitions)] of this node (first) and every peer; with `named`,
+            [(answer, partitions, node, address)]."""
             calls = [
                 (self._ask(method, address, one_request, metadata, timeout_s), address, owner)
                 for address, owner in sorted(peers.items())
@@ -169,6 +177,10 @@ class ScatterGather(grpc.ServerInterceptor):
                 for call, _, _ in calls:
                     call.cancel()  # those still under way when another failed
             _check_cover([parts for _, parts in answers], cluster["partitions"])
+            if named:
+                who = [(cluster["node"], cluster["address"])]
+                who += [(owner, address) for address, owner in sorted(peers.items())]
+                return [(a, parts, *node) for (a, parts), node in zip(answers, who, strict=True)]
             return [answer for answer, _ in answers]
 
         if method == COUNT:
@@ -177,6 +189,12 @@ class ScatterGather(grpc.ServerInterceptor):
                 pending=sum(a.pending for a in answers), from_ms=answers[0].from_ms,
                 to_ms=answers[0].to_ms,
             )  # fmt: skip
+        if method == EXPORT:
+            try:
+                return export_scatter.merge(ask_all(request, named=True))
+            except Unanswered as error:
+                hint = export_scatter.retry_hint(request.out_dir)
+                raise Unanswered(error.code, error.details + hint) from error
         if method == LIST:
             return _merge_list(ask_all(request), request.limit or LIST_DEFAULT_LIMIT)
         if not 0 <= request.limit <= TOPICS_LIMIT_MAX:

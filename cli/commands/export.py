@@ -106,6 +106,18 @@ def _export_live(args: argparse.Namespace) -> int:
         f"{result.out_dir} in {result.seconds:.1f} s (~{rate:,.0f} timers/s); "
         f"cut at {result.cut_at_ms} ms"
     )
+    for node in result.nodes:  # cluster mode: each node wrote its own partitions on its machine
+        print(
+            f"  node {node.node} at {node.address}: partitions "
+            f"{','.join(map(str, node.partitions)) or '-'}, {node.timers:,} timers "
+            f"({node.rows:,} rows, {node.files} files, {node.bytes:,} bytes) in {node.out_dir} "
+            f"on its machine, cut at {node.cut_at_ms} ms"
+        )
+    if result.nodes:
+        print(
+            "  each node's folder is a whole export of its partitions: copy them to one "
+            "place and run `timerwheel report` on each (docs/cluster.md, Whole-cluster Export)"
+        )
     return 0
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -125,6 +126,8 @@ class ClusterRun:
     received: list[Received] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     machines: Machines | None = None
+    # more `serve` flags for a node, by its name (e.g. its own --export-root)
+    node_flags: Callable[[str], list[str]] | None = None
 
     def __enter__(self) -> ClusterRun:
         self.nats = NatsCluster(self.base_dir / "nats", machines=self.machines)
@@ -148,7 +151,8 @@ class ClusterRun:
             host, prefix, insecure = machine.address, machine.prefix, ["--insecure"]
         server = ServeProcess(
             self.base_dir / name, "--cluster", ",".join(self.nats.urls), "--node-name", name,
-            "--partitions", str(self.partitions), *insecure, start_s=START_S, host=host,
+            "--partitions", str(self.partitions), *insecure,
+            *(self.node_flags(name) if self.node_flags else ()), start_s=START_S, host=host,
             prefix=prefix,
         )  # fmt: skip
         self.servers[name] = server

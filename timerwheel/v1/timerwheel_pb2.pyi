@@ -375,7 +375,7 @@ class ExportRequest(_message.Message):
     def __init__(self, out_dir: _Optional[str] = ..., max_rows_per_file: _Optional[int] = ...) -> None: ...
 
 class ExportResponse(_message.Message):
-    __slots__ = ("out_dir", "rows", "files", "cut_at_ms", "seconds", "nodes", "timers")
+    __slots__ = ("out_dir", "rows", "files", "cut_at_ms", "seconds", "nodes", "timers", "bytes")
     OUT_DIR_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
     FILES_FIELD_NUMBER: _ClassVar[int]
@@ -383,6 +383,7 @@ class ExportResponse(_message.Message):
     SECONDS_FIELD_NUMBER: _ClassVar[int]
     NODES_FIELD_NUMBER: _ClassVar[int]
     TIMERS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
     out_dir: str
     rows: int
     files: int
@@ -390,7 +391,8 @@ class ExportResponse(_message.Message):
     seconds: float
     nodes: _containers.RepeatedCompositeFieldContainer[ExportNode]
     timers: int
-    def __init__(self, out_dir: _Optional[str] = ..., rows: _Optional[int] = ..., files: _Optional[int] = ..., cut_at_ms: _Optional[int] = ..., seconds: _Optional[float] = ..., nodes: _Optional[_Iterable[_Union[ExportNode, _Mapping]]] = ..., timers: _Optional[int] = ...) -> None: ...
+    bytes: int
+    def __init__(self, out_dir: _Optional[str] = ..., rows: _Optional[int] = ..., files: _Optional[int] = ..., cut_at_ms: _Optional[int] = ..., seconds: _Optional[float] = ..., nodes: _Optional[_Iterable[_Union[ExportNode, _Mapping]]] = ..., timers: _Optional[int] = ..., bytes: _Optional[int] = ...) -> None: ...
 
 class ExportNode(_message.Message):
     __slots__ = ("node", "address", "partitions", "out_dir", "rows", "files", "timers", "bytes", "cut_at_ms", "seconds")
