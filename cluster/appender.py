@@ -78,7 +78,7 @@ class Appender:
                     closing = True
                     break
                 waiting.append(item)
-                size += sum(len(getattr(e, "body", b"")) for e in item[0])
+                size += sum(map(journal.body_bytes, item[0]))
             entries = [entry for batch, _ in waiting for entry in batch]
             data = journal.encode(entries)
             try:

@@ -95,6 +95,15 @@ class SeriesState:
 Entry = Sent | Cancelled | Acked | Rescheduled | SeriesState
 
 
+def body_bytes(entry: Entry) -> int:
+    """The body bytes an entry carries (what bounds a record's size)."""
+    if isinstance(entry, Sent):
+        return len(entry.body)
+    if isinstance(entry, SeriesState) and entry.sent is not None:
+        return len(entry.sent.body)
+    return 0
+
+
 def is_series(sent: Sent) -> bool:
     """A recurring series' send: its options hold a `repeat` (store.extras)."""
     return b'"repeat"' in sent.options

@@ -26,10 +26,12 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
 from timerwheel.cluster import journal
-from timerwheel.cluster.appender import LogUnavailable
+from timerwheel.cluster.appender import MAX_RECORD_BYTES, LogUnavailable
 from timerwheel.cluster.partitions import partition_of
 from timerwheel.store import records
 from timerwheel.store.batch import SeriesChange
+
+PART_BYTES = MAX_RECORD_BYTES // 4
 
 if TYPE_CHECKING:
     from timerwheel.cluster.appender import Appender
@@ -57,7 +59,7 @@ class SeriesLog:
 
     def _init_series_log(self) -> None:
         self.series_lock = threading.RLock()  # also held while a takeover adds its appender
-        self._series_held: dict[int, list[journal.Entry]] = {}  # partitions being taken
+        self._series_held: dict[int, list[journal.SeriesState]] = {}  # partitions being taken
         self._series_logged: dict[str, Future] = {}  # the last record of each series
 
     def on_series_changes(self, changes: list[SeriesChange]) -> None:
@@ -70,15 +72,16 @@ class SeriesLog:
             for partition, entries in by_partition.items():
                 appender = self._owned.get(partition)
                 if appender is not None:
-                    future = appender.submit(list(entries))
-                elif partition in self._taking:
+                    for part in _parts(entries):  # each inside one record's size
+                        future = appender.submit(list(part))
+                        for entry in part:
+                            self._note(entry.series_id, future)
+                    continue
+                if partition in self._taking:
                     self._series_held.setdefault(partition, []).extend(entries)
                     continue
-                else:
-                    future = Future()
-                    future.set_exception(LogUnavailable(
-                        f"partition {partition} left this node; retry"
-                    ))  # fmt: skip
+                future = Future()
+                future.set_exception(LogUnavailable(f"partition {partition} left this node; retry"))
                 for entry in entries:
                     self._note(entry.series_id, future)
 
@@ -102,14 +105,27 @@ class SeriesLog:
     def series_taken(self, partition: int, appender: Appender) -> None:
         """A takeover's appender exists (called with `series_lock` held): the changes its
         restore made go first."""
-        held = self._series_held.pop(partition, None)
-        if held:
-            future = appender.submit(held)
-            for entry in held:
-                if isinstance(entry, journal.SeriesState):
-                    self._note(entry.series_id, future)
+        for part in _parts(self._series_held.pop(partition, [])):
+            future = appender.submit(list(part))
+            for entry in part:
+                self._note(entry.series_id, future)
 
     def series_dropped(self, partition: int) -> None:
         """A takeover ended without the partition: what it held is not logged."""
         with self.series_lock:
             self._series_held.pop(partition, None)
+
+
+def _parts(entries: list[journal.SeriesState]) -> list[list[journal.SeriesState]]:
+    """`entries` in runs whose bodies stay inside a quarter of a record (many series may
+    fire in one commit, each change carrying its series' body)."""
+    parts: list[list[journal.SeriesState]] = []
+    size = 0
+    for entry in entries:
+        body = journal.body_bytes(entry)
+        if not parts or (parts[-1] and size + body > PART_BYTES):
+            parts.append([])
+            size = 0
+        parts[-1].append(entry)
+        size += body
+    return parts

@@ -11,7 +11,7 @@ from helpers.engines import T0, engine_factory
 
 from timerwheel.cluster import journal
 from timerwheel.cluster.restore import restore_op
-from timerwheel.cluster.series_log import entry_of
+from timerwheel.cluster.series_log import PART_BYTES, _parts, entry_of
 from timerwheel.engine.engine import Engine
 from timerwheel.store.batch import SeriesChange
 from timerwheel.wheels.clock import VirtualClock
@@ -136,3 +136,15 @@ def test_a_rescheduled_series_restores_at_its_new_time_with_its_number(tmp_path)
         assert after.get("s").deliver_at_ms == moved
         run(clock, after, 31 * MINUTE_MS)
         assert fired_ids(after)[0] == "s#2"
+
+
+def test_many_series_changes_of_one_commit_go_in_records_of_a_bounded_size():
+    body = b"x" * (PART_BYTES // 3)
+    entries = [
+        journal.SeriesState(f"s{i}", journal.Sent(f"s{i}", "t", body, {}, 1)) for i in range(10)
+    ]
+    entries.insert(3, journal.SeriesState("gone", None, ((1, 1),)))
+    parts = _parts(entries)
+    assert [e for part in parts for e in part] == entries  # all of them, in order
+    assert all(sum(map(journal.body_bytes, part)) <= PART_BYTES for part in parts)
+    assert len(parts) == 4
