@@ -2,6 +2,9 @@
 
     run_report(ReportRequest(input_dir="export/", out_dir="report/"))
 
+Several exports read as one (`more_inputs`: the parts a cluster's nodes wrote of one
+Export, timerwheel.capacity.several) make one report over all their timers.
+
 writes into `out_dir`::
 
     index.html        key figures, charts and the head of every table
@@ -31,6 +34,7 @@ import structlog
 from timerwheel.capacity import charts, html
 from timerwheel.capacity.job import aggregate, fire_rates, read_rows
 from timerwheel.capacity.seconds import SecondsResult, summarise
+from timerwheel.capacity.several import SeveralRefused, check_distinct, combined_manifest
 from timerwheel.capacity.tables import (
     ReportOptions,
     ReportTables,
@@ -59,6 +63,7 @@ class ReportRequest:
     # input_dir is a path on this pyarrow filesystem (else a local dir or a URI)
     filesystem: object | None = None
     remote: str | None = None  # a Spark Connect URL (sc://HOST:PORT) instead of `master`
+    more_inputs: tuple[str, ...] = ()  # further exports read with input_dir as one
 
 
 @dataclass(frozen=True)
@@ -79,13 +84,18 @@ def run_report(request: ReportRequest, *, spark=None, say: Say | None = None) ->
         if problem:
             raise ReportError(problem)
     _check_out_dir(request.out_dir)
-    say(f"checking export {request.input_dir}")
+    inputs = [request.input_dir, *request.more_inputs]
     try:
-        location = ExportLocation.parse(request.input_dir, request.filesystem)
-    except ValueError as exc:
+        check_distinct(inputs)
+        locations = [ExportLocation.parse(given, request.filesystem) for given in inputs]
+    except (ValueError, SeveralRefused) as exc:
         raise ReportError(str(exc)) from exc
-    manifest = load_manifest(location)
-    verify_files(location, manifest, checksums=True)
+    manifests = []
+    for given, location in zip(inputs, locations, strict=True):
+        say(f"checking export {given}")
+        manifests.append(load_manifest(location))
+        verify_files(location, manifests[-1], checksums=True)
+    manifest = combined_manifest(manifests)
     own_session = spark is None
     if own_session:
         from timerwheel.capacity.spark import build_remote_session, build_session
@@ -98,8 +108,11 @@ def run_report(request: ReportRequest, *, spark=None, say: Say | None = None) ->
             spark = build_session(request.master, conf=request.spark_conf)
     try:
         say(f"reading {manifest['totals']['rows']:,} rows in {manifest['totals']['files']} files")
-        where = location.path if request.filesystem or location.local_dir else location.text
-        rows = read_rows(spark, where, request.filesystem)
+        rows = None
+        for location in locations:  # the exports' timers are disjoint: their union
+            where = location.path if request.filesystem or location.local_dir else location.text
+            more = read_rows(spark, where, request.filesystem)
+            rows = more if rows is None else rows.unionByName(more)
         grouped, seconds = summarise_rows(rows, request.out_dir, request.options)
     finally:
         if own_session:
@@ -108,7 +121,7 @@ def run_report(request: ReportRequest, *, spark=None, say: Say | None = None) ->
     result.summary.update(
         service_now_ms=manifest.get("service_now_ms"),
         source=manifest.get("source", ""),
-        export_dir=location.local_dir or location.text,
+        export_dir=", ".join(location.local_dir or location.text for location in locations),
     )
     say("writing tables and charts")
     write_outputs(result, request.out_dir, started)

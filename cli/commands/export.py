@@ -115,8 +115,8 @@ def _export_live(args: argparse.Namespace) -> int:
         )
     if result.nodes:
         print(
-            "  each node's folder is a whole export of its partitions: copy them to one "
-            "place and run `timerwheel report` on each (docs/cluster.md, Whole-cluster Export)"
+            "  each node's folder is a whole export of its partitions: copy them to one place "
+            "and give each to `timerwheel report --input DIR --input DIR ...` for one report"
         )
     return 0
 

@@ -1,9 +1,11 @@
 """`timerwheel report`: the capacity report of an export, made by a PySpark job.
 
     timerwheel report --input EXPORT_DIR --out REPORT_DIR [--master URL]
+    timerwheel report --input NODE1_PART --input NODE2_PART ... --out REPORT_DIR
 
 Writes REPORT_DIR/index.html (open it in a browser), charts/*.png, tables/*.parquet and
 *.csv, and summary.json. Spark runs locally (local[*]) unless --master says otherwise.
+Several --input folders (a cluster's nodes' parts of one export) make one report.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "--input", required=True, help="an export dir or URI (file://, s3://, ...) to read"
-    )
+        "--input", required=True, action="append",
+        help="an export dir or URI (file://, s3://, ...) to read; repeat it to read several "
+        "as one (a cluster's nodes' parts of one export)",
+    )  # fmt: skip
     parser.add_argument("--out", required=True, help="report dir: must be new or empty")
     engine = parser.add_mutually_exclusive_group()
     engine.add_argument("--master", default="local[*]", help="Spark master URL (local[*])")
@@ -69,7 +73,10 @@ def run(args: argparse.Namespace) -> int:
     if bad:
         print(f"report: --conf {bad[0]!r}: must be KEY=VALUE", file=sys.stderr)
         return 2
-    request = ReportRequest(args.input, args.out, args.master, options, conf, remote=args.remote)
+    request = ReportRequest(
+        args.input[0], args.out, args.master, options, conf, remote=args.remote,
+        more_inputs=tuple(args.input[1:]),
+    )  # fmt: skip
     try:
         result = run_report(request, say=lambda message: print(message, file=sys.stderr))
     except (ReportError, ExportFormatError, OSError) as exc:

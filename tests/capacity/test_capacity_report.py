@@ -387,3 +387,25 @@ def test_export_and_report_through_pyarrow_filesystems(spark, report, tmp_path):
     for name, table in expected.items():
         assert _table(fetched, name).equals(table), name
     assert fetched.summary["pending_timers"] == len(truth.pending())
+
+
+def test_several_exports_read_as_one_report(spark, report, tmp_path):
+    """A cluster's nodes' parts of one export (disjoint timers) make one report: here a
+    copy of the same export stands for a second node's part, so every count doubles."""
+    result, _, export_dir = report
+    second = str(tmp_path / "node-2")
+    shutil.copytree(export_dir, second)
+    options = ReportOptions(drain_rate=500, top_seconds=5)
+    request = ReportRequest(export_dir, str(tmp_path / "both"), options=options,
+                            more_inputs=(second,))  # fmt: skip
+    both = run_report(request, spark=spark).summary
+    one = result.summary
+    for key in ("pending_timers", "records", "sst_bytes", "messages_sst_bytes"):
+        assert both[key] == 2 * one[key], key
+    assert both["disk_free_bytes"] == 2 * one["disk_free_bytes"]  # the nodes' disks summed
+    assert both["cut_at_ms"] == one["cut_at_ms"]
+    assert both["export_dir"] == f"{export_dir}, {second}"
+
+    same_twice = ReportRequest(export_dir, str(tmp_path / "twice"), more_inputs=(export_dir,))
+    with pytest.raises(ReportError, match="given twice"):
+        run_report(same_twice, spark=spark)
