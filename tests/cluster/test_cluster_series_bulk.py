@@ -113,7 +113,7 @@ def test_a_series_fires_pauses_resumes_and_survives_its_owners_kill(tmp_path):
         assert seen == list(range(1, seen[-1] + 1)), f"occurrences lost: {seen}"
         # every occurrence is delivered once, or again only if un-acked at the kill
         again = [n for n in seen if [m for m, _, _ in numbers(run, series_id)].count(n) > 1]
-        assert all(n >= last_before - 2 for n in again), f"acked ones fired again: {again}"
+        assert all(n >= last_before - 3 for n in again), f"acked ones fired again: {again}"
 
 
 def test_bulk_cancel_purge_and_redrive_from_one_node_reach_every_partition(tmp_path):
