@@ -245,13 +245,13 @@ class Client(AdminCalls):
         `resume_series` (none caught up then). `.changed` is False when it was paused
         already; `.deliver_at_ms` is when its next occurrence would be."""
         request = pb.PauseSeriesRequest(series_id=series_id)
-        return self._unary(self.service.PauseSeries, request)
+        return self._routed("PauseSeries", request, series_id)
 
     def resume_series(self, series_id: str) -> pb.ResumeSeriesResponse:
         """Resume a paused series at its next time (`.deliver_at_ms`); `.changed` is False
         when it was not paused."""
         request = pb.ResumeSeriesRequest(series_id=series_id)
-        return self._unary(self.service.ResumeSeries, request)
+        return self._routed("ResumeSeries", request, series_id)
 
     def count(self, topic: str, from_ms: int = 0, to_ms: int = 0) -> pb.CountResponse:
         """Pending timers of `topic`: the exact total, or those due in [from_ms, to_ms)

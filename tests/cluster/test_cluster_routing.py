@@ -212,6 +212,18 @@ def test_the_client_routes_each_call_to_the_owner(run):
         assert [r.message_id for r in resent] == untouched and all(r.existed for r in resent)
         assert router.fetches == 3
 
+        # a series on another node: paused and resumed at its owner, marked direct (a
+        # stale map sends the resume to n1, which answers "not owner": read again)
+        series_id = next(i for i in ids_in_every_partition(run.partitions, "routed-series")
+                         if owners[partition_of(i, run.partitions)] != "n1")  # fmt: skip
+        client.send("orders", b"s", delay_ms="1h", message_id=series_id,
+                    repeat=pb.Repeat(every_ms=3_600_000))  # fmt: skip
+        assert client.pause_series(series_id).changed
+        assert router.fetches == 3
+        router._addresses = [stale] * run.partitions
+        assert client.resume_series(series_id).changed
+        assert router.fetches == 4
+
         # a batch of several owners that fails in part: the client says which were acked
         fresh = ids_in_every_partition(run.partitions, "routed-partial")
         taken = next(i for i in fresh if owners[partition_of(i, run.partitions)] == "n3")
