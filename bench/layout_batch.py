@@ -1,0 +1,283 @@
+"""The batch-level layout of decision 0014, reduced to what the burst executes (see
+`bench.layout_permessage` for what the prototype leaves out).
+
+`Batch` keeps a group commit's sends in `segments` entries of at most `segment_max`
+(columns: ids, deliver times, topic indexes, body lengths, bodies), the wheel as one entry
+a (second, segment) holding the segment's (deliver ms, index) pairs, one `ready` entry a
+fire chunk (its (segment, index) references; deleted with the chunk's last ack), one
+`acked` entry an Ack call (the pairs it retired), and, once all of a segment's messages
+are terminal, a `segstate` entry (each message's state and ack time) and an `expiry`
+entry; the Ack entries of terminal segments go then. The sweep deletes the segment and
+its `segstate`. A message is fired when its (deliver ms, segment, index) is at or before
+the fire cursor. A server-made id is the deliver time, the segment, the index and 80
+random bits: an Ack or a Get finds the segment from the id alone, with no per-message
+index entry.
+"""
+
+from __future__ import annotations
+
+import struct
+from array import array
+from bisect import bisect_right
+
+from rocksdict import WriteBatch
+
+from bench.layout_permessage import U64, Counted
+
+_SEG_HEAD = struct.Struct(">IqH")  # messages, created_at_ms, topics
+ID_BYTES = 46  # 12 hex deliver ms + 10 hex segment + 4 hex index + 20 hex random
+
+
+class Batch:
+    """The batch-level layout of decision 0014, reduced to the burst's operations."""
+
+    FAMILIES = {
+        "segments": "messages",
+        "wheel_second": "wheel_second",
+        "ready": "ready",
+        "acked": "expiry",
+        "segstate": "expiry",
+        "expiry": "expiry",
+        "counts": "counts",
+        "meta": "meta",
+    }
+
+    def __init__(
+        self, path: str, rng, retention_ms: int, fire_chunk: int, sync=True, segment_max: int = 1024
+    ) -> None:
+        self.store = Counted(path, self.FAMILIES, sync)
+        self.rng, self.retention_ms, self.fire_chunk = rng, retention_ms, fire_chunk
+        self.segment_max = segment_max  # sends a segment: what a Get by id reads at most
+        self.segment_seq = self.chunk_seq = self.ack_seq = 0
+        self.cursor = (0, 0, -1)  # (deliver ms, segment, index) fired through
+        self.wheel: dict[bytes, tuple[array, array]] = {}  # decoded entries of due seconds
+        self.segments: dict[int, tuple] = {}  # decoded segments the fire or an Ack touched
+        # A live segment's state in memory (rebuilt at open from the live `ready` and
+        # `acked` entries and the fire cursor): messages not terminal; a message's state
+        # byte (1: acked), its fire chunk and its Ack call: 9 bytes a message.
+        self.left: dict[int, int] = {}
+        self.sizes: dict[int, int] = {}
+        self.acked: dict[int, bytearray] = {}
+        self.chunk_of: dict[int, array] = {}
+        self.ack_of: dict[int, array] = {}
+        self.chunk_left: dict[int, list] = {}  # a live fire chunk: [its ready key, un-acked]
+        self.ack_open: dict[int, list[int]] = {}  # a live Ack entry: [acked at, live segments]
+        self.seg_acks: dict[int, set[int]] = {}  # a live segment's Ack entries
+        self.fired: dict[str, list[tuple[int, array, array]]] = {}  # the fired cache
+
+    def send(self, topic: str, bodies: list[bytes], due: list[int], now_ms: int) -> list[bytes]:
+        """One group commit: a segment entry a `segment_max` sends, a wheel entry a
+        (second, segment), a counter a minute."""
+        staged: dict[str, dict[bytes, bytes | None]] = {
+            "segments": {},
+            "wheel_second": {},
+            "counts": {},
+        }
+        ids: list[bytes] = []
+        t = topic.encode()
+        for first in range(0, len(due), self.segment_max):
+            last = first + self.segment_max
+            ids += self._stage_segment(staged, t, bodies[first:last], due[first:last], now_ms)
+        staged["counts"] = {k: U64.pack(v) for k, v in staged["counts"].items()}  # type: ignore[arg-type]
+        self.store.commit(staged)
+        return ids
+
+    def _stage_segment(self, staged, t: bytes, bodies, due, now_ms: int) -> list[bytes]:
+        self.segment_seq += 1
+        seg = self.segment_seq
+        prefix = b"%010x" % seg
+        getrandbits = self.rng.getrandbits
+        ids = [b"%012x%s%04x%020x" % (ms, prefix, i, getrandbits(80)) for i, ms in enumerate(due)]
+        lengths = array("I", map(len, bodies))
+        head = _SEG_HEAD.pack(len(ids), now_ms, 1) + struct.pack(">H", len(t)) + t
+        columns = (
+            b"".join(ids),
+            array("q", due).tobytes(),
+            bytes(len(ids)),  # topic indexes
+            lengths.tobytes(),
+            b"".join(bodies),
+        )
+        staged["segments"][U64.pack(seg)] = head + b"".join(columns)
+        # The wheel: one entry a (second, segment) with the (deliver ms, index) pairs in order.
+        seconds: dict[int, list[tuple[int, int]]] = {}
+        for i, ms in enumerate(due):
+            seconds.setdefault(ms - ms % 1000, []).append((ms, i))
+        counts = staged["counts"]
+        for second, pairs in seconds.items():
+            pairs.sort()
+            staged["wheel_second"][U64.pack(second) + U64.pack(seg)] = (
+                array("q", [p[0] for p in pairs]).tobytes()
+                + array("I", [p[1] for p in pairs]).tobytes()
+            )
+            minute = t + b"\x00" + U64.pack(second - second % 60_000)
+            counts[minute] = counts.get(minute, 0) + len(pairs)
+        n = self.left[seg] = self.sizes[seg] = len(ids)
+        self.acked[seg] = bytearray(n)
+        self.chunk_of[seg] = array("I", bytes(4 * n))
+        self.ack_of[seg] = array("I", bytes(4 * n))
+        self.seg_acks[seg] = set()
+        return ids
+
+    def _segment(self, seg: int) -> tuple:
+        """A segment's columns: (topic, ids, deliver ms, body offsets, bodies)."""
+        found = self.segments.get(seg)
+        if found is None:
+            value = self.store.cf["segments"][U64.pack(seg)]
+            self.store.read += 1
+            n, _, _ = _SEG_HEAD.unpack_from(value)
+            (tlen,) = struct.unpack_from(">H", value, _SEG_HEAD.size)
+            at = _SEG_HEAD.size + 2
+            topic = value[at : at + tlen].decode()
+            at += tlen
+            ids = value[at : at + n * ID_BYTES]
+            at += n * ID_BYTES + 9 * n  # deliver ms and topic indexes: the wheel has them
+            lengths = array("I", value[at : at + 4 * n])
+            at += 4 * n
+            offsets = [at]
+            for length in lengths:
+                offsets.append(offsets[-1] + length)
+            found = self.segments[seg] = (topic, ids, value, offsets)
+        return found
+
+    def fire(self, now_ms: int) -> int:
+        cursor = self.cursor
+        first = U64.pack(cursor[0] - cursor[0] % 1000)
+        # Keys only: an entry's value is read and decoded once, when its second comes due.
+        keys = self.store.walk_keys("wheel_second", first, U64.pack(now_ms + 1))
+        due = []  # (ms, seg, index) through now, after the cursor
+        emptied = []
+        for key in keys:
+            entry = self.wheel.get(key)
+            if entry is None:
+                value = self.store.cf["wheel_second"][key]
+                n = len(value) // 12
+                entry = self.wheel[key] = (array("q", value[: 8 * n]), array("I", value[8 * n :]))
+            times, indexes = entry
+            seg = int.from_bytes(key[8:], "big")
+            start = bisect_right(times, cursor[0] - 1)
+            end = bisect_right(times, now_ms)
+            due.extend(
+                (times[i], seg, indexes[i])
+                for i in range(start, end)
+                if (times[i], seg, indexes[i]) > cursor
+            )
+            if end == len(times):
+                emptied.append(key)
+        if not due:
+            return 0
+        due.sort()
+        due = due[: self.fire_chunk]
+        self.cursor = due[-1]
+        wheel = {k: None for k in emptied if self.wheel[k][0][-1] <= self.cursor[0]}
+        for key in wheel:
+            del self.wheel[key]
+        self.chunk_seq += 1
+        chunk = self.chunk_seq
+        segs = array("Q", [d[1] for d in due])
+        idxs = array("I", [d[2] for d in due])
+        topic = self._segment(due[0][1])[0]  # one topic in the burst: a chunk per topic
+        ready_key = topic.encode() + b"\x00" + U64.pack(chunk)
+        self.chunk_left[chunk] = [ready_key, len(due)]
+        chunk_of = self.chunk_of
+        for _, seg, i in due:
+            chunk_of[seg][i] = chunk
+        self.fired.setdefault(topic, []).append((chunk, segs, idxs))
+        meta = {b"cursor": b"%d,%d,%d" % self.cursor, b"chunk_seq": U64.pack(chunk)}
+        ready = {ready_key: U64.pack(now_ms) + segs.tobytes() + idxs.tobytes()}
+        minute = topic.encode() + b"\x00" + U64.pack(now_ms - now_ms % 60_000)
+        self.store.commit(
+            {"ready": ready, "wheel_second": wheel, "meta": meta, "counts": {minute: U64.pack(0)}}
+        )
+        return len(due)
+
+    def fetch(self, topic: str, after_seq: int, limit: int) -> list[tuple[int, bytes, bytes]]:
+        """(seq, id, body) after `after_seq`; a message's seq is its chunk's, then its place."""
+        out: list[tuple[int, bytes, bytes]] = []
+        chunks = self.fired.get(topic, [])
+        first = max(0, bisect_right(chunks, after_seq >> 16, key=lambda entry: entry[0]) - 1)
+        for chunk, segs, idxs in chunks[first:]:
+            base = chunk << 16
+            for place in range(max(0, after_seq + 1 - base), len(segs)):
+                _, ids, value, offsets = self._segment(segs[place])
+                i = idxs[place]
+                out.append(
+                    (
+                        base + place,
+                        ids[i * ID_BYTES : (i + 1) * ID_BYTES],
+                        value[offsets[i] : offsets[i + 1]],
+                    )
+                )
+                if len(out) >= limit:
+                    return out
+        return out
+
+    def ack(self, topic: str, ids: list[bytes], now_ms: int) -> int:
+        """One `acked` entry an Ack call: the (segment, index) pairs it retired."""
+        self.ack_seq += 1
+        seq = self.ack_seq
+        staged: dict[str, dict[bytes, bytes | None]] = {
+            "acked": {},
+            "expiry": {},
+            "ready": {},
+            "segstate": {},
+        }
+        segs, idxs = array("Q"), array("I")
+        chunk_left, done = self.chunk_left, []
+        for mid in ids:
+            seg, i = int(mid[12:22], 16), int(mid[22:26], 16)
+            acked = self.acked.get(seg)
+            if (
+                acked is None
+                or acked[i]
+                or self._segment(seg)[1][i * ID_BYTES : (i + 1) * ID_BYTES] != mid
+            ):
+                continue  # unknown, acked already, or not this segment's id
+            acked[i] = 1
+            self.ack_of[seg][i] = seq
+            segs.append(seg)
+            idxs.append(i)
+            chunk = chunk_left[self.chunk_of[seg][i]]
+            chunk[1] -= 1
+            if not chunk[1]:  # the fire chunk's `ready` entry goes with its last ack
+                staged["ready"][chunk[0]] = None
+                del chunk_left[self.chunk_of[seg][i]]
+            self.left[seg] -= 1
+            self.seg_acks[seg].add(seq)
+            if not self.left[seg]:
+                done.append(seg)
+        if segs:
+            staged["acked"][U64.pack(seq)] = U64.pack(now_ms) + segs.tobytes() + idxs.tobytes()
+            self.ack_open[seq] = [now_ms, len(set(segs))]
+        for seg in done:  # all terminal: its states in one entry, its Ack entries may go
+            acked_at = self.ack_open
+            times = array("q", [acked_at[a][0] for a in self.ack_of.pop(seg)])
+            staged["segstate"][U64.pack(seg)] = bytes(self.acked.pop(seg)) + times.tobytes()
+            staged["expiry"][U64.pack(now_ms + self.retention_ms) + U64.pack(seg)] = b""
+            for a in self.seg_acks.pop(seg):
+                acked_at[a][1] -= 1
+                if not acked_at[a][1]:
+                    staged["acked"][U64.pack(a)] = None
+                    del acked_at[a]
+            del self.segments[seg], self.chunk_of[seg]
+        self.store.commit(staged)
+        return len(segs)
+
+    def sweep(self, now_ms: int, chunk: int) -> int:
+        due = self.store.walk("expiry", b"", U64.pack(now_ms + 1), chunk)
+        batch = WriteBatch(raw_mode=True)
+        swept = 0
+        for key, _ in due:
+            seg = key[8:]
+            batch.delete(seg, self.store.handles["segments"])
+            batch.delete(seg, self.store.handles["segstate"])
+            batch.delete(key, self.store.handles["expiry"])
+            swept += self.sizes.pop(int.from_bytes(seg, "big"))
+            del self.left[int.from_bytes(seg, "big")]
+        self.store.written += 3 * len(due)
+        self.store.db.write(batch)
+        if self.store.sync:
+            self.store.db.flush_wal(True)
+        return swept
+
+    def close(self) -> None:
+        self.store.close()
