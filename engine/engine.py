@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 
 import structlog
@@ -33,6 +33,7 @@ from timerwheel.engine.series import PauseOp, SeriesPause
 from timerwheel.engine.store_health import StoreHealth
 from timerwheel.engine.trace_ops import DeliveryEvents, TraceBarrier, TraceOp
 from timerwheel.engine.writer import FiredListener, SeriesListener, Writer
+from timerwheel.observability import metrics
 from timerwheel.observability.gauges import UnackedByTopic, engine_gauges
 from timerwheel.observability.thread_cpu import thread_cpu_seconds
 from timerwheel.store import bulk as bulk_cf
@@ -42,6 +43,7 @@ from timerwheel.store.export_root import ExportSlot, check_space
 from timerwheel.store.open_store import open_store
 from timerwheel.store.rocks import RocksTuning
 from timerwheel.store.timer_store import TimerStore
+from timerwheel.wheels.admission import FireLagGate
 from timerwheel.wheels.bulk import (
     BULK_SCAN_BUDGET,
     BulkResult,
@@ -153,6 +155,23 @@ class Engine(EngineApi):
         with self._acked_lock:
             self._sent += len(op.message_ids)
         return future
+
+    @property
+    def admission(self) -> FireLagGate:
+        """The send admission gate the writer's tick feeds (timerwheel.wheels.admission)."""
+        return self._writer.tick.admission
+
+    def admit_send(self) -> None:
+        """Refuse a send (Overloaded) while the firing loop runs late: the gRPC front asks
+        before it validates anything. Engine.send_batch itself does not ask."""
+        refusal = self._writer.tick.admission.refusal()
+        if refusal is not None:
+            metrics.recorder().admission_refused()
+            raise Overloaded(refusal)
+
+    def set_admission_listener(self, listener: Callable[[bool, int], None]) -> None:
+        """`listener(refusing, lag_ms)` after each writer iteration, on the writer thread."""
+        self._writer.tick.on_admission = listener
 
     def check_backlog(self) -> None:
         """Refuse sends (Overloaded) while the fired, un-acked backlog is at `max_unacked`."""

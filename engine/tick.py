@@ -17,6 +17,9 @@ Each step reports whether it stopped at its chunk's limit; the writer then runs 
 once instead of sleeping, so a backlog drains a chunk per commit and no commit holds the
 fires behind it for long (why cascade chunks are small: `Settings.cascade_chunk`).
 
+Each stage also tells the admission gate (`timerwheel.wheels.admission`) how late the
+fires it staged ran: now minus the earliest due time among them, 0 when none was due.
+
 `next_due_ms` is the other half: when the tick will next have work, for the writer's
 sleep. The tick decides nothing about time itself; the scheduler (`timerwheel.wheels.scheduler`)
 does, and the tick turns its verdicts (a cascade task, a fire range) into store writes.
@@ -25,12 +28,14 @@ does, and the tick turns its verdicts (a cascade task, a fire range) into store 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from timerwheel.engine.ops import WriterContext
 from timerwheel.engine.series import fire_due_series
 from timerwheel.observability import metrics
 from timerwheel.store import keys
 from timerwheel.store.batch import StagedBatch
+from timerwheel.wheels.admission import FireLagGate
 from timerwheel.wheels.scheduler import CascadeTask
 from timerwheel.wheels.settings import Settings
 
@@ -45,10 +50,16 @@ class Tick:
         self._scheduler = ctx.scheduler
         self._sweep_from = b""
         self._next_sweep_ms = 0
+        self.admission = FireLagGate(settings.admit_fire_lag_ms)
+        # (refusing, lag_ms) after each stage: the engine process shares it with the
+        # gRPC workers (timerwheel.procs.admission_cell)
+        self.on_admission: Callable[[bool, int], None] | None = None
+        self._earliest_due_ms: int | None = None  # of the fires staged this time
 
     def stage(self, batch: StagedBatch, now_ms: int) -> bool:
         """Stage steps 1-4 into `batch`. True when a step has more to do now."""
         more = False
+        self._earliest_due_ms = None
         for task in self._scheduler.cascade_tasks():
             started = time.perf_counter()
             more |= self._cascade_chunk(batch, task, now_ms)
@@ -58,7 +69,19 @@ class Tick:
             fire_due_series(self._ctx, batch, now_ms)  # any operation reads them
         if now_ms >= self._next_sweep_ms:
             more |= self._sweep_chunk(batch, now_ms)
+        earliest = self._earliest_due_ms
+        lag_ms = max(now_ms - earliest, 0) if earliest is not None else 0
+        gate = self.admission
+        refusing = gate.observe(now_ms, lag_ms)
+        if self.on_admission is not None:  # a refusal names the lag that caused it
+            self.on_admission(refusing, gate.late_ms if refusing else lag_ms)
         return more
+
+    def _fired_due(self, key: bytes) -> None:
+        """A chunk fired keys from `key` on (in time order): the earliest due so far?"""
+        due_ms = keys.key_time_ms(key)
+        if self._earliest_due_ms is None or due_ms < self._earliest_due_ms:
+            self._earliest_due_ms = due_ms
 
     def next_due_ms(self) -> int:
         """When the tick next has work: the next second-wheel key's fire, a cascade's
@@ -75,6 +98,7 @@ class Tick:
         entries = self._store.scan(task.upper.name, lo, hi, limit)
         due_count = _count_due(entries, now_ms)
         if due_count:
+            self._fired_due(entries[0][0])
             first_seq = self._scheduler.take_fire_seqs(due_count)
             self._store.stage_fire(batch, task.upper.name, entries[:due_count], first_seq, now_ms)
         self._store.stage_move(batch, task.upper.name, task.lower.name, entries[due_count:], now_ms)
@@ -88,6 +112,7 @@ class Tick:
         lo, hi = keys.encode_timer_key(fire_from), keys.time_bound(through_ms + 1)
         entries = self._store.scan("second", lo, hi, limit)
         if entries:
+            self._fired_due(entries[0][0])
             first_seq = self._scheduler.take_fire_seqs(len(entries))
             self._store.stage_fire(batch, "second", entries, first_seq, now_ms)
         next_from = keys.key_after(entries[-1][0]) if len(entries) == limit else None

@@ -120,7 +120,7 @@ class Writer:
         if store.database.read_only:  # a start on a full disk: reads only, until room
             self.health.opened_read_only()
         self._ctx = WriterContext(store, scheduler, settings.retention_ms)
-        self._tick = Tick(settings, self._ctx)
+        self.tick = Tick(settings, self._ctx)
         self._cond = threading.Condition()
         self._queue: deque[Op] = deque()
         self._queued_weight = 0
@@ -274,7 +274,7 @@ class Writer:
     def _sleep_until_due(self) -> None:
         """Sleep until the next due timer, cascade or sweep, a lingering op's time, or an
         urgent op; while the syncer has a sync running, queued ops wait for it."""
-        due_ms = self._tick.next_due_ms()
+        due_ms = self.tick.next_due_ms()
         with self._cond:
             while not self._stopping and not (self._queued_urgent and not self._syncer.busy):
                 wake_ms = self._lingering.sleep_until_ms(due_ms)
@@ -312,7 +312,7 @@ class Writer:
         now_ms = self._scheduler.observe(self._clock.now_ms())
         try:
             self._store.prefetch(batch, [i for op in ops for i in op.reads()])
-            more = self._tick.stage(batch, now_ms)
+            more = self.tick.stage(batch, now_ms)
             outcomes = [_apply(op, self._ctx, batch, now_ms) for op in ops]
             counted: CountChanges | None = None
             if batch.operations or ops or self._scheduler.state != saved:

@@ -71,6 +71,8 @@ def engine_gauges(engine, store, counts, unacked: UnackedByTopic, top_topics: in
     return {
         "writer_up": engine.writer_running(),
         "writer_queue_ops": engine.queued_ops(),
+        "fire_lag_ms": engine.admission.lag_ms,  # the writer's latest (wheels.admission)
+        "admission_refusing": engine.admission.refusing,
         "pending_by_wheel": {w: store.estimate_keys(keys.CF_WHEEL[w]) for w in WHEELS},
         "unacked_by_topic": unacked.top(top_topics),
         "due_within_ms": counts.due_within(engine.now_ms(), DUE_HORIZONS_MS),

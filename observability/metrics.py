@@ -81,6 +81,9 @@ class NullRecorder:
     def refused(self, method: str, code: str) -> None:
         pass
 
+    def admission_refused(self) -> None:
+        pass
+
 
 class RpcInstruments:
     """One gRPC method's pre-bound children: started, handling time, and handled by code
@@ -140,6 +143,11 @@ class Recorder(NullRecorder):
         self.refusals = counter(
             "timerwheel_refusals", "Calls refused, by gRPC method and status code",
             ("method", "code"),
+        )  # fmt: skip
+        self.admission_refusals = counter(
+            "timerwheel_admission_refusals",
+            "Send and SendBatch calls refused before validation because the firing loop ran "
+            "late (admit_fire_lag_ms)",
         )  # fmt: skip
         self.fire_lateness = histogram(
             "timerwheel_fire_lateness_seconds",
@@ -248,6 +256,9 @@ class Recorder(NullRecorder):
         if child is None:
             child = self._refusals[(method, code)] = self.refusals.labels(method, code)
         child.inc()
+
+    def admission_refused(self) -> None:
+        self.admission_refusals.inc()
 
 
 def _observe_many(histogram: Histogram, seconds: Iterable[float]) -> None:

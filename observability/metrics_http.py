@@ -7,6 +7,8 @@ below, read when Prometheus asks and never kept up to date on the firing path:
     timerwheel_writer_up                     1 while the writer thread runs (0: stopped,
                                              or the engine process is unreachable)
     timerwheel_writer_queue_ops              operations waiting for the writer
+    timerwheel_fire_lag_seconds              how late the writer's latest fires ran
+    timerwheel_admission_refusing            1 while sends are refused for that lag
     timerwheel_pending_timers{wheel}         RocksDB's estimate of keys in each wheel
     timerwheel_fired_unacked{topic}          top `metrics_top_topics` topics + "other"
     timerwheel_timers_due{within}            due in the next 1m / 10m / 60m (whole minutes)
@@ -162,6 +164,15 @@ def cluster_families(cluster: dict):
 def _engine_families(values: dict):
     yield _gauge("timerwheel_writer_queue_ops", "Operations waiting for the writer",
                  values["writer_queue_ops"])  # fmt: skip
+    yield _gauge(
+        "timerwheel_fire_lag_seconds",
+        "How late the writer's latest fires ran against their due time (0: none was due)",
+        values["fire_lag_ms"] / 1000,
+    )  # fmt: skip
+    yield _gauge(
+        "timerwheel_admission_refusing", "1 while sends are refused for the fires' lateness",
+        int(values["admission_refusing"]),
+    )  # fmt: skip
     yield _labelled(
         "timerwheel_pending_timers", "Timers in each wheel (RocksDB's key estimate)", "wheel",
         values["pending_by_wheel"],

@@ -27,6 +27,7 @@ from timerwheel.engine.engine import Engine
 from timerwheel.engine.send_op import SendOp
 from timerwheel.engine.system_clock import SystemClock
 from timerwheel.observability import metrics
+from timerwheel.procs.admission_cell import AdmissionPublisher, cell_path
 from timerwheel.procs.gil import set_switch_interval
 from timerwheel.procs.heap import prepare_heap_for_serving
 from timerwheel.procs.ipc import CallContext, CallServer, PackedError, pack_error
@@ -126,6 +127,8 @@ def run_engine_process(
         ready.send(("failed", f"{type(exc).__name__}: {exc}"))
         raise SystemExit(1) from exc
     host = EngineHost(engine)
+    admission = AdmissionPublisher(cell_path(socket_path))  # read by the workers
+    engine.set_admission_listener(admission.publish)
     server = CallServer(socket_path, authkey, host.handle, "engine")
     ready.send(("ready", {}))
     log.info("engine_process_ready", socket=socket_path)
@@ -137,6 +140,7 @@ def run_engine_process(
         server.close()
         host.close()
         engine.close()
+        admission.close()
     if not stopped:
         reason = engine.health.failure or "the writer stopped or the supervisor is gone"
         log.error("engine_process_exiting", reason=reason, exit_code=1)

@@ -27,12 +27,14 @@ from timerwheel.engine.api import EngineApi, FiredListener
 from timerwheel.engine.ids import MessageIds
 from timerwheel.engine.prepare import prepare_sends
 from timerwheel.engine.series import SeriesPause
+from timerwheel.observability import metrics
+from timerwheel.procs.admission_cell import AdmissionReader
 from timerwheel.procs.ipc import CallClient, PeerUnavailable
 from timerwheel.procs.send_funnel import SendFunnel
 from timerwheel.store import records
 from timerwheel.wheels.bulk import BulkResult, RedriveResult, TimerFilter
 from timerwheel.wheels.clock import Clock
-from timerwheel.wheels.domain import DeliveryOptions, SendSpec, Timer, When
+from timerwheel.wheels.domain import DeliveryOptions, Overloaded, SendSpec, Timer, When
 from timerwheel.wheels.lateness import LatenessMinute
 from timerwheel.wheels.settings import Settings
 
@@ -47,18 +49,31 @@ RECONNECT_WAIT_S = 0.2  # between attempts while the engine process is unreachab
 
 
 class RemoteEngine(EngineApi):
-    def __init__(self, settings: Settings, calls: CallClient, clock: Clock) -> None:
+    def __init__(
+        self, settings: Settings, calls: CallClient, clock: Clock,
+        admission: AdmissionReader | None = None,
+    ) -> None:  # fmt: skip
+        """`admission`: the engine process's verdict on sends (procs.admission_cell)."""
         self.settings = settings
         self._calls = calls
         self._clock = clock
         self._ids = MessageIds()
         self._sends = SendFunnel(functools.partial(calls.call, "submit_sends_many"))
+        self._admission = admission
         self._closed = threading.Event()
         self._listeners: list[threading.Thread] = []
 
     # -- TimerApi ---------------------------------------------------------------------------
     def now_ms(self) -> int:
         return self._calls.call("now_ms")
+
+    def admit_send(self) -> None:
+        """Refuse a send (Overloaded) while the engine's firing loop runs late, from the
+        word the engine process shares (no call)."""
+        refusal = self._admission.refusal() if self._admission is not None else None
+        if refusal is not None:
+            metrics.recorder().admission_refused()
+            raise Overloaded(refusal)
 
     def send_batch_async(self, specs: Iterable[SendSpec]) -> Future:
         """Prepared here, stored by the engine process; the future is already complete."""
@@ -180,5 +195,7 @@ class RemoteEngine(EngineApi):
     def close(self) -> None:
         self._closed.set()
         self._calls.close()
+        if self._admission is not None:
+            self._admission.close()
         for thread in self._listeners:
             thread.join(timeout=FIRED_POLL_S + 1)

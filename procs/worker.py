@@ -19,6 +19,7 @@ import structlog
 
 from timerwheel.engine.system_clock import SystemClock
 from timerwheel.observability import metrics
+from timerwheel.procs.admission_cell import AdmissionReader, cell_path
 from timerwheel.procs.gil import set_switch_interval
 from timerwheel.procs.heap import prepare_heap_for_serving
 from timerwheel.procs.ipc import CallClient
@@ -46,7 +47,10 @@ def run_worker_process(
         metrics.enable(metrics_dir)
     configure_logging(*log_args)
     engine = RemoteEngine(
-        settings, CallClient(engine_path, authkey, "engine"), SystemClock(settings.clock_offset_ms)
+        settings,
+        CallClient(engine_path, authkey, "engine"),
+        SystemClock(settings.clock_offset_ms),
+        AdmissionReader(cell_path(engine_path), settings.admit_fire_lag_ms),
     )
     hub = RemoteHub(delivery_path, authkey)
     built = build_grpc_server(

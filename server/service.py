@@ -262,6 +262,8 @@ class TimerService(pb_grpc.TimerServiceServicer):
         self._engine = engine
         self._hub = hub
         self._cluster_map = cluster_map
+        # Sends refused while fires run late, before validation (timerwheel.wheels.admission)
+        self._admit_send: Callable[[], None] = getattr(engine, "admit_send", lambda: None)
         settings = engine.settings
         limit = settings.max_inflight_request_bytes
         self._budget = budget or ByteBudget(limit, "max_inflight_request_bytes")
@@ -276,6 +278,7 @@ class TimerService(pb_grpc.TimerServiceServicer):
 
     def Send(self, request: pb.SendRequest, context: grpc.ServicerContext) -> pb.SendResponse:
         with rpc_errors(context, "Send"):
+            self._admit_send()
             spec = spec_from_proto(request)
             [result] = self._engine.send_batch_async([spec]).result()
             return send_response(result)
@@ -284,6 +287,7 @@ class TimerService(pb_grpc.TimerServiceServicer):
         self, request: pb.SendBatchRequest, context: grpc.ServicerContext
     ) -> pb.SendBatchResponse:
         with rpc_errors(context, "SendBatch"):
+            self._admit_send()
             specs = specs_from_proto(request.messages)
             if not specs:
                 return pb.SendBatchResponse()

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from timerwheel.durations import DAY_MS, HOUR_MS, MINUTE_MS, SECOND_MS
+from timerwheel.wheels.admission import admit_fire_lag_problem
 from timerwheel.wheels.retry import RetryKind, RetryPolicy, check_policy
 from timerwheel.wheels.topic_policy import TopicSettings, topics_problem
 
@@ -102,6 +103,10 @@ class Settings:
     # Backpressure.
     max_queued_ops: int = 200_000  # timers waiting for the writer
     max_unacked: int = 1_000_000  # fired, not acked, per service
+    # Sends are refused (RESOURCE_EXHAUSTED, before validation) while the firing loop runs
+    # more than this late, so fires stay on time and producers feel the excess
+    # (timerwheel.wheels.admission); 0: never.
+    admit_fire_lag_ms: int = 20
 
     # Delivery.
     ack_timeout_ms: int = 30 * SECOND_MS
@@ -236,6 +241,8 @@ class Settings:
             raise SettingsError(f"port={self.port}: must be 0..65535")
         _check_metrics(self)
         _check_console(self)
+        if (problem := admit_fire_lag_problem(self.admit_fire_lag_ms)) is not None:
+            raise SettingsError(problem)
         if not self.data_dir:
             raise SettingsError("data_dir='': must name a directory")
         if not self.delay_levels_ms:

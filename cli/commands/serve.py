@@ -47,6 +47,10 @@ SETTING_FLAGS = {
     "--max-in-flight": ("max_in_flight_default", "un-acked per subscriber when it asks 0"),
     "--max-unacked": ("max_unacked", "fired, un-acked backlog at which sends are refused"),
     "--max-queued-ops": ("max_queued_ops", "writer queue depth at which sends are refused"),
+    "--admit-fire-lag": (
+        "admit_fire_lag_ms",
+        "refuse sends while fires run this late; 0: never (default 20ms)",
+    ),
     "--max-delay": ("max_delay_ms", "furthest delivery time accepted (default 400d)"),
     "--fire-tick": (
         "fire_tick_ms",
