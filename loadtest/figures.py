@@ -43,6 +43,8 @@ import os
 
 from timerwheel.loadtest.accounting import HIGHEST_US, merge_histograms, merge_worst, summary
 from timerwheel.loadtest.interpreter import interpreter
+from timerwheel.loadtest.overload import overload_verdict
+from timerwheel.loadtest.overload import problems as overload_problems
 from timerwheel.loadtest.scenarios import Scenario
 from timerwheel.observability.thread_cpu import GIL_KINDS, ROCKSDB_KINDS
 
@@ -54,6 +56,9 @@ def figures(
 ) -> dict:
     accounting = outcome["accounting"]
     timeline_rows = _timeline(outcome["consumers"], outcome["sampler"])
+    fire = _merged(outcome["consumers"], "fire_ms")
+    send = _send(scenario, outcome)
+    verdict = overload_verdict(scenario.fire_p999_target_ms, fire, send)
     return {
         "scenario": scenario.name,
         "description": scenario.description,
@@ -66,9 +71,10 @@ def figures(
             "python": interpreter(),  # a spawned server's too: it runs on the same one
         },
         "config": _config(scenario),
-        "send": _send(scenario, outcome),
+        "send": send,
         "delay_error_ms": _merged(outcome["consumers"], "delay_ms"),
-        "fire_lateness_ms": _merged(outcome["consumers"], "fire_ms"),
+        "fire_lateness_ms": fire,
+        "overload": verdict,  # None unless an overload run (timerwheel.loadtest.overload)
         "delivery_lag_ms": _merged(outcome["consumers"], "lag_ms"),
         "early_ms": _merged(outcome["consumers"], "early_ms"),
         "ack_round_trip_ms": _merged(outcome["consumers"], "ack_ms"),
@@ -80,7 +86,7 @@ def figures(
             sum(r["cpu_s"] for r in outcome["producers"] + outcome["consumers"]), 1
         ),
         "accounting": accounting.as_dict(),
-        "ok": not accounting.problems(),
+        "ok": not accounting.problems() and not overload_problems(verdict),
     }
 
 
@@ -142,6 +148,8 @@ def _send(scenario: Scenario, outcome: dict) -> dict:
         "from_intended_us": _merged(producers, "intended_us", HIGHEST_US),
         "max_behind_schedule_ms": max((r["max_lag_ms"] for r in producers), default=0),
         "cancel_too_late": sum(r["cancel_too_late"] for r in producers),
+        # Messages of requests refused RESOURCE_EXHAUSTED and sent again (backpressure).
+        "refused_retried": sum(r.get("refused_retried", 0) for r in producers),
         "errors": errors,
     }
 

@@ -53,6 +53,12 @@ REFUSED = frozenset(
     }
 )
 MAX_CANCELS_IN_FLIGHT = 64
+# RESOURCE_EXHAUSTED is backpressure (the server stored nothing): the same request is sent
+# again after a backoff, from REFUSED_FIRST_S doubling to REFUSED_MAX_S, at most
+# MAX_REFUSALS times (about half a minute), while the producer's window holds its slot.
+REFUSED_FIRST_S = 0.01
+REFUSED_MAX_S = 1.0
+MAX_REFUSALS = 40
 CANCEL_HASH = 2_654_435_761  # Knuth's multiplicative hash: spreads seqs over 0..2^32
 
 
@@ -103,6 +109,10 @@ class Producer:
         self.aborted = False  # told to stop before its schedule was through
         self.cancels: queue.SimpleQueue[tuple[int, str] | None] = queue.SimpleQueue()
         self.cancel_slots = threading.Semaphore(MAX_CANCELS_IN_FLIGHT)
+        self.refused_retried = 0  # messages of requests refused RESOURCE_EXHAUSTED, sent again
+        self.retries: queue.PriorityQueue[tuple[float, int, tuple]] = queue.PriorityQueue()
+        self._retry_order = 0
+        self._abort: threading.Event | None = None
 
     # -- the send loop (main thread) -------------------------------------------------------
     def run(self, start_ns: int, start_wall_ms: int, abort, on_progress) -> None:
@@ -117,6 +127,9 @@ class Producer:
         padding = padding_for(plan.body_bytes)
         canceller = threading.Thread(target=self._cancel_loop, name="canceller", daemon=True)
         canceller.start()
+        self._abort = abort
+        retrier = threading.Thread(target=self._retry_loop, name="retrier", daemon=True)
+        retrier.start()
         try:
             for k, first in enumerate(range(0, plan.messages, plan.batch)):
                 if abort.is_set():  # behind schedule, pacing never waits: check here too
@@ -134,16 +147,32 @@ class Producer:
                 requests = self._requests(first, count, rng, deliver, padding)
                 sent_ns = time.monotonic_ns()
                 self.max_lag_ms = max(self.max_lag_ms, (sent_ns - due_ns) // 1_000_000)
-                future = self._send(requests)
-                future.add_done_callback(
-                    lambda f, a=first, n=count, d=due_ns, s=sent_ns: self._done(f, a, n, d, s)
-                )
+                self._send_attempt((first, count, due_ns, sent_ns, requests, 0))
                 on_progress(self.sent)
             self._await_outstanding()
         finally:
             self.cancels.put(None)
+            self.retries.put((float("inf"), 0, ()))
             canceller.join(timeout=plan.rpc_timeout_s * 2)
+            retrier.join(timeout=plan.rpc_timeout_s * 2)
         on_progress(self.sent)
+
+    def _send_attempt(self, attempt: tuple) -> None:
+        """Send (again) one request: (first seq, count, intended ns, first sent ns, the
+        requests, refusals so far); its latency counts from the first attempt."""
+        future = self._send(attempt[4])
+        future.add_done_callback(lambda f, a=attempt: self._done(f, *a))
+
+    def _retry_loop(self) -> None:
+        """Sends refused requests again when their backoff is over, in that order."""
+        while True:
+            at, _, attempt = self.retries.get()
+            if not attempt:
+                return
+            wait_s = at - time.monotonic()
+            if wait_s > 0:
+                time.sleep(wait_s)  # one queued meanwhile waits at most REFUSED_MAX_S more
+            self._send_attempt(attempt)
 
     def run_threads(self, start_ns: int, start_wall_ms: int, abort, on_progress) -> None:
         """TDMQ's producer shape: `threads` threads, each calling `send()` with one message
@@ -241,7 +270,10 @@ class Producer:
                 return
 
     # -- answers (gRPC callback threads) ---------------------------------------------------
-    def _done(self, future: grpc.Future, first: int, count: int, due_ns: int, sent_ns: int):
+    def _done(
+        self, future: grpc.Future, first: int, count: int, due_ns: int, sent_ns: int,
+        requests: list | None = None, refusals: int = 0,
+    ):  # fmt: skip
         code = None
         try:
             response = future.result()
@@ -249,8 +281,27 @@ class Producer:
             state = SENT
         except grpc.RpcError as error:
             ids, code = [], error.code()
+            if self._backs_off(code, refusals) and requests is not None:
+                self._retry_later((first, count, due_ns, sent_ns, requests, refusals + 1))
+                return  # its slot stays taken: the producer's window feels the excess
             state = UNSENT if code in REFUSED else UNKNOWN
         self._record(first, count, state, code, ids, due_ns, sent_ns)
+
+    def _backs_off(self, code, refusals: int) -> bool:
+        """Refused for backpressure, retries left, and the producer not told to stop."""
+        if self._abort is not None and self._abort.is_set():
+            return False
+        return code == grpc.StatusCode.RESOURCE_EXHAUSTED and refusals < MAX_REFUSALS
+
+    def _retry_later(self, attempt: tuple) -> None:
+        refusals = attempt[5]
+        backoff_s = min(REFUSED_FIRST_S * 2 ** (refusals - 1), REFUSED_MAX_S)
+        backoff_s *= 0.8 + 0.4 * random.random()  # producers refused together spread out
+        with self.lock:
+            self.refused_retried += attempt[1]
+            self._retry_order += 1
+            order = self._retry_order
+        self.retries.put((time.monotonic() + backoff_s, order, attempt))
 
     def _record(self, first, count, state, code, ids, due_ns: int, sent_ns: int) -> None:
         """Account one answered request: states, latencies, errors, cancels to make."""
@@ -313,6 +364,7 @@ class Producer:
                 "intended_us": self.intended_us.encode(),
                 "errors": {k: v for k, v in self.errors.items() if v},
                 "cancel_too_late": self.cancel_too_late,
+                "refused_retried": self.refused_retried,
                 "min_deliver_ms": self.min_deliver_ms,
                 "max_deliver_ms": self.max_deliver_ms,
                 "max_lag_ms": self.max_lag_ms,

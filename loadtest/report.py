@@ -12,6 +12,8 @@ import json
 
 from timerwheel.loadtest.figures import CEILING_PERCENT
 from timerwheel.loadtest.interpreter import describe
+from timerwheel.loadtest.overload import problems as overload_problems
+from timerwheel.loadtest.overload import verdict_line
 
 WORST_SECONDS = 5  # listed in the details, worst delay error first
 TDMQ_REFERENCE = {
@@ -125,7 +127,7 @@ def details(fig: dict) -> str:
     ack = fig["ack_round_trip_ms"]
     load = fig["machine"]["load_before"]
     items = [
-        ("offered rate reached", _rate_verdict(send)),
+        ("offered rate reached", _rate_verdict(send, fig.get("overload") is not None)),
         ("sent (stored)", f"{acc['sent']:,} of {send['planned']:,} planned"),
         ("acked", f"{acc['acked']:,}"),
         ("cancelled", f"{acc['cancelled']:,} (too late to cancel: {send['cancel_too_late']:,})"),
@@ -138,6 +140,8 @@ def details(fig: dict) -> str:
          f"{delivery.get('resubscribed', 0)} / {acc.get('ack_unknown', 0):,}"),
         ("cancelled yet delivered / unexpected", f"{acc['cancelled_delivered']} / "
          f"{acc['unexpected']}"),
+        ("sends refused RESOURCE_EXHAUSTED and retried (backpressure), messages",
+         f"{send.get('refused_retried', 0):,}"),
         ("send errors", ", ".join(f"{k}={v}" for k, v in send["errors"].items()) or "none"),
         ("send latency from intended time p99 / max",
          f"{_us_as_ms(intended['p99'])} / {_us_as_ms(intended['max'])}"),
@@ -166,8 +170,11 @@ def details(fig: dict) -> str:
         ("harness CPU (all workers)", f"{fig['harness_cpu_s']} s"),
         ("load average before", " ".join(f"{x:.2f}" for x in load)),
         (_interpreter_label(fig.get("target")), describe(fig["machine"]["python"])),
-        ("result", "OK" if fig["ok"] else "FAILED: " + "; ".join(acc["problems"])),
+        ("result", "OK" if fig["ok"] else "FAILED: " + "; ".join(_problems(fig))),
     ]  # fmt: skip
+    verdict = fig.get("overload")
+    if verdict is not None:  # an overload run: its own verdict first (loadtest.overload)
+        items.insert(0, ("overload verdict", verdict_line(verdict)))
     return "\n".join(f"- {name}: {value}" for name, value in items)
 
 
@@ -220,11 +227,16 @@ def _by_thread(shares: dict[str, float]) -> str:
     return ", ".join(f"{kind} {pct:g}%" for kind, pct in ranked if pct >= 0.5) or "not reported"
 
 
-def _rate_verdict(send: dict) -> str:
+def _problems(fig: dict) -> list[str]:
+    return fig["accounting"]["problems"] + overload_problems(fig.get("overload"))
+
+
+def _rate_verdict(send: dict, overload: bool = False) -> str:
     if send.get("rate_reached", True):
         return f"yes ({send['rate_achieved']:,} of {send['rate_target']:,} msg/s)"
     return (
-        f"NO: could not reach the offered rate: {send['rate_achieved']:,} of "
+        ("no, as an overload run expects: " if overload else "NO: ")
+        + f"could not reach the offered rate: {send['rate_achieved']:,} of "
         f"{send['rate_target']:,} msg/s achieved, {send['sent']:,} of {send['planned']:,} "
         f"planned messages stored, producers up to {send['max_behind_schedule_ms']:,} ms "
         f"behind schedule ({send.get('producers_stopped_behind', 0)} stopped at the end of "

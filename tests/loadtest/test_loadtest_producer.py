@@ -12,9 +12,10 @@ import grpc
 import psutil
 
 from timerwheel.client import TimerClient
+from timerwheel.loadtest import producer as producer_module
 from timerwheel.loadtest.accounting import SENT, UNKNOWN, UNSENT
 from timerwheel.loadtest.pacing import decode_body
-from timerwheel.loadtest.producer import Producer, ProducerPlan, wants_cancel
+from timerwheel.loadtest.producer import MAX_REFUSALS, Producer, ProducerPlan, wants_cancel
 from timerwheel.v1 import timerwheel_pb2 as pb
 
 
@@ -132,7 +133,7 @@ def test_producer_keeps_sending_on_schedule_while_nothing_is_answered():
     bodies = [m.body for f in transport.futures for m in f.request.messages]
     assert [decode_body(b) for b in bodies] == [(0, seq) for seq in range(1_000)]
     for index, future in enumerate(transport.futures):
-        refused = FakeCall(grpc.StatusCode.RESOURCE_EXHAUSTED)
+        refused = FakeCall(grpc.StatusCode.INVALID_ARGUMENT)  # (RESOURCE_EXHAUSTED: retried)
         unknown = FakeCall(grpc.StatusCode.DEADLINE_EXCEEDED)
         future.answer({3: refused, 4: unknown}.get(index) or ok_response(future))
     thread.join(timeout=10)
@@ -142,7 +143,7 @@ def test_producer_keeps_sending_on_schedule_while_nothing_is_answered():
     assert states[:300] == bytes([SENT]) * 300 and states[300:400] == bytes([UNSENT]) * 100
     assert states[400:500] == bytes([UNKNOWN]) * 100 and states[500:] == bytes([SENT]) * 500
     assert result["sent"] == 800
-    assert result["errors"] == {"send_RESOURCE_EXHAUSTED": 100, "send_DEADLINE_EXCEEDED": 100}
+    assert result["errors"] == {"send_INVALID_ARGUMENT": 100, "send_DEADLINE_EXCEEDED": 100}
     assert producer.latency_us.get_total_count() == 8
 
 
@@ -183,6 +184,56 @@ def test_producer_waits_only_at_max_outstanding_and_counts_the_wait_as_latency()
     # that wait, at least 200 - 3 ms of it; the send-to-answer latency does not.
     assert producer.intended_us.get_max_value() >= 197_000
     assert producer.max_lag_ms >= 197
+
+
+# == the producer: RESOURCE_EXHAUSTED is backpressure ==========================================
+def test_a_refused_request_is_sent_again_with_the_same_messages_and_counted_as_retried():
+    transport = FakeTransport()
+    plan = producer_plan(messages=300, batch=100)
+    producer, thread = start_producer(plan, transport)
+    assert transport.wait_issued(3)
+    refused = transport.futures[1]
+    for future in transport.futures[:3]:
+        outcome = FakeCall(grpc.StatusCode.RESOURCE_EXHAUSTED) if future is refused else None
+        future.answer(outcome or ok_response(future))
+    assert transport.wait_issued(4)  # the refused one again, after its backoff
+    again = transport.futures[3]
+    assert again.request == refused.request  # the same messages, the same sequence numbers
+    transport.answer_all_from_now_on()
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+    result = producer.result()
+    assert result["sent"] == 300 and result["states"] == bytes([SENT]) * 300
+    assert result["refused_retried"] == 100 and result["errors"] == {}
+
+
+def test_refusals_are_retried_a_bounded_number_of_times_then_counted_refused(monkeypatch):
+    monkeypatch.setattr(producer_module, "REFUSED_MAX_S", 0.001)  # the count, not the waits
+    transport = FakeTransport()
+    producer, thread = start_producer(producer_plan(messages=1, batch=1), transport)
+    for attempt in range(MAX_REFUSALS + 1):
+        assert transport.wait_issued(attempt + 1)
+        transport.futures[attempt].answer(FakeCall(grpc.StatusCode.RESOURCE_EXHAUSTED))
+    thread.join(timeout=60)
+    assert not thread.is_alive()
+    assert len(transport.futures) == MAX_REFUSALS + 1
+    result = producer.result()
+    assert result["states"] == bytes([UNSENT]) and result["errors"] == {
+        "send_RESOURCE_EXHAUSTED": 1
+    }
+    assert result["refused_retried"] == MAX_REFUSALS
+
+
+def test_a_refusal_after_the_stop_is_not_retried():
+    transport = FakeTransport()
+    abort = threading.Event()
+    producer, thread = start_producer(producer_plan(messages=100, batch=100), transport, abort)
+    assert transport.wait_issued(1)
+    abort.set()
+    transport.futures[0].answer(FakeCall(grpc.StatusCode.RESOURCE_EXHAUSTED))
+    thread.join(timeout=10)
+    assert not thread.is_alive() and len(transport.futures) == 1
+    assert producer.result()["errors"] == {"send_RESOURCE_EXHAUSTED": 100}
 
 
 # == over a real server ======================================================================
