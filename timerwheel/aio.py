@@ -11,7 +11,11 @@
         await client.consume("orders", handle, concurrency=8, stop=stop_event)
 
 The same calls, arguments and answers as `timerwheel.Client`, awaited; errors raise the
-same `RemoteError`. Create it inside the running event loop that will use it.
+same `RemoteError`. Create it inside the running event loop that will use it. Against a
+cluster (`serve --cluster`) it routes as `timerwheel.Client` does: calls on an id go
+straight to the node that owns the id's partition, by the cluster's map, and a SendBatch
+of several owners goes as one call per owner, at once (timerwheel/aio_routing.py;
+`routing=False` sends everything to `target`, which forwards).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from timerwheel.acks import DEFAULT_ACK_LINGER_MS
 from timerwheel.aio_consume import consume_async
+from timerwheel.aio_routing import AsyncRouter, call_routed, open_owner_channel, send_split
 from timerwheel.common import SendResult, State
 from timerwheel.connections import (
     Place,
@@ -103,11 +108,14 @@ class AsyncClient:
         tls: Tls | bool | None = None,
         token: str | None = None,
         connections: int = 1,
+        routing: bool = True,
         restart_budget_s: float | None = None,
     ) -> None:
         """Arguments as `timerwheel.Client` (tls=, token= for a secured server;
-        connections= for one spread over a server's workers; restart_budget_s= for
-        servers slower to come back)."""
+        connections= for one spread over a server's workers; routing=False to send
+        every call to `target` even against a cluster; restart_budget_s= for servers
+        slower to come back). The cluster's map is read at the first call on an id
+        (a single node: one ClusterMap call, then nothing is routed)."""
         self.target = with_default_port(target)
         self.timeout_s = timeout_s
         self.retry = DEFAULT_SCHEDULE if restart_budget_s is None else RetrySchedule(
@@ -116,6 +124,12 @@ class AsyncClient:
         options = with_schedule(CHANNEL_OPTIONS, self.retry)
         self._use(open_aio_channels(self.target, tls, token, options, connections))
         self._redial = functools.partial(redial_aio_channel, self.target, tls, token, options)
+        self.router: AsyncRouter | None = None
+        if routing:
+            owner_channel = functools.partial(
+                open_owner_channel, tls=tls, token=token, options=options
+            )
+            self.router = AsyncRouter(lambda: self.service, owner_channel, timeout_s)
         self.connection_workers: list[Place | None] = []  # as Client's
 
     def _use(self, channels: list[grpc.aio.Channel]) -> None:
@@ -132,14 +146,22 @@ class AsyncClient:
         """As `Client.send` (retried on UNAVAILABLE when it has a message_id)."""
         request = send_request(topic, body, **when_and_more)
         retry = sends_are_idempotent([request])
-        return send_result(await self._unary(self.service.Send, request, retry=retry))
+        return send_result(await self._routed("Send", request, request.message_id, retry))
 
     async def send_batch(self, requests: Sequence[pb.SendRequest]) -> list[SendResult]:
-        """Many sends in one RPC; the server stores them atomically (all or none)."""
+        """As `Client.send_batch`: one RPC, stored atomically (all or none); against a
+        cluster, a batch of several owners goes as one call per owner, at once (each
+        part atomic; all acknowledged, or the first failing part's error saying which
+        messages were acknowledged)."""
         request = pb.SendBatchRequest(messages=requests)
         retry = sends_are_idempotent(request.messages)
-        response = await self._unary(self.service.SendBatch, request, retry=retry)
-        return [send_result(r) for r in response.results]
+        router = self.router
+        first_id = next((m.message_id for m in request.messages if m.message_id), "")
+        if router is None or await router.owner_stub(first_id) is None:
+            response = await self._unary(self.service.SendBatch, request, retry=retry)
+            return [send_result(r) for r in response.results]
+        messages = list(request.messages)
+        return await send_split(router, self.service, messages, retry, self.timeout_s, self.retry)
 
     def producer(
         self, *, linger_ms: int = 2, max_batch: int = 500, max_in_flight: int = 4
@@ -150,7 +172,7 @@ class AsyncClient:
         )
 
     async def cancel(self, message_id: str) -> State:
-        response = await self._unary(self.service.Cancel, pb.CancelRequest(message_id=message_id))
+        response = await self._routed("Cancel", pb.CancelRequest(message_id=message_id), message_id)
         return State(response.state)
 
     async def get(
@@ -160,7 +182,7 @@ class AsyncClient:
         request = pb.GetRequest(
             message_id=message_id, include_body=include_body, include_trace=include_trace
         )
-        return TimerInfo(await self._unary(self.service.Get, request))
+        return TimerInfo(await self._routed("Get", request, message_id))
 
     async def list(
         self, topic: str, from_ms: int = 0, to_ms: int = 0, limit: int = 0, page_token: str = ""
@@ -202,17 +224,17 @@ class AsyncClient:
             when["delay_ms"] = duration_ms(when["delay_ms"], "delay_ms")
         request = pb.RescheduleRequest(message_id=message_id, **when)
         retry = reschedule_is_idempotent(request)
-        return (await self._unary(self.service.Reschedule, request, retry=retry)).deliver_at_ms
+        return (await self._routed("Reschedule", request, message_id, retry)).deliver_at_ms
 
     async def pause_series(self, series_id: str) -> pb.PauseSeriesResponse:
         """As `Client.pause_series`."""
         request = pb.PauseSeriesRequest(series_id=series_id)
-        return await self._unary(self.service.PauseSeries, request)
+        return await self._routed("PauseSeries", request, series_id)
 
     async def resume_series(self, series_id: str) -> pb.ResumeSeriesResponse:
         """As `Client.resume_series`."""
         request = pb.ResumeSeriesRequest(series_id=series_id)
-        return await self._unary(self.service.ResumeSeries, request)
+        return await self._routed("ResumeSeries", request, series_id)
 
     async def count(self, topic: str, from_ms: int = 0, to_ms: int = 0) -> pb.CountResponse:
         request = pb.CountRequest(topic=topic, from_ms=from_ms, to_ms=to_ms)
@@ -332,6 +354,8 @@ class AsyncClient:
         self.connection_workers = places
 
     async def close(self) -> None:
+        if self.router is not None:
+            await self.router.close()
         for channel in self.channels:
             await channel.close()
 
@@ -340,6 +364,15 @@ class AsyncClient:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+    async def _routed(self, name: str, request, message_id: str, retry: bool = False):
+        """The call `name` on `message_id`, at its owner when routing (as `Client._routed`)."""
+        if self.router is None:
+            return await self._unary(getattr(self.service, name), request, retry=retry)
+        return await call_routed(
+            self.router, self.service, name, request, message_id, self.timeout_s, retry,
+            self.retry,
+        )  # fmt: skip
 
     async def _unary(
         self, method, request, timeout_s: object = _CLIENT_TIMEOUT, retry: bool = False

@@ -1,12 +1,13 @@
 """Client-side routing by partition (docs/cluster.md, "ClusterMap and routing").
 
 A cluster node answers a call on any id, forwarding it to the owner of the id's
-partition: one more hop. `timerwheel.Client` saves it: it reads the cluster's map
-(`ClusterMap`: the partition count and each partition's owner and address) and sends each
-id-keyed call (Send and SendBatch with client-chosen ids, Get, Cancel, Reschedule) to the
-owner itself, marked `timerwheel-direct` so that a node that no longer owns the partition
-answers FAILED_PRECONDITION "not owner of partition N: owner is <name> at <address>,
-epoch E" instead of forwarding it. On that answer, or UNAVAILABLE (the owner went away),
+partition: one more hop. `timerwheel.Client` and `timerwheel.AsyncClient` save it: each
+reads the cluster's map (`ClusterMap`: the partition count and each partition's owner and
+address) and sends each id-keyed call (Send and SendBatch with client-chosen ids, Get,
+Cancel, Reschedule, PauseSeries, ResumeSeries) to the owner itself, marked
+`timerwheel-direct` so that a node that no longer owns the partition answers
+FAILED_PRECONDITION "not owner of partition N: owner is <name> at <address>, epoch E"
+instead of forwarding it. On that answer, or UNAVAILABLE (the owner went away),
 the client reads the map again and retries once, at the new owner.
 
 The map is read when the first id-keyed call is made, not when the client is built. A
@@ -15,6 +16,10 @@ UNIMPLEMENTED: from then on nothing is routed and every call goes to the target 
 before, so the single-node path costs one ClusterMap call in the client's life. A map
 that cannot be read (the target is down) is tried again at most every `RETRY_MAP_S`;
 meanwhile calls go to the target, which forwards them.
+
+One implementation of the decisions serves both clients: `RouteTable` (the map, each
+id's owner, when and from where to read the map, a channel per owner), under `Router`
+here (blocking calls) and `timerwheel.aio_routing.AsyncRouter` (grpc.aio, awaited).
 
 Not routed: sends without an id (any node makes one for a partition it owns), List,
 Count and Topics (the node asked gathers them from every node), Subscribe (fanned in by
@@ -27,7 +32,9 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from itertools import chain
+from typing import Any
 
 import grpc
 
@@ -65,25 +72,28 @@ def reroutable(error: grpc.RpcError) -> bool:
     )
 
 
-class Router:
-    """The cluster map a client routes by, and a channel per owner (thread-safe).
+class RouteTable:
+    """What a routing client decides, whatever its kind of channel (thread-safe): the map
+    (read from ClusterMap answers), each id's owner address, whether to read the map now
+    and from where, and a stub per owner opened once. `Router` (here) and
+    `timerwheel.aio_routing.AsyncRouter` add the calls, blocking or awaited.
 
     `primary()`: the stub of the client's target; `open_channel(address)` opens a
-    channel to a node with the client's credentials."""
+    channel to a node with the client's credentials (a grpc or a grpc.aio one)."""
 
     def __init__(
-        self, primary: Callable[[], pb_grpc.TimerServiceStub],
-        open_channel: Callable[[str], grpc.Channel], timeout_s: float | None,
+        self, primary: Callable[[], Any], open_channel: Callable[[str], Any],
+        timeout_s: float | None,
     ) -> None:  # fmt: skip
         self._primary = primary
         self._open_channel = open_channel
-        self._timeout_s = MAP_TIMEOUT_S if timeout_s is None else min(timeout_s, MAP_TIMEOUT_S)
+        self.map_timeout_s = MAP_TIMEOUT_S if timeout_s is None else min(timeout_s, MAP_TIMEOUT_S)
         self._lock = threading.Lock()
         self._single = False  # decided: a single node (or an older server): route nothing
         self._partitions = 0  # 0: no map yet
         self._addresses: list[str] = []  # partition -> owner address ("" unknown)
         self._next_fetch = 0.0
-        self._channels: dict[str, grpc.Channel] = {}
+        self._channels: dict[str, Any] = {}
         self._stubs: dict[str, pb_grpc.TimerServiceStub] = {}
         self.fetches = 0  # maps read (for tests and curiosity)
 
@@ -91,22 +101,18 @@ class Router:
     def single(self) -> bool:
         return self._single
 
-    def owner_stub(self, message_id: str) -> pb_grpc.TimerServiceStub | None:
-        """The stub of the node that owns `message_id`'s partition; None: call the
-        target as a plain client would (single node, no map, no owner known)."""
-        if self._single or not message_id:
-            return None
-        if not self._partitions and not self.refresh(force=False):
-            return None
-        return self.stub_at(self._address_of(message_id))
+    def wants_map(self, message_id: str) -> bool:
+        """Whether a call on `message_id` should read the map first (none read yet)."""
+        return not self._single and bool(message_id) and not self._partitions
+
+    def routes(self, message_id: str) -> bool:
+        """Whether a call on `message_id` goes by the map (one is read, a cluster's)."""
+        return not self._single and bool(message_id) and bool(self._partitions)
 
     def address_of(self, message_id: str) -> str:
         """The owner's address as the map has it; "" when unknown or not routed."""
-        if self._single or not message_id or not self._partitions:
+        if not self.routes(message_id):
             return ""
-        return self._address_of(message_id)
-
-    def _address_of(self, message_id: str) -> str:
         with self._lock:
             partitions, addresses = self._partitions, self._addresses
         return addresses[partition_of(message_id, partitions)] if partitions else ""
@@ -122,27 +128,32 @@ class Router:
                 stub = self._stubs[address] = pb_grpc.TimerServiceStub(channel)
             return stub
 
-    def refresh(self, force: bool = True) -> bool:
-        """Read the map again (from the target, else from a node the last map named).
-        False when no node answered; `force` False: not before `RETRY_MAP_S` after a
-        failed read."""
-        if self._single:
-            return False
-        if not force and time.monotonic() < self._next_fetch:
-            return False
+    def map_sources(self, force: bool) -> Iterator | None:
+        """The stubs to ask for the map, in turn (the target, then every node the last
+        map named, its channel opened only when asked); None: do not ask now (a single
+        node, or `force` False within `RETRY_MAP_S` of a failed read)."""
+        if self._single or (not force and time.monotonic() < self._next_fetch):
+            return None
         with self._lock:
             known = [address for address in dict.fromkeys(self._addresses) if address]
-        for stub in [self._primary(), *filter(None, map(self.stub_at, known))]:
-            try:
-                answer = stub.ClusterMap(pb.ClusterMapRequest(), timeout=self._timeout_s)
-            except grpc.RpcError as error:
-                if error.code() == grpc.StatusCode.UNIMPLEMENTED:  # an older server
-                    self._single = True
-                    return False
-                continue
-            self.fetches += 1
-            self._use(answer)
-            return not self._single
+        return chain([self._primary()], filter(None, map(self.stub_at, known)))
+
+    def refused(self, error: grpc.RpcError) -> bool:
+        """A node's error to ClusterMap: True when it settles the question (an older
+        server, UNIMPLEMENTED: route nothing), False to ask the next node."""
+        if error.code() == grpc.StatusCode.UNIMPLEMENTED:
+            self._single = True
+            return True
+        return False
+
+    def answered(self, answer: pb.ClusterMapResponse) -> bool:
+        """Take a map; True when it is a cluster's (calls are routed by it)."""
+        self.fetches += 1
+        self._use(answer)
+        return not self._single
+
+    def unanswered(self) -> bool:
+        """No node answered: ask again no sooner than `RETRY_MAP_S` from now."""
         self._next_fetch = time.monotonic() + RETRY_MAP_S
         return False
 
@@ -157,12 +168,43 @@ class Router:
         with self._lock:
             self._partitions, self._addresses = answer.partitions, addresses
 
-    def close(self) -> None:
+    def _take_channels(self) -> list:
         with self._lock:
             channels = list(self._channels.values())
             self._channels.clear()
             self._stubs.clear()
-        for channel in channels:
+        return channels
+
+
+class Router(RouteTable):
+    """The routing of `timerwheel.Client`: `RouteTable` with blocking calls."""
+
+    def owner_stub(self, message_id: str) -> pb_grpc.TimerServiceStub | None:
+        """The stub of the node that owns `message_id`'s partition; None: call the
+        target as a plain client would (single node, no map, no owner known)."""
+        if self.wants_map(message_id) and not self.refresh(force=False):
+            return None
+        return self.stub_at(self.address_of(message_id))
+
+    def refresh(self, force: bool = True) -> bool:
+        """Read the map again (from the target, else from a node the last map named).
+        False when no node answered; `force` False: not before `RETRY_MAP_S` after a
+        failed read."""
+        sources = self.map_sources(force)
+        if sources is None:
+            return False
+        for stub in sources:
+            try:
+                answer = stub.ClusterMap(pb.ClusterMapRequest(), timeout=self.map_timeout_s)
+            except grpc.RpcError as error:
+                if self.refused(error):
+                    return False
+                continue
+            return self.answered(answer)
+        return self.unanswered()
+
+    def close(self) -> None:
+        for channel in self._take_channels():
             channel.close()
 
 

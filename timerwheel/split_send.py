@@ -1,6 +1,7 @@
 """A SendBatch of client-chosen ids split by partition owner, on the client's side
 (`timerwheel.Client.send_batch` against a cluster; docs/cluster.md, "ClusterMap and
-routing").
+routing"). `owner_parts`, `to_send_again` and `split_results` are the decisions, shared
+with `timerwheel.AsyncClient`'s split (timerwheel/aio_routing.py).
 
 One SendBatch call per owner the map names, made at once, each marked
 `timerwheel-direct`; parts answered "not owner" or UNAVAILABLE go again once after the map
@@ -18,7 +19,14 @@ import grpc
 
 from timerwheel.common import SendResult
 from timerwheel.retries import RetrySchedule, retry_unavailable
-from timerwheel.routing import DIRECT_METADATA, Router, in_batch, reroutable, split_summary
+from timerwheel.routing import (
+    DIRECT_METADATA,
+    Router,
+    RouteTable,
+    in_batch,
+    reroutable,
+    split_summary,
+)
 from timerwheel.types import RemoteError, send_result
 from timerwheel.v1 import timerwheel_pb2 as pb
 from timerwheel.v1 import timerwheel_pb2_grpc as pb_grpc
@@ -32,11 +40,35 @@ def send_split(
     "not owner" or UNAVAILABLE are sent again once after the map is read again."""
     everything = list(range(len(messages)))
     answers = _send_parts(router, service, messages, everything, False, timeout_s, schedule)
-    again = [i for indices, answer in answers if _reroutable_answer(answer) for i in indices]
+    again = to_send_again(answers)
     if again:
         router.refresh()
-        answers = [(ix, a) for ix, a in answers if not _reroutable_answer(a)]
+        answers = [(ix, a) for ix, a in answers if not reroutable_answer(a)]
         answers += _send_parts(router, service, messages, again, retry, timeout_s, schedule)
+    return split_results(messages, answers)
+
+
+def owner_parts(
+    router: RouteTable, messages: list[pb.SendRequest], indices: list[int]
+) -> dict[str, list[int]]:
+    """The messages at `indices` grouped by their owner's address as the map has it
+    ("": no owner known, or no id: the target's part)."""
+    groups: dict[str, list[int]] = {}
+    for index in indices:
+        groups.setdefault(router.address_of(messages[index].message_id), []).append(index)
+    return groups
+
+
+def to_send_again(answers: list) -> list[int]:
+    """The indices of the parts answered "not owner" or UNAVAILABLE."""
+    return [i for indices, answer in answers if reroutable_answer(answer) for i in indices]
+
+
+def split_results(messages: list[pb.SendRequest], answers: list) -> list[SendResult]:
+    """The answer of a split batch from its parts' `[(indices, response or RpcError)]`:
+    every result in message order when all were acknowledged, else the first failing
+    part's error (indices of the whole batch) saying which messages were acknowledged."""
+    everything = range(len(messages))
     failed = [(ix, a) for ix, a in answers if isinstance(a, grpc.RpcError)]
     if failed:
         indices, error = min(failed, key=lambda part: part[0][0])
@@ -64,11 +96,8 @@ def _send_parts(
 ) -> list:  # fmt: skip
     """SendBatch calls for `indices`, one per owner, made at once: [(indices, the
     answer or the RpcError)]. `retry`: each part retried on UNAVAILABLE (one by one)."""
-    groups: dict[str, list[int]] = {}
-    for index in indices:
-        groups.setdefault(router.address_of(messages[index].message_id), []).append(index)
     calls = []
-    for address, part_indices in groups.items():
+    for address, part_indices in owner_parts(router, messages, indices).items():
         part = pb.SendBatchRequest(messages=[messages[i] for i in part_indices])
         stub = router.stub_at(address)
         method = service.SendBatch if stub is None else stub.SendBatch
@@ -90,5 +119,5 @@ def _send_parts(
     return answers
 
 
-def _reroutable_answer(answer: object) -> bool:
+def reroutable_answer(answer: object) -> bool:
     return isinstance(answer, grpc.RpcError) and reroutable(answer)

@@ -6,12 +6,14 @@ One cluster serves the module: each test uses ids of its own prefix."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import grpc
 import pytest
 from helpers.cluster_nodes import ClusterRun
 
+from timerwheel.aio import AsyncClient
 from timerwheel.client import RemoteError, TimerClient
 from timerwheel.cluster.partitions import partition_of
 from timerwheel.common import State
@@ -236,3 +238,69 @@ def test_the_client_routes_each_call_to_the_owner(run):
         for message_id in fresh:
             expected = "SCHEDULED" if message_id == taken or message_id not in n3_ids else None
             assert state_of(stale, message_id) == (expected or "NOT_FOUND"), message_id
+
+
+def test_the_async_client_routes_each_call_to_the_owner(run):
+    """`timerwheel.AsyncClient` routes as `Client` does: its calls are marked direct, so one
+    landing anywhere but at the owner would be answered "not owner" and send it back to
+    the map; the map is read once while it is right, once more per call after it is made
+    stale, and a batch of every owner goes as one call per owner."""
+    owners = owners_by_partition(run)
+    ids = ids_in_every_partition(run.partitions, "async-routed")
+    targets = {name: server.target for name, server in run.servers.items()}
+    stale = targets["n1"]
+
+    async def main() -> None:
+        async with AsyncClient(stale, timeout_s=CALL_S) as client:
+            router = client.router
+            assert router is not None
+            for message_id in ids[: run.partitions]:
+                sent = await client.send("orders", b"b", delay_ms="1h", message_id=message_id)
+                assert not sent.existed
+            assert router.fetches == 1 and not router.single
+            for message_id in ids:
+                owner = owners[partition_of(message_id, run.partitions)]
+                assert router.address_of(message_id) == targets[owner]
+            asked: list[str] = []
+            stub_at = router.stub_at
+            router.stub_at = lambda address: asked.append(address) or stub_at(address)  # type: ignore[method-assign]
+            rest = ids[run.partitions :]
+            batch = await client.send_batch([request(i) for i in rest])
+            assert [r.message_id for r in batch] == rest and not any(r.existed for r in batch)
+            # the first id's owner looked up, then one part per owner, each once
+            parts = asked[1:]
+            assert sorted(parts) == sorted({targets[owners[p]] for p in range(run.partitions)})
+            infos = await asyncio.gather(*(client.get(i) for i in ids))
+            assert all(info.state is State.SCHEDULED for info in infos)
+            later = await client.reschedule(ids[0], delay_ms="2h")
+            assert (await client.get(ids[0])).deliver_at_ms == later
+            assert await client.cancel(ids[1]) is State.CANCELLED
+            assert router.fetches == 1  # no answer sent it back to the map
+
+            # a stale map (every partition on n1): "not owner", the map read again once
+            router._addresses = [stale] * run.partitions
+            foreign = [i for i in ids if owners[partition_of(i, run.partitions)] != "n1"]
+            assert (await client.get(foreign[0])).state is State.SCHEDULED
+            assert router.fetches == 2
+            router._addresses = [stale] * run.partitions
+            untouched = ids[2:]
+            resent = await client.send_batch([request(i) for i in untouched])
+            assert [r.message_id for r in resent] == untouched and all(r.existed for r in resent)
+            assert router.fetches == 3
+
+            # a batch of several owners that fails in part says which were acknowledged
+            fresh = ids_in_every_partition(run.partitions, "async-partial")
+            taken = next(i for i in fresh if owners[partition_of(i, run.partitions)] == "n3")
+            await client.send("orders", b"first", delay_ms="1h", message_id=taken)
+            with pytest.raises(RemoteError) as refused:
+                await client.send_batch([request(i, b"second") for i in fresh])
+            assert refused.value.code == grpc.StatusCode.ALREADY_EXISTS
+            assert f"messages[{fresh.index(taken)}].message_id='{taken}'" in refused.value.details
+            assert "not acknowledged" in refused.value.details
+            assert router.fetches == 3
+        n3_ids = {i for i in fresh if owners[partition_of(i, run.partitions)] == "n3"}
+        for message_id in fresh:
+            expected = "NOT_FOUND" if message_id in n3_ids - {taken} else "SCHEDULED"
+            assert state_of(stale, message_id) == expected, message_id
+
+    asyncio.run(asyncio.wait_for(main(), CALL_S * 6))
