@@ -26,6 +26,14 @@ set on every future of the batch as a `RemoteError`; such a send may or may not 
 stored (at least once: retry it with the same message_id to be sure). A bad argument
 (`delay_ms="soon"`) raises ValueError from `send()` itself.
 
+Against a cluster (a client with `routing`, timerwheel/routing.py), a batch is sent as
+one SendBatch per partition owner its ids belong to, each to that owner, at once (ids
+the server makes go to the client's target): each part is atomic on its owner and its
+futures settle from its own answer, as above. The parts are not marked direct: where
+the client's map is stale, the node a part reaches forwards it, one hop more and the
+same answer, rather than failing it; the map is read again when a routed call of the
+client is answered "not owner".
+
 `flush()` sends what is waiting without lingering and waits until every send made before
 it is answered. `close()` (and leaving the `with` block) stops taking sends (`send()` then
 raises RuntimeError), sends everything still waiting and waits for all the answers. A
@@ -37,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -44,12 +53,14 @@ from typing import TYPE_CHECKING
 import grpc
 
 from timerwheel.common import SendResult
+from timerwheel.split_send import owner_parts
 from timerwheel.types import RemoteError, send_request, send_result
 from timerwheel.v1 import timerwheel_pb2 as pb
 
 if TYPE_CHECKING:
     from timerwheel.aio import AsyncClient
     from timerwheel.client import Client
+    from timerwheel.routing import RouteTable
 
 # A batch refused with one of these was refused for some message's sake; nothing is stored.
 PER_MESSAGE_CODES = frozenset(
@@ -60,6 +71,16 @@ PER_MESSAGE_CODES = frozenset(
         grpc.StatusCode.PERMISSION_DENIED,
     }
 )
+
+
+def by_owner(router: RouteTable | None, batch: list) -> list[tuple[object, list]]:
+    """A batch's `(request, future)` items as `[(stub or None, part)]`, one part per
+    owner address the client's map names (None: the client's target; every message when
+    the client does not route or has no cluster map)."""
+    if router is None:
+        return [(None, batch)]
+    groups = owner_parts(router, [request for request, _ in batch], list(range(len(batch))))
+    return [(router.stub_at(address), [batch[i] for i in ix]) for address, ix in groups.items()]
 
 
 def _check_options(linger_ms: int, max_batch: int, max_in_flight: int) -> None:
@@ -149,12 +170,20 @@ class Producer:
             if not batch:  # every future of it was cancelled
                 self._slots.release()
                 continue
-            self.batches_sent += 1
-            call = self._client.service.SendBatch.future(
-                pb.SendBatchRequest(messages=[request for request, _ in batch]),
-                timeout=self._client.timeout_s,
-            )
-            call.add_done_callback(lambda done, batch=batch: self._settle(batch, done))
+            router = self._client.router
+            if router is not None:  # the cluster's map, read once (a single node: no map)
+                router.owner_stub(next((r.message_id for r, _ in batch if r.message_id), ""))
+            parts = by_owner(router, batch)
+            self.batches_sent += len(parts)
+            answered = _Countdown(len(parts), self._slots.release)
+            for stub, part in parts:
+                service = stub or self._client.service
+                call = service.SendBatch.future(
+                    pb.SendBatchRequest(messages=[request for request, _ in part]),
+                    timeout=self._client.timeout_s,
+                )
+                settle = functools.partial(self._settle, part, service=service, answered=answered)
+                call.add_done_callback(settle)
 
     def _next_batch(self) -> list[tuple[pb.SendRequest, concurrent.futures.Future]] | None:
         """Wait for a full batch, the linger to pass, or a hurry; None once closed and empty."""
@@ -176,13 +205,13 @@ class Producer:
             self._oldest_at = 0.0  # the rest waited already: they go out next, no linger
         return [item for item in batch if item[1].set_running_or_notify_cancel()]
 
-    def _settle(self, batch: list, call: grpc.Future) -> None:
+    def _settle(self, batch: list, call: grpc.Future, service, answered: _Countdown) -> None:
         try:
             response = call.result()
         except grpc.RpcError as error:
             if error.code() in PER_MESSAGE_CODES and len(batch) > 1:
                 for request, future in batch:
-                    _send_alone(self._client, request, future)
+                    _send_alone(self._client, service, request, future)
             else:
                 failure = RemoteError.of(error)
                 for _, future in batch:
@@ -191,10 +220,26 @@ class Producer:
             for (_, future), result in zip(batch, response.results, strict=True):
                 future.set_result(send_result(result))
         finally:
-            self._slots.release()
+            answered()
 
 
-def _send_alone(client: Client, request: pb.SendRequest, future) -> None:
+class _Countdown:
+    """Calls `then` once it has been called `count` times (a batch's parts answered)."""
+
+    def __init__(self, count: int, then) -> None:
+        self._left = count
+        self._then = then
+        self._lock = threading.Lock()
+
+    def __call__(self) -> None:
+        with self._lock:
+            self._left -= 1
+            last = self._left == 0
+        if last:
+            self._then()
+
+
+def _send_alone(client: Client, service, request: pb.SendRequest, future) -> None:
     """One message of a refused batch on its own: its future gets its own answer."""
 
     def done(call: grpc.Future) -> None:
@@ -203,7 +248,7 @@ def _send_alone(client: Client, request: pb.SendRequest, future) -> None:
         except grpc.RpcError as error:
             future.set_exception(RemoteError.of(error))
 
-    client.service.Send.future(request, timeout=client.timeout_s).add_done_callback(done)
+    service.Send.future(request, timeout=client.timeout_s).add_done_callback(done)
 
 
 class AsyncProducer:
@@ -296,31 +341,41 @@ class AsyncProducer:
             if not batch:  # every future of it was cancelled
                 self._slots.release()
                 continue
-            self.batches_sent += 1
             task = self._loop.create_task(self._send(batch))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
     async def _send(self, batch: list[tuple[pb.SendRequest, asyncio.Future]]) -> None:
-        stub = self._client.service
+        """The batch as one SendBatch per owner (one, unless routed), at once."""
+        try:
+            router = self._client.router
+            if router is not None:  # the cluster's map, read once (a single node: no map)
+                await router.owner_stub(next((r.message_id for r, _ in batch if r.message_id), ""))
+            parts = by_owner(router, batch)
+            self.batches_sent += len(parts)
+            await asyncio.gather(
+                *(self._send_part(stub or self._client.service, part) for stub, part in parts)
+            )
+        finally:
+            self._slots.release()
+
+    async def _send_part(self, service, batch: list[tuple[pb.SendRequest, asyncio.Future]]):
         try:
             request = pb.SendBatchRequest(messages=[request for request, _ in batch])
-            response = await stub.SendBatch(request, timeout=self._client.timeout_s)
+            response = await service.SendBatch(request, timeout=self._client.timeout_s)
         except grpc.RpcError as error:
             if error.code() in PER_MESSAGE_CODES and len(batch) > 1:
-                await asyncio.gather(*(self._send_alone(r, f) for r, f in batch))
+                await asyncio.gather(*(self._send_alone(service, r, f) for r, f in batch))
             else:
                 for _, future in batch:
                     _resolve(future, exception=RemoteError.of(error))
         else:
             for (_, future), result in zip(batch, response.results, strict=True):
                 _resolve(future, result=send_result(result))
-        finally:
-            self._slots.release()
 
-    async def _send_alone(self, request: pb.SendRequest, future: asyncio.Future) -> None:
+    async def _send_alone(self, service, request: pb.SendRequest, future: asyncio.Future) -> None:
         try:
-            response = await self._client.service.Send(request, timeout=self._client.timeout_s)
+            response = await service.Send(request, timeout=self._client.timeout_s)
         except grpc.RpcError as error:
             _resolve(future, exception=RemoteError.of(error))
         else:

@@ -304,3 +304,28 @@ def test_the_async_client_routes_each_call_to_the_owner(run):
             assert state_of(stale, message_id) == expected, message_id
 
     asyncio.run(asyncio.wait_for(main(), CALL_S * 6))
+
+
+def test_a_producer_batch_goes_to_each_owner(run):
+    """The batching producers split a batch by owner: one SendBatch per node that owns
+    some of its ids, each answered there (all stored, each future its own result)."""
+    owners = owners_by_partition(run)
+    nodes = len(set(owners.values()))
+    ids = ids_in_every_partition(run.partitions, "producer", per_partition=1)
+    with TimerClient(run.servers["n2"].target, timeout_s=CALL_S) as client:
+        with client.producer(linger_ms=60_000, max_batch=len(ids)) as producer:
+            futures = [producer.send("orders", b"p", delay_ms="1h", message_id=i) for i in ids]
+            assert [f.result(CALL_S).message_id for f in futures] == ids
+        assert producer.batches_sent == nodes
+        assert client.router is not None and len(client.router._channels) == nodes
+
+    async def main() -> None:
+        async with AsyncClient(run.servers["n3"].target, timeout_s=CALL_S) as client:
+            async with client.producer(linger_ms=60_000, max_batch=len(ids)) as producer:
+                futures = [producer.send("orders", b"p", delay_ms="1h", message_id=i) for i in ids]
+                results = await asyncio.gather(*futures)
+            assert [r.message_id for r in results] == ids and all(r.existed for r in results)
+            assert producer.batches_sent == nodes
+
+    asyncio.run(asyncio.wait_for(main(), CALL_S * 3))
+    assert {state_of(run.servers["n1"].target, i) for i in ids} == {"SCHEDULED"}
