@@ -11,7 +11,9 @@ One iteration, in order:
  2. the tick (`timerwheel.engine.tick`): one chunk of every running cascade (top level first),
     one chunk of firing out of the second wheel, the recurring series found due, and
     once a second a chunk of the retention sweep;
- 3. apply the queued operations (up to `max_group_ops`), each checked before staged (a
+ 3. apply the queued operations (up to `max_group_ops`; a twentieth of that while the
+    admission gate refuses sends because the fires run late, so a commit of queued
+    sends never holds the next fire chunk back for long), each checked before staged (a
     series due at once when sent or rescheduled fires inside its operation);
  4. stage the scheduler state into `meta` and the pending-timer counters the batch
     changed (`timerwheel.store.counts`, from the deltas steps 2-3 noted), and write the batch to
@@ -95,6 +97,8 @@ SeriesListener = Callable[[list[SeriesChange]], None]
 # Re-check the clock at least this often when idle, so a wall-clock step cannot strand
 # the writer in a long sleep computed from the old time.
 MAX_IDLE_SLEEP_S = 0.25
+# While the fires run late, a commit takes this share of `max_group_ops` (`_take_ops`).
+LAGGING_SHARE = 20
 
 
 class Writer:
@@ -207,9 +211,18 @@ class Writer:
         return future.result()
 
     def _take_ops(self) -> list[Op]:
+        """The queued ops of the next commit, in order, up to `max_group_ops` of weight.
+
+        While the admission gate refuses sends (the fires run late), up to a twentieth of
+        it: the sends already admitted wait a little longer, which their producers see as
+        latency, instead of the fires waiting behind one long commit of them (a commit of
+        `max_group_ops` sends takes the writer a large part of a second). Order is kept,
+        so an op never overtakes an earlier one on the same id."""
         ops: list[Op] = []
         weight = 0
         limit = self._settings.max_group_ops
+        if self.tick.admission.refusing:
+            limit = max(1, limit // LAGGING_SHARE)
         with self._cond:
             while self._queue and (not ops or weight + self._queue[0].weight <= limit):
                 op = self._queue.popleft()
