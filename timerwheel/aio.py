@@ -96,7 +96,8 @@ class AsyncSubscription:
 
 
 class AsyncClient:
-    """`timerwheel.Client` for asyncio: every call is a coroutine (see the module doc)."""
+    """`timerwheel.Client` for asyncio: every call is a coroutine, routed against a
+    cluster as `Client`'s are (see the module doc)."""
 
     request = staticmethod(send_request)
 
