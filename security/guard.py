@@ -19,7 +19,8 @@ it), so a caller without a token who sends headers and never the request holds n
 Reading (with a byte budget and a receive gate: every server; unit tests of the access
 rules go without). An admitted call is handed on request-streaming, so grpcio runs it
 before reading its request; it reads the request itself within a place of the gate
-(timerwheel.security.limits.ReceiveGate: a few at once, one place fewer per caller), and
+(timerwheel.security.limits.ReceiveGate: a few at once, in turns, one place fewer per
+caller: a token, else a connection), and
 the request's wire bytes are charged to `max_inflight_request_bytes` before protobuf
 decodes them (`charging`): over the budget it is refused RESOURCE_EXHAUSTED undecoded.
 The charge is given back when the call ends. The caller a call counts against (its
@@ -49,7 +50,7 @@ from timerwheel.security.access import (
     rule_for,
     short_name,
 )
-from timerwheel.security.limits import ByteBudget, ReceiveGate, caller_identity, set_caller
+from timerwheel.security.limits import ByteBudget, ReceiveGate, set_caller, share_identity
 from timerwheel.security.scopes import set_call_scope
 from timerwheel.security.tokens import Principal, TokenTable
 from timerwheel.wheels.domain import Overloaded
@@ -173,6 +174,8 @@ class RequestGuard(grpc.ServerInterceptor):
             principal = self._authenticate(method, details.invocation_metadata)
         except Denied as denied:
             return _refusal(handler, denied, short_name(method))
+        if principal is not None:  # in the call's context: whose turn it takes in the pool
+            set_caller(principal.name)  # (timerwheel.security.fair_pool)
         check = self._request_check(principal, method)
         if self._budget is None or self._gate is None:
             return _wrapped(handler, method, check, principal)
@@ -284,7 +287,7 @@ def _admitted(
         if principal is not None:
             set_caller(principal.name)  # what caller_identity() counts this call against
             set_call_scope(principal.topics, principal.id_scope)  # timerwheel.server.id_scopes
-        key = caller_identity(context)
+        key = share_identity(context)  # its token, else its connection
         if not gate.acquire(key, context.is_active):
             context.abort(
                 grpc.StatusCode.CANCELLED, f"{name}: the call ended before its request was read"

@@ -45,6 +45,7 @@ from timerwheel.engine.engine import Engine
 from timerwheel.engine.system_clock import SystemClock
 from timerwheel.observability import metrics
 from timerwheel.observability.metrics_http import MetricsEndpoint, ScrapeGauges
+from timerwheel.security.fair_pool import fair_pool
 from timerwheel.security.guard import RequestGuard
 from timerwheel.security.limits import ByteBudget, ReceiveGate, receive_gate
 from timerwheel.security.protection import (
@@ -131,12 +132,15 @@ def build_grpc_server(
     (timerwheel.server.peers).
     """
     return_freed_memory()  # freed request bytes leave the process (timerwheel.server.memory)
-    unary_pool = ThreadPoolExecutor(settings.grpc_workers, thread_name_prefix="grpc-unary")
+    # Callers take the unary and settle threads in turn, none more than its share
+    # (timerwheel.security.fair_pool): another token's call never waits behind a queue.
+    share = settings.caller_thread_share_percent
+    unary_pool = fair_pool(settings.grpc_workers, share, "grpc-unary")
     # A stream beyond max_subscribers needs a thread too, to be refused on (the hub's
     # RESOURCE_EXHAUSTED): the streams' pool has grpc_workers threads more for those.
     stream_threads = settings.max_subscribers + settings.grpc_workers
     stream_pool = ThreadPoolExecutor(stream_threads, thread_name_prefix="grpc-stream")
-    settle_pool = ThreadPoolExecutor(settings.settle_workers, thread_name_prefix="grpc-settle")
+    settle_pool = fair_pool(settings.settle_workers, share, "grpc-settle")
     # Health and reflection, which callers without a token reach: a small pool and budgets
     # of their own, so they can never take a thread TimerService needs.
     probes = Probes.of(settings)

@@ -156,6 +156,9 @@ class Settings:
     # Ack and Nack run on threads of their own (timerwheel.server.settle_pool): a consumer's acks
     # never wait behind queued sends.
     settle_workers: int = 8
+    # The share of those threads (unary, settle) one caller may hold at once: the rest stay
+    # free for other tokens (timerwheel.security.fair_pool; docs/security.md "Memory budget").
+    caller_thread_share_percent: int = 75
     max_subscribers: int = 256
     max_request_bytes: int = 16 * 1024 * 1024  # largest request (a SendBatch) accepted
     shutdown_grace_ms: int = 10 * SECOND_MS  # SIGTERM: how long in-flight calls may finish
@@ -288,6 +291,9 @@ class Settings:
                 f"minute_cascade_lead_ms ({self.minute_cascade_lead_ms}) and under one hour"
             )
         _check_rpc_room(self)
+        share = self.caller_thread_share_percent
+        if type(share) is not int or not 1 <= share <= 100:
+            raise SettingsError(f"caller_thread_share_percent={share!r}: must be 1..100")
         pace = self.cascade_pace_percent
         if type(pace) is not int or not 0 <= pace <= MAX_CASCADE_PACE_PERCENT:
             raise SettingsError(

@@ -10,11 +10,14 @@ with another token sends and gets small messages and a consumer with a third tok
 for one. The server's peak RSS (the kernel's high-water mark, VmHWM, so no moment between
 samples is missed) is printed and must stay under the budget of docs/security.md
 ("Memory budget"); every call of the clients with other tokens must be served, and their
-P99 is printed.
+P99 is printed beside the same calls' P99 before the attack, measured first, and must be
+well under the attack's length (issue 76: 2-8 s, calls queued behind the attack's).
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -45,6 +48,8 @@ GETS = 16  # concurrent Gets of a 4 MiB body
 PROBES = 16  # concurrent health Checks without a token, each naming a 15 MiB service
 IDLE_STREAMS = 300  # idle Subscribe streams of one token over 10 connections
 ROUNDS = 2  # each attacker repeats its call
+LIGHT_CALLER = Path(__file__).parents[1] / "helpers" / "light_caller_child.py"
+PAIRS = 50  # another token's Send+Get pairs, before the attack and at least as many in it
 BODY = 4 * MIB - 64 * 1024  # the largest body that fits max_body_bytes with room to spare
 
 
@@ -112,6 +117,7 @@ def test_the_worst_concurrent_mix_stays_in_the_memory_budget_and_others_are_serv
     options = [("grpc.use_local_subchannel_pool", 1), ("grpc.max_send_message_length", -1)]
     anonymous = [grpc.insecure_channel(server.target, options) for _ in range(8)]
     idle: list = []
+    children: list[subprocess.Popen] = []
     try:
         # What List reads: a dozen bodies of almost 4 MiB, due in an hour.
         for index in range(12):
@@ -219,6 +225,28 @@ def test_the_worst_concurrent_mix_stays_in_the_memory_budget_and_others_are_serv
                 with lock:
                     codes["Health.Check without a token"][code] += 1
 
+        # Another token's small Send and Get, one after the other, from a process of its
+        # own: its figures are the server's answers, not this process's wait for its GIL.
+        light_caller = subprocess.Popen(
+            [sys.executable, str(LIGHT_CALLER), server.target, tokens["admin"]],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        children.append(light_caller)
+        light: Counter[grpc.StatusCode] = Counter()
+
+        def send_and_get(tag: str) -> float:
+            """Seconds the pair took, as the other process measured it."""
+            assert light_caller.stdin is not None and light_caller.stdout is not None
+            light_caller.stdin.write(tag + "\n")
+            light_caller.stdin.flush()
+            sent, got, ms = light_caller.stdout.readline().split()
+            light[grpc.StatusCode[sent]] += 1
+            light[grpc.StatusCode[got]] += 1
+            return float(ms) / 1000
+
+        # The same calls before the attack: what "served" means on this machine now.
+        baseline = [send_and_get(f"quiet-{index}") for index in range(PAIRS)]
+
         attackers = [
             *(threading.Thread(target=send_batches, args=(i,)) for i in range(BATCHES)),
             *(threading.Thread(target=lists, args=(i,)) for i in range(LISTS)),
@@ -229,19 +257,15 @@ def test_the_worst_concurrent_mix_stays_in_the_memory_budget_and_others_are_serv
         for thread in attackers:
             thread.start()
         start.wait()
+        attack_began = time.perf_counter()
 
         # Meanwhile another token sends and reads back small messages, one at a time.
         latencies: list[float] = []
-        light: Counter[grpc.StatusCode] = Counter()
-        while any(thread.is_alive() for thread in attackers) or len(latencies) < 50:
-            index = len(latencies)
-            began = time.perf_counter()
-            send = pb.SendRequest(
-                topic="small", body=b"ping", delay_ms=3_600_000, message_id=f"light-{index}"
-            )
-            light[admin.code("Send", send, WAIT_S)] += 1
-            light[admin.code("Get", pb.GetRequest(message_id=f"light-{index}"), WAIT_S)] += 1
-            latencies.append(time.perf_counter() - began)
+        attack_s = 0.0
+        while any(thread.is_alive() for thread in attackers) or len(latencies) < PAIRS:
+            latencies.append(send_and_get(f"light-{len(latencies)}"))
+            if not attack_s and not any(thread.is_alive() for thread in attackers):
+                attack_s = time.perf_counter() - attack_began
         sent = pb.SendRequest(topic="orders.eu", body=b"pay #42", delay_ms=0)
         assert admin.code("Send", sent, WAIT_S) is OK
         for thread in attackers:
@@ -252,9 +276,10 @@ def test_the_worst_concurrent_mix_stays_in_the_memory_budget_and_others_are_serv
             print(f"{method}: {', '.join(f'{n} {code.name}' for code, n in counts.items())}")
         print(f"idle streams ended: {', '.join(f'{n} {c.name}' for c, n in ended.items())}")
         print(
-            f"another token's Send+Get pairs: {len(latencies)}, "
+            f"another token's Send+Get pairs: {len(latencies)} under attack, "
             f"{', '.join(f'{n} {code.name}' for code, n in light.items())}, "
-            f"P99 {p99_ms(latencies):.0f} ms"
+            f"P99 {p99_ms(latencies):.0f} ms (before the attack: {len(baseline)} pairs, "
+            f"P99 {p99_ms(baseline):.0f} ms); the attack took {attack_s:.1f} s"
         )
         print(f"server peak RSS: {peak / MIB:.0f} MiB (budget {MEMORY_BUDGET_BYTES // MIB} MiB)")
 
@@ -265,12 +290,25 @@ def test_the_worst_concurrent_mix_stays_in_the_memory_budget_and_others_are_serv
         assert set(codes["Get"]) <= {OK, EXHAUSTED} and OK in codes["Get"]
         assert set(codes["Health.Check without a token"]) <= {INVALID, EXHAUSTED}
         assert set(light) == {OK}, light
+        # Served in turn: its calls wait for a thread to come free and for their turn at a
+        # place to read, never behind the attack's queue of calls (timerwheel.security
+        # .fair_pool, ReceiveGate). What is left is sharing the cores with the attack
+        # (grpcio's poller and every handler need the GIL, the writer commits 15 MiB
+        # batches): a pair takes a hundred times its quiet time on a loaded machine, but
+        # not a large part of the attack, as calls stuck behind its queue did.
+        assert p99_ms(latencies) < max(attack_s * 1000 / 2, 100 * p99_ms(baseline)), (
+            f"P99 {p99_ms(latencies):.0f} ms under an attack of {attack_s:.1f} s"
+        )
         assert [d.body for d in got] == [b"pay #42"]
         for message_id in refused_batches:  # a refused batch stored nothing
             code = admin.code("Get", pb.GetRequest(message_id=message_id, include_body=False))
             assert code is grpc.StatusCode.NOT_FOUND, message_id
         assert peak < MEMORY_BUDGET_BYTES, f"peak RSS {peak / MIB:.0f} MiB"
     finally:
+        for child in children:
+            if child.stdin is not None:
+                child.stdin.close()  # its loop ends at the end of its input
+            child.wait(WAIT_S)
         for call in idle:
             call.cancel()
         for caller in callers:

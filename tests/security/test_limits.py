@@ -167,6 +167,54 @@ def test_the_receive_gate_keeps_a_place_for_other_callers_and_gives_up_on_a_gone
     assert gate.held == 3
 
 
+class Waiter:
+    """A thread waiting for a place of `gate` as `key`; `got` once it has one."""
+
+    def __init__(self, gate: ReceiveGate, key: str, order: list[str]) -> None:
+        self.got = threading.Event()
+        waiting = gate.waiting
+
+        def run() -> None:
+            assert gate.acquire(key, lambda: True)
+            order.append(key)
+            self.got.set()
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+        assert wait_until(lambda: gate.waiting == waiting + 1)  # in line, in this order
+
+
+def test_the_receive_gate_gives_freed_places_in_turn_and_the_last_to_a_caller_reading_nothing():
+    """Waiters used to race for each freed place; a caller's small request then lost to
+    two other tenants' many big ones for seconds."""
+    gate = ReceiveGate(places=4, per_key=3)
+    for key in ("a", "a", "a", "b"):  # a holds its share, b the last place (it held none)
+        assert gate.acquire(key, lambda: True)
+    order: list[str] = []
+    waiters = [Waiter(gate, key, order) for key in ("a", "b", "a", "c")]
+    gate.release("a")  # the last free place: not to a or b, which are reading already
+    assert waiters[3].got.wait(WAIT_S) and order == ["c"]
+    gate.release("c")  # the last place again: a and b are reading, so it stays free
+    assert (gate.held, gate.waiting) == (3, 3)  # (given out within release, or never)
+    gate.release("b")  # two free: the first to a (its turn: it waited first), the last to b
+    assert waiters[0].got.wait(WAIT_S) and waiters[1].got.wait(WAIT_S)
+    assert order == ["c", "a", "b"]
+    gate.release("b")  # a's second call: not the last place, while a reads two already
+    assert (gate.held, gate.waiting) == (3, 1)
+    gate.release("a")
+    assert waiters[2].got.wait(WAIT_S) and order == ["c", "a", "b", "a"]
+
+    turns = ReceiveGate(places=1, per_key=1)
+    assert turns.acquire("a", lambda: True)
+    taken: list[str] = []
+    queued = [Waiter(turns, key, taken) for key in ("a", "a", "b")]
+    for count in (1, 2, 3):
+        turns.release(taken[-1] if taken else "a")
+        assert wait_until(lambda count=count: len(taken) == count)
+    assert taken == ["a", "b", "a"]  # in turn, not in order of arrival (a, a, b)
+    assert all(waiter.got.is_set() for waiter in queued)
+
+
 def test_receive_gates_leave_one_place_for_others_and_scale_with_the_budget():
     default = receive_gate(Settings())
     assert (default.places, default.per_key) == (4, 3)  # 2 x 32 MiB / 16 MiB

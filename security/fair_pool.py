@@ -1,0 +1,187 @@
+"""A thread pool that shares its threads fairly between callers: the unary and settle pools.
+
+The synchronous gRPC server runs each call on a thread of a pool, and a call holds its
+thread for as long as it waits: for a place of the receive gate while other requests are
+read, for its group commit, for a read. grpcio's pool queues calls first come, first
+served, so one caller with many slow calls (dozens of 15 MiB SendBatch calls, most of
+them waiting for the receive gate) held every thread, and every other token's calls
+waited behind all of them in the queue: seconds for a Send that takes milliseconds.
+
+Here each caller has a queue of its own, and an idle thread takes the next call from the
+callers with work in turn (round robin), so another caller's call waits for one thread to
+come free, never behind a whole queue. And a caller runs at most `per_key` calls at once:
+its other calls wait in its queue, holding no thread, so `workers - per_key` threads are
+always left to the other callers. Nothing is refused for fairness: a caller alone gets
+`per_key` threads (the `caller_thread_share_percent` of the pool), and a load test from
+one address is slowed, not refused, only if it needs more threads than that at once.
+
+Who a call counts against (`call_key`): its token's name, which the request guard puts in
+the call's context before grpcio hands the call to the pool
+(timerwheel.security.limits `set_caller`); without tokens, its connection (grpcio's peer
+string with the port). Without a token file the server has no tenants (any caller may do
+anything, Purge included), so that share keeps one busy connection (a bulk import, a
+load test's producer) from holding every thread while another connection's calls wait;
+it is not a defence. An address would make every local process one caller on a loopback
+server (load tests open many connections from 127.0.0.1), whose calls would then never
+run on the threads kept for others; a connection costs an attacker nothing, but one
+without tokens could Purge anyway.
+
+It passes for a `concurrent.futures.ThreadPoolExecutor` (grpcio takes the server's pool,
+and a behaviour's `experimental_thread_pool` only when it is one) but schedules its own
+threads: `submit`, `shutdown` and nothing else.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from timerwheel.security.limits import caller_of_context
+
+UNKNOWN_CALLER = "unknown"  # a task that is no gRPC call (none in the server): one queue
+
+
+def call_key(fn: Callable[..., Any], args: tuple[Any, ...]) -> str:
+    """The caller a submitted gRPC call counts against. grpcio submits a call as
+    `submit(call_context.run, handler, rpc_event, ...)`: the token's name is in that
+    context (set by the guard); else the connection is the rpc_event's call's peer."""
+    context = getattr(fn, "__self__", None)
+    if isinstance(context, contextvars.Context):
+        caller = caller_of_context(context)
+        if caller is not None:
+            return caller
+    for arg in args[:3]:
+        peer = getattr(getattr(arg, "call", None), "peer", None)
+        if callable(peer):
+            try:
+                got = peer()
+            except Exception:  # a call already gone: count it with the unknown ones
+                break
+            return "peer " + (got.decode(errors="replace") if isinstance(got, bytes) else got)
+    return UNKNOWN_CALLER
+
+
+class FairPool(ThreadPoolExecutor):
+    """`workers` threads, taken by callers in turn, at most `per_key` by one caller."""
+
+    def __init__(
+        self, workers: int, per_key: int, thread_name_prefix: str,
+        key_of: Callable[[Callable[..., Any], tuple[Any, ...]], str] = call_key,
+    ) -> None:  # fmt: skip
+        # ThreadPoolExecutor.__init__ is not called: none of its machinery is used.
+        if not 1 <= per_key <= workers:
+            raise ValueError(f"per_key={per_key}: must be 1..workers ({workers})")
+        self.workers = workers
+        self.per_key = per_key
+        self._name = thread_name_prefix
+        self._key_of = key_of
+        self._cond = threading.Condition()
+        self._queues: dict[str, deque[tuple[Future[Any], Callable[..., Any], tuple, dict]]] = {}
+        self._ready: deque[str] = deque()  # callers with queued calls and a thread to spare
+        self._in_ready: set[str] = set()
+        self._running: dict[str, int] = {}
+        self._threads: list[threading.Thread] = []
+        self._shutdown = False
+
+    def running(self, key: str) -> int:
+        """Calls of `key` running now (on a thread)."""
+        with self._cond:
+            return self._running.get(key, 0)
+
+    def queued(self, key: str) -> int:
+        """Calls of `key` waiting for a thread."""
+        with self._cond:
+            return len(self._queues.get(key, ()))
+
+    def submit(self, fn, /, *args, **kwargs):  # type: ignore[override]
+        key = self._key_of(fn, args)
+        future: Future[Any] = Future()
+        with self._cond:
+            if self._shutdown:
+                raise RuntimeError("cannot schedule new futures after shutdown")
+            queue = self._queues.setdefault(key, deque())
+            queue.append((future, fn, args, kwargs))
+            self._make_ready(key)
+            if key in self._in_ready:
+                self._cond.notify()  # an idle thread, if there is one
+                if len(self._threads) < self.workers:  # all of them, once the load comes
+                    thread = threading.Thread(
+                        target=self._work,
+                        name=f"{self._name}_{len(self._threads)}",
+                        daemon=True,
+                    )
+                    self._threads.append(thread)
+                    thread.start()
+        return future
+
+    def _make_ready(self, key: str) -> None:
+        """Put `key` in the round if it has queued calls and is under its share (locked)."""
+        if (
+            key not in self._in_ready
+            and self._queues.get(key)
+            and self._running.get(key, 0) < self.per_key
+        ):
+            self._ready.append(key)
+            self._in_ready.add(key)
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                while not self._ready:
+                    if self._shutdown and not self._queues:
+                        return
+                    self._cond.wait()
+                key = self._ready.popleft()
+                self._in_ready.discard(key)
+                queue = self._queues[key]
+                future, fn, args, kwargs = queue.popleft()
+                if not queue:
+                    del self._queues[key]
+                self._running[key] = self._running.get(key, 0) + 1
+                self._make_ready(key)  # to the back of the round, if it may run more
+            try:
+                if future.set_running_or_notify_cancel():
+                    try:
+                        future.set_result(fn(*args, **kwargs))
+                    except BaseException as exc:
+                        future.set_exception(exc)
+            finally:
+                with self._cond:
+                    count = self._running.pop(key) - 1
+                    if count:
+                        self._running[key] = count
+                    was_ready = key in self._in_ready
+                    self._make_ready(key)
+                    if key in self._in_ready and not was_ready:
+                        self._cond.notify()  # its next call may run now
+                    elif self._shutdown and not self._queues:
+                        self._cond.notify_all()
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """No new calls; queued ones still run (cancelled with `cancel_futures`); the
+        threads end once nothing is queued."""
+        with self._cond:
+            self._shutdown = True
+            if cancel_futures:
+                for queue in self._queues.values():
+                    for future, *_ in queue:
+                        future.cancel()
+                self._queues.clear()
+                self._ready.clear()
+                self._in_ready.clear()
+            self._cond.notify_all()
+            threads = list(self._threads)
+        if wait:
+            for thread in threads:
+                if thread is not threading.current_thread():
+                    thread.join()
+
+
+def fair_pool(workers: int, share_percent: int, thread_name_prefix: str) -> FairPool:
+    """A pool of `workers` threads of which one caller may hold `share_percent` (one at least)."""
+    per_key = max(1, workers * share_percent // 100)
+    return FairPool(workers, per_key, thread_name_prefix)
