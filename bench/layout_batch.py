@@ -11,21 +11,41 @@ entry; the Ack entries of terminal segments go then. The sweep deletes the segme
 its `segstate`. A message is fired when its (deliver ms, segment, index) is at or before
 the fire cursor. A server-made id is the deliver time, the segment, the index and 80
 random bits: an Ack or a Get finds the segment from the id alone, with no per-message
-index entry.
+index entry. The codecs and keys are the production ones (`timerwheel.store.segments`,
+`batch_entries`, `batch_keys`, `segment_ids`): this module holds only the bookkeeping.
 """
 
 from __future__ import annotations
 
-import struct
 from array import array
 from bisect import bisect_right
 
 from rocksdict import WriteBatch
 
 from bench.layout_permessage import U64, Counted
+from timerwheel.common import State
+from timerwheel.store.batch_entries import (
+    cursor_value,
+    decode_wheel_entry,
+    refs_entry,
+    segstate_entry,
+    wheel_entries,
+)
+from timerwheel.store.batch_keys import (
+    acked_key,
+    chunk_key,
+    decode_expiry_key,
+    decode_wheel_entry_key,
+    expiry_key,
+    segment_key,
+    slot_bound,
+    wheel_entry_key,
+)
+from timerwheel.store.keys import count_bucket_key
+from timerwheel.store.segment_ids import RANDOM_BYTES, id_places, segment_ids
+from timerwheel.store.segments import SegmentView, encode_segment
 
-_SEG_HEAD = struct.Struct(">IqH")  # messages, created_at_ms, topics
-ID_BYTES = 46  # 12 hex deliver ms + 10 hex segment + 4 hex index + 20 hex random
+_ACKED = int(State.ACKED)
 
 
 class Batch:
@@ -51,19 +71,21 @@ class Batch:
         self.segment_seq = self.chunk_seq = self.ack_seq = 0
         self.cursor = (0, 0, -1)  # (deliver ms, segment, index) fired through
         self.wheel: dict[bytes, tuple[array, array]] = {}  # decoded entries of due seconds
-        self.segments: dict[int, tuple] = {}  # decoded segments the fire or an Ack touched
+        # Segments the fire or an Ack touched, read in place: their topic table, and their
+        # ids and bodies each made once (the burst hands out and acks every message).
+        self.segments: dict[int, tuple[tuple[str, ...], list[bytes], list[bytes]]] = {}
         # A live segment's state in memory (rebuilt at open from the live `ready` and
         # `acked` entries and the fire cursor): messages not terminal; a message's state
         # byte (1: acked), its fire chunk and its Ack call: 9 bytes a message.
         self.left: dict[int, int] = {}
         self.sizes: dict[int, int] = {}
-        self.acked: dict[int, bytearray] = {}
+        self.acked: dict[int, bytearray] = {}  # a segment's state bytes (0: not terminal)
         self.chunk_of: dict[int, array] = {}
         self.ack_of: dict[int, array] = {}
         self.chunk_left: dict[int, list] = {}  # a live fire chunk: [its ready key, un-acked]
         self.ack_open: dict[int, list[int]] = {}  # a live Ack entry: [acked at, live segments]
         self.seg_acks: dict[int, set[int]] = {}  # a live segment's Ack entries
-        self.fired: dict[str, list[tuple[int, array, array]]] = {}  # the fired cache
+        self.fired: dict[str, list[tuple[int, list[int], list[int]]]] = {}  # the fired cache
 
     def send(self, topic: str, bodies: list[bytes], due: list[int], now_ms: int) -> list[bytes]:
         """One group commit: a segment entry a `segment_max` sends, a wheel entry a
@@ -85,32 +107,17 @@ class Batch:
     def _stage_segment(self, staged, t: bytes, bodies, due, now_ms: int) -> list[bytes]:
         self.segment_seq += 1
         seg = self.segment_seq
-        prefix = b"%010x" % seg
-        getrandbits = self.rng.getrandbits
-        ids = [b"%012x%s%04x%020x" % (ms, prefix, i, getrandbits(80)) for i, ms in enumerate(due)]
-        lengths = array("I", map(len, bodies))
-        head = _SEG_HEAD.pack(len(ids), now_ms, 1) + struct.pack(">H", len(t)) + t
-        columns = (
-            b"".join(ids),
-            array("q", due).tobytes(),
-            bytes(len(ids)),  # topic indexes
-            lengths.tobytes(),
-            b"".join(bodies),
+        randoms = self.rng.randbytes(RANDOM_BYTES * len(due))
+        ids = segment_ids(due, seg, randoms)
+        staged["segments"][segment_key(seg)] = encode_segment(
+            now_ms, (t.decode(),), bytes(len(due)), due, bodies, randoms
         )
-        staged["segments"][U64.pack(seg)] = head + b"".join(columns)
         # The wheel: one entry a (second, segment) with the (deliver ms, index) pairs in order.
-        seconds: dict[int, list[tuple[int, int]]] = {}
-        for i, ms in enumerate(due):
-            seconds.setdefault(ms - ms % 1000, []).append((ms, i))
         counts = staged["counts"]
-        for second, pairs in seconds.items():
-            pairs.sort()
-            staged["wheel_second"][U64.pack(second) + U64.pack(seg)] = (
-                array("q", [p[0] for p in pairs]).tobytes()
-                + array("I", [p[1] for p in pairs]).tobytes()
-            )
-            minute = t + b"\x00" + U64.pack(second - second % 60_000)
-            counts[minute] = counts.get(minute, 0) + len(pairs)
+        for second, entry in wheel_entries(due, 1000).items():
+            staged["wheel_second"][wheel_entry_key(second, seg)] = entry
+            minute = count_bucket_key(t, second - second % 60_000)
+            counts[minute] = counts.get(minute, 0) + len(entry) // 10
         n = self.left[seg] = self.sizes[seg] = len(ids)
         self.acked[seg] = bytearray(n)
         self.chunk_of[seg] = array("I", bytes(4 * n))
@@ -118,42 +125,32 @@ class Batch:
         self.seg_acks[seg] = set()
         return ids
 
-    def _segment(self, seg: int) -> tuple:
-        """A segment's columns: (topic, ids, deliver ms, body offsets, bodies)."""
+    def _segment(self, seg: int) -> tuple[tuple[str, ...], list[bytes], list[bytes]]:
+        """A segment's topics, ids and bodies."""
         found = self.segments.get(seg)
         if found is None:
-            value = self.store.cf["segments"][U64.pack(seg)]
+            view = SegmentView(self.store.cf["segments"][segment_key(seg)])
             self.store.read += 1
-            n, _, _ = _SEG_HEAD.unpack_from(value)
-            (tlen,) = struct.unpack_from(">H", value, _SEG_HEAD.size)
-            at = _SEG_HEAD.size + 2
-            topic = value[at : at + tlen].decode()
-            at += tlen
-            ids = value[at : at + n * ID_BYTES]
-            at += n * ID_BYTES + 9 * n  # deliver ms and topic indexes: the wheel has them
-            lengths = array("I", value[at : at + 4 * n])
-            at += 4 * n
-            offsets = [at]
-            for length in lengths:
-                offsets.append(offsets[-1] + length)
-            found = self.segments[seg] = (topic, ids, value, offsets)
+            found = self.segments[seg] = (
+                view.topics,
+                view.message_ids(seg),
+                view.bodies(range(view.n)),
+            )
         return found
 
     def fire(self, now_ms: int) -> int:
         cursor = self.cursor
-        first = U64.pack(cursor[0] - cursor[0] % 1000)
+        first = slot_bound(cursor[0] - cursor[0] % 1000)
         # Keys only: an entry's value is read and decoded once, when its second comes due.
-        keys = self.store.walk_keys("wheel_second", first, U64.pack(now_ms + 1))
+        keys = self.store.walk_keys("wheel_second", first, slot_bound(now_ms + 1))
         due = []  # (ms, seg, index) through now, after the cursor
         emptied = []
         for key in keys:
             entry = self.wheel.get(key)
             if entry is None:
-                value = self.store.cf["wheel_second"][key]
-                n = len(value) // 12
-                entry = self.wheel[key] = (array("q", value[: 8 * n]), array("I", value[8 * n :]))
+                entry = self.wheel[key] = decode_wheel_entry(self.store.cf["wheel_second"][key])
             times, indexes = entry
-            seg = int.from_bytes(key[8:], "big")
+            seg = decode_wheel_entry_key(key)[1]
             start = bisect_right(times, cursor[0] - 1)
             end = bisect_right(times, now_ms)
             due.extend(
@@ -173,18 +170,18 @@ class Batch:
             del self.wheel[key]
         self.chunk_seq += 1
         chunk = self.chunk_seq
-        segs = array("Q", [d[1] for d in due])
-        idxs = array("I", [d[2] for d in due])
-        topic = self._segment(due[0][1])[0]  # one topic in the burst: a chunk per topic
-        ready_key = topic.encode() + b"\x00" + U64.pack(chunk)
+        segs = [d[1] for d in due]
+        idxs = [d[2] for d in due]
+        topic = self._segment(due[0][1])[0][0]  # one topic in the burst: a chunk per topic
+        ready_key = chunk_key(topic, chunk)
         self.chunk_left[chunk] = [ready_key, len(due)]
         chunk_of = self.chunk_of
         for _, seg, i in due:
             chunk_of[seg][i] = chunk
         self.fired.setdefault(topic, []).append((chunk, segs, idxs))
-        meta = {b"cursor": b"%d,%d,%d" % self.cursor, b"chunk_seq": U64.pack(chunk)}
-        ready = {ready_key: U64.pack(now_ms) + segs.tobytes() + idxs.tobytes()}
-        minute = topic.encode() + b"\x00" + U64.pack(now_ms - now_ms % 60_000)
+        meta = {b"cursor": cursor_value(*self.cursor), b"chunk_seq": U64.pack(chunk)}
+        ready = {ready_key: refs_entry(now_ms, segs, idxs)}
+        minute = count_bucket_key(topic.encode(), now_ms - now_ms % 60_000)
         self.store.commit(
             {"ready": ready, "wheel_second": wheel, "meta": meta, "counts": {minute: U64.pack(0)}}
         )
@@ -198,15 +195,9 @@ class Batch:
         for chunk, segs, idxs in chunks[first:]:
             base = chunk << 16
             for place in range(max(0, after_seq + 1 - base), len(segs)):
-                _, ids, value, offsets = self._segment(segs[place])
+                _, ids, bodies = self._segment(segs[place])
                 i = idxs[place]
-                out.append(
-                    (
-                        base + place,
-                        ids[i * ID_BYTES : (i + 1) * ID_BYTES],
-                        value[offsets[i] : offsets[i + 1]],
-                    )
-                )
+                out.append((base + place, ids[i], bodies[i]))
                 if len(out) >= limit:
                     return out
         return out
@@ -221,18 +212,14 @@ class Batch:
             "ready": {},
             "segstate": {},
         }
-        segs, idxs = array("Q"), array("I")
+        segs: list[int] = []
+        idxs: list[int] = []
         chunk_left, done = self.chunk_left, []
-        for mid in ids:
-            seg, i = int(mid[12:22], 16), int(mid[22:26], 16)
+        for mid, seg, i in zip(ids, *id_places(ids), strict=True):
             acked = self.acked.get(seg)
-            if (
-                acked is None
-                or acked[i]
-                or self._segment(seg)[1][i * ID_BYTES : (i + 1) * ID_BYTES] != mid
-            ):
+            if acked is None or i >= len(acked) or acked[i] or self._segment(seg)[1][i] != mid:
                 continue  # unknown, acked already, or not this segment's id
-            acked[i] = 1
+            acked[i] = _ACKED
             self.ack_of[seg][i] = seq
             segs.append(seg)
             idxs.append(i)
@@ -246,33 +233,33 @@ class Batch:
             if not self.left[seg]:
                 done.append(seg)
         if segs:
-            staged["acked"][U64.pack(seq)] = U64.pack(now_ms) + segs.tobytes() + idxs.tobytes()
+            staged["acked"][acked_key(seq)] = refs_entry(now_ms, segs, idxs)
             self.ack_open[seq] = [now_ms, len(set(segs))]
         for seg in done:  # all terminal: its states in one entry, its Ack entries may go
             acked_at = self.ack_open
-            times = array("q", [acked_at[a][0] for a in self.ack_of.pop(seg)])
-            staged["segstate"][U64.pack(seg)] = bytes(self.acked.pop(seg)) + times.tobytes()
-            staged["expiry"][U64.pack(now_ms + self.retention_ms) + U64.pack(seg)] = b""
+            times = [acked_at[a][0] for a in self.ack_of.pop(seg)]
+            staged["segstate"][segment_key(seg)] = segstate_entry(self.acked.pop(seg), times)
+            staged["expiry"][expiry_key(now_ms + self.retention_ms, seg)] = b""
             for a in self.seg_acks.pop(seg):
                 acked_at[a][1] -= 1
                 if not acked_at[a][1]:
-                    staged["acked"][U64.pack(a)] = None
+                    staged["acked"][acked_key(a)] = None
                     del acked_at[a]
             del self.segments[seg], self.chunk_of[seg]
         self.store.commit(staged)
         return len(segs)
 
     def sweep(self, now_ms: int, chunk: int) -> int:
-        due = self.store.walk("expiry", b"", U64.pack(now_ms + 1), chunk)
+        due = self.store.walk("expiry", b"", slot_bound(now_ms + 1), chunk)
         batch = WriteBatch(raw_mode=True)
         swept = 0
         for key, _ in due:
-            seg = key[8:]
-            batch.delete(seg, self.store.handles["segments"])
-            batch.delete(seg, self.store.handles["segstate"])
+            seq = decode_expiry_key(key)[1]
+            batch.delete(segment_key(seq), self.store.handles["segments"])
+            batch.delete(segment_key(seq), self.store.handles["segstate"])
             batch.delete(key, self.store.handles["expiry"])
-            swept += self.sizes.pop(int.from_bytes(seg, "big"))
-            del self.left[int.from_bytes(seg, "big")]
+            swept += self.sizes.pop(seq)
+            del self.left[seq]
         self.store.written += 3 * len(due)
         self.store.db.write(batch)
         if self.store.sync:

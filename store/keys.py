@@ -48,6 +48,12 @@ one time, so one entry stands for all of them instead of one entry an id, which 
 
 Wheels are named in values by one byte (``WHEEL_CODES``): trace events and the two
 placement bits of a record (timerwheel.store.records).
+
+Version 2 (planned, decision 0014): the batch-level layout's families and keys are in
+``timerwheel.store.batch_keys`` (segments, per-batch wheel, ``ready``, ``acked``,
+``segstate``, ``expiry``, ``overrides`` and ``ids`` entries), their values in
+``timerwheel.store.segments`` and ``timerwheel.store.batch_entries``. Nothing opens or
+writes them yet: this module's layout is the one stores are written in.
 """
 
 from __future__ import annotations
