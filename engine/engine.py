@@ -12,7 +12,6 @@ thread runs and calls drive the same writer iterations inline (`step`, `run_unti
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 
@@ -20,7 +19,8 @@ import structlog
 
 from timerwheel.common import SendResult, State, TimerwheelError
 from timerwheel.engine.api import EngineApi
-from timerwheel.engine.bulk_ops import BulkCancelOp, RedriveOp
+from timerwheel.engine.backlog import Backlog
+from timerwheel.engine.bulk_calls import BulkCalls
 from timerwheel.engine.clock_watch import ClockWatch
 from timerwheel.engine.fired_cache import FiredCache
 from timerwheel.engine.ids import MessageIds
@@ -34,9 +34,8 @@ from timerwheel.engine.store_health import StoreHealth
 from timerwheel.engine.trace_ops import DeliveryEvents, TraceBarrier, TraceOp
 from timerwheel.engine.writer import FiredListener, SeriesListener, Writer
 from timerwheel.observability import metrics
-from timerwheel.observability.gauges import UnackedByTopic, engine_gauges
+from timerwheel.observability.gauges import engine_gauges
 from timerwheel.observability.thread_cpu import thread_cpu_seconds
-from timerwheel.store import bulk as bulk_cf
 from timerwheel.store import keys, records
 from timerwheel.store.counts import PendingCounts
 from timerwheel.store.export_root import ExportSlot, check_space
@@ -45,12 +44,9 @@ from timerwheel.store.rocks import RocksTuning
 from timerwheel.store.timer_store import TimerStore
 from timerwheel.wheels.admission import FireLagGate
 from timerwheel.wheels.bulk import (
-    BULK_SCAN_BUDGET,
     BulkResult,
     RedriveResult,
     TimerFilter,
-    validate_filter,
-    validate_limit,
 )
 from timerwheel.wheels.clock import Clock
 from timerwheel.wheels.domain import (
@@ -106,14 +102,10 @@ class Engine(EngineApi):
             settings, self._clock_watch, self._store, self._scheduler, self._on_commit_fired,
             self._counts,
         )  # fmt: skip
-        self._fire_seq_base = self._scheduler.state.fire_seq
         ready = {topic: self._store.count_ready(topic) for topic in self._store.ready_topics()}
-        self._unacked_base = sum(ready.values())
-        self._unacked_by_topic = UnackedByTopic(ready)
+        self._backlog = Backlog(self._scheduler, ready, settings.max_unacked)
         self._lateness = RecentLateness()
-        self._acked = 0
-        self._sent = 0  # messages of sends queued since start (Stats: sends_total)
-        self._acked_lock = threading.Lock()
+        self._bulk = BulkCalls(settings, self._store, self._lookups, self._writer, self._backlog)
         self._closed = False
         log.info(
             "engine_opened", data_dir=settings.data_dir, recovered=not created,
@@ -148,12 +140,9 @@ class Engine(EngineApi):
     def submit_sends(self, op: SendOp) -> Future:
         """Queue prepared sends (see `prepare_sends`) for the writer, unless the fired,
         un-acked backlog is at its limit."""
-        self.check_backlog()
+        self._backlog.check()
         future = self._writer.submit(op)
-        # Counted as queued, in the caller's thread: a callback on the future would run on
-        # the thread that completes commits, the one the service's throughput rests on.
-        with self._acked_lock:
-            self._sent += len(op.message_ids)
+        self._backlog.sent(len(op.message_ids))
         return future
 
     @property
@@ -175,21 +164,11 @@ class Engine(EngineApi):
 
     def check_backlog(self) -> None:
         """Refuse sends (Overloaded) while the fired, un-acked backlog is at `max_unacked`."""
-        unacked = self.unacked()
-        if unacked >= self.settings.max_unacked:
-            raise Overloaded(
-                f"unacked={unacked}: the fired, un-acked backlog is at its limit "
-                f"(max_unacked={self.settings.max_unacked}); consumers must ack before "
-                "more sends are accepted"
-            )
+        self._backlog.check()
 
     def unacked(self) -> int:
-        """Fired, not yet acked messages, kept without scans: the `ready` entries found at
-        open, plus fire sequences handed out since, minus acks since."""
-        state = self._scheduler.state
-        fired = state.fire_seq - state.unused_fire_seqs - self._fire_seq_base
-        with self._acked_lock:
-            return max(self._unacked_base + fired - self._acked, 0)
+        """Fired, not yet acked messages, kept without scans (timerwheel.engine.backlog)."""
+        return self._backlog.unacked()
 
     def cancel(self, message_id: str) -> State:
         validate_message_ref(message_id)
@@ -224,9 +203,7 @@ class Engine(EngineApi):
             return []
         op = AckOp(topic=topic, message_ids=ids, first_deliveries=first_deliveries)
         acked = self._writer.wait(self._writer.submit(op))
-        with self._acked_lock:
-            self._acked += len(acked)
-        self._unacked_by_topic.acked(topic, len(acked))
+        self._backlog.taken(topic, len(acked))
         return acked
 
     def dead_letter(self, topic: str, message_id: str, attempts: int, reason: str) -> bool:
@@ -235,61 +212,22 @@ class Engine(EngineApi):
         takes a new fire sequence, so for the backlog count it is one ack."""
         op = DeadLetterOp(topic=topic, message_id=message_id, attempts=attempts, reason=reason)
         moved = self._writer.wait(self._writer.submit(op))
-        if moved:
-            with self._acked_lock:
-                self._acked += 1
-            self._unacked_by_topic.acked(topic, 1)
+        self._backlog.taken(topic, 1 if moved else 0)
         return moved
 
     def bulk_cancel(
         self, timer_filter: TimerFilter, limit: int = 0, page_token: str = "",
         purge: bool = False,
     ) -> BulkResult:  # fmt: skip
-        """Cancel the SCHEDULED timers `timer_filter` selects, at most `limit` (0: the
-        default), from `page_token` on; `purge`: the FIRED, un-acked ones too
-        (timerwheel.wheels.bulk). One group commit; `next_token` empty when none remain."""
-        validate_filter(timer_filter, self.settings, required=True)
-        limit = validate_limit(limit)
-        cursor = bulk_cf.decode_cursor(page_token)
-        selection = bulk_cf.select(
-            self._store, timer_filter, fired=purge, floors=self._lookups.wheel_floors(),
-            cursor=cursor, limit=limit, budget=BULK_SCAN_BUDGET,
-        )  # fmt: skip
-        next_token = bulk_cf.encode_cursor(selection.next)
-        if not selection.ids:
-            return BulkResult(next_token=next_token)
-        op = BulkCancelOp(filter=timer_filter, message_ids=selection.ids, purge=purge)
-        cancelled, fired, cancelled_ids = self._writer.wait(self._writer.submit(op))
-        for topic, ids in fired.items():  # out of the backlog, as an ack takes them
-            with self._acked_lock:
-                self._acked += len(ids)
-            self._unacked_by_topic.acked(topic, len(ids))
-        purged = sum(map(len, fired.values()))
-        return BulkResult(cancelled, purged, next_token, fired, cancelled_ids)
+        """Cancel (or with `purge`, also retire the FIRED ones of) what `timer_filter`
+        selects, one page a call (timerwheel.engine.bulk_calls)."""
+        return self._bulk.cancel(timer_filter, limit, page_token, purge)
 
     def redrive(
         self, dlq_topic: str, timer_filter: TimerFilter, limit: int = 0, page_token: str = ""
     ) -> RedriveResult:
-        """Move the dead letters of `dlq_topic` that `timer_filter` selects (its topic: the
-        one they came from; empty: all) back to their topics, at most `limit`, from
-        `page_token` on (RedriveOp). One group commit."""
-        validate_topic(dlq_topic, self.settings, "dead_letter_topic")
-        validate_filter(timer_filter, self.settings, required=False)
-        limit = validate_limit(limit)
-        cursor = bulk_cf.decode_cursor(page_token)
-        selection = bulk_cf.select_dead_letters(
-            self._store, dlq_topic, timer_filter, cursor, limit, BULK_SCAN_BUDGET
-        )
-        next_token = bulk_cf.encode_cursor(selection.next)
-        if not selection.ids:
-            return RedriveResult([], next_token)
-        op = RedriveOp(dlq_topic=dlq_topic, filter=timer_filter, message_ids=selection.ids)
-        moved = self._writer.wait(self._writer.submit(op))
-        if moved:  # off the dead-letter topic (their new fires count as fires)
-            with self._acked_lock:
-                self._acked += len(moved)
-            self._unacked_by_topic.acked(dlq_topic, len(moved))
-        return RedriveResult(moved, next_token)
+        """Move dead letters of `dlq_topic` back to their topics, one page a call."""
+        return self._bulk.redrive(dlq_topic, timer_filter, limit, page_token)
 
     def max_attempts(self, message_id: str) -> int:
         """Delivery attempts `message_id` may have before it is dead-lettered (0: no limit)."""
@@ -431,7 +369,7 @@ class Engine(EngineApi):
     def metrics_gauges(self, top_topics: int) -> dict:
         """Scrape-time gauges (timerwheel.observability.gauges): in memory or RocksDB properties
         only."""
-        return engine_gauges(self, self._store, self._counts, self._unacked_by_topic, top_topics)
+        return engine_gauges(self, self._store, self._counts, self._backlog.by_topic, top_topics)
 
     def fire_lateness(self) -> list[LatenessMinute]:
         """Fire lateness per minute over the last hour (timerwheel.wheels.lateness), oldest
@@ -441,7 +379,7 @@ class Engine(EngineApi):
     def topics(self) -> list[tuple[str, int, int]]:
         """(topic, pending, fired_unacked) of every topic with either, by name."""
         pending = self._counts.totals()
-        unacked = self._unacked_by_topic.counts()
+        unacked = self._backlog.by_topic.counts()
         return [(t, pending.get(t, 0), unacked.get(t, 0)) for t in sorted({*pending, *unacked})]
 
     def stats(self) -> dict:
@@ -453,15 +391,8 @@ class Engine(EngineApi):
         return {
             "now_ms": state.now_ms, "fire_seq": state.fire_seq, "queued_ops": queued, **counts,
             **self._clock_watch.stats(), "thread_cpu_s": thread_cpu_seconds(),
-            **self._throughput(state),
+            **self._backlog.throughput(),
         }  # fmt: skip
-
-    def _throughput(self, state) -> dict[str, int]:
-        """Counters since the engine started, for rates (the console's throughput chart)."""
-        with self._acked_lock:
-            sent, acked = self._sent, self._acked
-        fired = state.fire_seq - state.unused_fire_seqs - self._fire_seq_base
-        return {"sends_total": sent, "fires_total": fired, "acks_total": acked}
 
     @property
     def store(self) -> TimerStore:
@@ -507,7 +438,7 @@ class Engine(EngineApi):
     ) -> None:
         self._fired_cache.add(entries, retired)
         if entries:
-            self._unacked_by_topic.fired(entries)
+            self._backlog.by_topic.fired(entries)
             self._observe_lateness(entries)
 
     def _observe_lateness(self, entries: dict[str, list[tuple[int, bytes, bytes]]]) -> None:

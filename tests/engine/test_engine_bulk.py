@@ -8,7 +8,7 @@ import pytest
 from helpers.engines import T0, engine_factory, wheel_count
 
 from timerwheel.common import State
-from timerwheel.engine import engine as engine_module
+from timerwheel.engine import bulk_calls as engine_module
 from timerwheel.engine.bulk_ops import BulkCancelOp
 from timerwheel.engine.writer import commit_counts
 from timerwheel.wheels.bulk import TimerFilter
