@@ -72,10 +72,9 @@ from concurrent.futures import Future
 import structlog
 
 from timerwheel.common import TimerwheelError
-from timerwheel.engine.bulk_ops import BulkCancelOp
+from timerwheel.engine.commit_counts import commit_counts
 from timerwheel.engine.linger import Lingering
-from timerwheel.engine.ops import AckOp, CancelOp, Op, WriterContext
-from timerwheel.engine.send_op import SendOp
+from timerwheel.engine.ops import Op, WriterContext
 from timerwheel.engine.store_health import StoreHealth, WriterFailed
 from timerwheel.engine.tick import Tick
 from timerwheel.engine.wal_syncer import WalSyncer, complete, fail
@@ -391,22 +390,3 @@ def _apply(op: Op, ctx: WriterContext, batch: StagedBatch, now_ms: int) -> tuple
         return True, op.apply(ctx, batch, now_ms)
     except TimerwheelError as exc:
         return False, exc
-
-
-def commit_counts(ops: list[Op], outcomes: list) -> metrics.CommitCounts:
-    """What a commit's operations did, for its metrics: messages stored, acked and
-    cancelled, and the commit's weight. `outcomes` as the writer completes them."""
-    sends = acks = cancels = weight = 0
-    for op, (ok, value) in zip(ops, outcomes, strict=True):
-        weight += op.weight
-        if not ok:
-            continue
-        if isinstance(op, SendOp):
-            sends += sum(not r.existed for r in value) if op.client_ids else len(value)
-        elif isinstance(op, AckOp):
-            acks += len(value)
-        elif isinstance(op, CancelOp):
-            cancels += 1
-        elif isinstance(op, BulkCancelOp):  # (cancelled, {topic: purged ids})
-            cancels += value[0] + sum(map(len, value[1].values()))
-    return metrics.CommitCounts(sends, acks, cancels, weight)

@@ -10,7 +10,7 @@ from helpers.engines import T0, engine_factory, wheel_count
 from timerwheel.common import State
 from timerwheel.engine import bulk_calls as engine_module
 from timerwheel.engine.bulk_ops import BulkCancelOp
-from timerwheel.engine.writer import commit_counts
+from timerwheel.engine.commit_counts import commit_counts
 from timerwheel.wheels.bulk import TimerFilter
 from timerwheel.wheels.clock import VirtualClock
 from timerwheel.wheels.domain import InvalidArgument, Repeat, SendOptions, SendSpec, When, WhenKind
