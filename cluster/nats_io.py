@@ -43,6 +43,7 @@ from timerwheel.cluster.fencing import (
     marker_headers,
 )
 from timerwheel.cluster.lease import LeaseEntry, LeaseValue
+from timerwheel.cluster.log_tail import LogTail
 from timerwheel.cluster.partitions import epoch_subject, log_subject, stream_name
 
 T = TypeVar("T")
@@ -322,8 +323,14 @@ class PartitionLog:
         info = await self.js.stream_info(self.stream)
         return int(info.state.last_seq or 0)
 
+    async def tail(self, after: int) -> LogTail:
+        """The log above `after`, read on from call to call through one consumer (a warm
+        standby's; `timerwheel.cluster.log_tail`)."""
+        return await LogTail(self, after).open()
+
     async def read_log(self, after: int, through: int) -> list[tuple[int, bytes]]:
-        """The log's records with stream sequence in (after, through], in order."""
+        """The log's records with stream sequence in (after, through], in order, through
+        a consumer made for this read (a takeover's or a snapshot's: one read)."""
         if through <= after:
             return []
         config = ConsumerConfig(
@@ -346,3 +353,5 @@ class PartitionLog:
                         return records
         finally:
             await subscription.unsubscribe()
+            with contextlib.suppress(Exception):  # else it stays until its inactive threshold
+                await self.js.delete_consumer(self.stream, str(config.name))

@@ -6,15 +6,23 @@ The standby of a partition is the first node in the partition's rendezvous order
 order placement prefers nodes in) that is not its owner, among the live nodes: the node
 that takes the partition when its owner goes. A standby's index is the partition's fold
 (`timerwheel.cluster.journal.Fold`) through a stream sequence X, in memory: the latest
-snapshot when it starts (or when a newer one than X appears), then every record above X
-read from the stream every `POLL_S`. It never touches the engine, so it never fires or
-delivers. A takeover stops the partition's standby between two reads and starts its
-rebuild from (fold, X) instead of from the snapshot
+snapshot when it starts (or when a gap in the log shows a newer one), then every message
+above X, read every `POLL_S` through one pull consumer kept open from round to round
+(`timerwheel.cluster.log_tail.LogTail`: one request a round). It never touches the
+engine, so it never fires or delivers. A takeover stops the partition's standby between
+two reads and starts its rebuild from (fold, X) instead of from the snapshot
 (`timerwheel.cluster.snapshot_io.PartitionSnapshots.rebuild`).
 
-A purge below a snapshot's S may remove records a standby has not read: a read is kept
-only if the latest pointer is the same after it as before it (or not past X); otherwise
-the standby loads the newer snapshot at its next round.
+A purge below a snapshot's S may remove records a standby has not read. The tail reads
+every subject of the stream, so its stream sequences run on without a hole unless
+messages were removed; a read is kept only up to the first hole. At a hole the standby
+asks for the latest pointer: past X, the purge may have taken records it needs, and it
+loads that snapshot (the same rule as "keep a read only if the pointer did not move past
+it", checked when the stream shows a removal instead of twice every round); not past X,
+no record it needs was purged (a delivery was lost on the way), and it reads on from X
+through a new consumer. It makes a new consumer also after an error (NATS away, the
+consumer gone after a NATS restart), and then asks for the stream's last sequence too,
+so Stats shows its lag while it cannot read.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from collections.abc import Iterable
 import structlog
 
 from timerwheel.cluster import journal
+from timerwheel.cluster.log_tail import LogTail
 from timerwheel.cluster.snapshot_io import PartitionSnapshots, fold_records
 
 log = structlog.get_logger("timerwheel.cluster")
@@ -33,6 +42,14 @@ log = structlog.get_logger("timerwheel.cluster")
 POLL_S = 0.5  # a standby reads the log above its sequence this often
 FAILED_S = 1.0  # and waits this much longer after a round that failed
 TAKE_WAIT_S = 2.0  # a takeover waits at most this for the standby's read in progress
+
+
+_closing: set[asyncio.Future[None]] = set()  # tails being dropped after their standby stopped
+
+
+async def _drop(tail: LogTail) -> None:
+    with contextlib.suppress(Exception):  # else the server drops it when inactive
+        await tail.close()
 
 
 class Standby:
@@ -43,48 +60,76 @@ class Standby:
         self.through = 0
         self.applied = 0  # log records applied since it started (for Stats and the tests)
         self.stream_last = 0  # the stream's last sequence as its last round read it
+        self._tail: LogTail | None = None  # the consumer it reads through, kept between rounds
         self._lock = asyncio.Lock()
         self._stopped = False
         self._task = asyncio.ensure_future(self._run())
 
     async def _run(self) -> None:
         while not self._stopped:
-            try:
-                async with self._lock:
-                    if self._stopped:
-                        return
-                    await self._catch_up()
-            except asyncio.CancelledError:
-                raise
-            except Exception as error:  # NATS away for a moment: the fold through X stays
-                log.warning("cluster_standby_failed", partition=self.partition, error=repr(error))
+            if not await self.round():
                 await asyncio.sleep(FAILED_S)
             await asyncio.sleep(POLL_S)
 
+    def _drop_tail(self) -> None:
+        """Delete its consumer off the caller's path (a takeover does not wait on it). A
+        node that stops without this leaves it to the servers' inactive threshold."""
+        tail, self._tail = self._tail, None
+        if tail is not None:
+            _closing.add(task := asyncio.ensure_future(_drop(tail)))
+            task.add_done_callback(_closing.discard)
+
+    async def round(self) -> bool:
+        """One read of the log and its fold; False if it failed (NATS away for a moment:
+        the fold through X stays, the next round reads through a new consumer)."""
+        try:
+            async with self._lock:
+                if not self._stopped:
+                    await self._catch_up()
+            return True
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            log.warning("cluster_standby_failed", partition=self.partition, error=repr(error))
+            await self._after_failure()
+            return False
+
     async def _catch_up(self) -> None:
-        last = await self.snaps.log.last_sequence()  # one call a round while nothing moves
-        self.stream_last = max(self.stream_last, last)
-        if self.fold is not None and last <= self.through:
-            return
-        _, pointer = await self.snaps.last_pointer()
-        if self.fold is None or (pointer is not None and pointer.through > self.through):
-            self.fold = None  # until the load succeeds
+        if self.fold is None:
+            await self._close_tail()
             self.fold, pointer = await self.snaps.load()
             self.through = pointer.through if pointer is not None else 0
-        if last <= self.through:
-            return
-        records = await self.snaps.log.read_log(self.through, last)
-        _, after = await self.snaps.last_pointer()
-        if after != pointer and after is not None and after.through > self.through:
-            return  # a purge may have taken records of this read: the snapshot next round
-        loop = asyncio.get_running_loop()
-        try:
-            await loop.run_in_executor(None, fold_records, self.fold, records)
-        except BaseException:
-            self.fold = None  # folded in part: start again from the snapshot
-            raise
-        self.through = last
-        self.applied += len(records)
+            self.stream_last = max(self.stream_last, self.through)
+        if self._tail is None:
+            self._tail = await self.snaps.log.tail(self.through)
+        read = await self._tail.read()
+        self.stream_last = max(self.stream_last, read.stream_last)
+        if read.records:
+            loop = asyncio.get_running_loop()
+            try:
+                await loop.run_in_executor(None, fold_records, self.fold, read.records)
+            except BaseException:
+                self.fold = None  # folded in part: start again from the snapshot
+                raise
+        self.through = read.through
+        self.applied += len(read.records)
+        if read.gap:  # messages past X removed (a purge) or lost on the way (module doc)
+            await self._close_tail()
+            _, pointer = await self.snaps.last_pointer()
+            if pointer is not None and pointer.through > self.through:
+                self.fold = None  # loaded at the next round
+
+    async def _after_failure(self) -> None:
+        """A new consumer at the next round; the stream's last sequence for Stats."""
+        with contextlib.suppress(Exception):
+            await self._close_tail()
+        with contextlib.suppress(Exception):
+            self.stream_last = max(self.stream_last, await self.snaps.log.last_sequence())
+
+    async def _close_tail(self) -> None:
+        tail, self._tail = self._tail, None
+        if tail is not None:
+            await tail.close()
 
     async def take(self) -> tuple[journal.Fold, int] | None:
         """Stop, between two reads; the fold and its sequence, if it has one. None if a
@@ -100,6 +145,7 @@ class Standby:
         self._task.cancel()
         with contextlib.suppress(BaseException):
             await self._task
+        self._drop_tail()
         return (self.fold, self.through) if self.fold is not None else None
 
     @property
@@ -112,6 +158,7 @@ class Standby:
     def stop(self) -> None:
         self._stopped = True
         self._task.cancel()
+        self._drop_tail()
 
 
 class Standbys:
