@@ -151,12 +151,12 @@ class Engine(EngineApi):
         return self._writer.tick.admission
 
     def admit_send(self) -> None:
-        """Refuse a send (Overloaded) while the firing loop runs late: the gRPC front asks
-        before it validates anything. Engine.send_batch itself does not ask."""
-        refusal = self._writer.tick.admission.refusal()
-        if refusal is not None:
+        """Refuse a send (AdmissionRefused) while the firing loop runs late: the gRPC
+        front asks before it validates anything. Engine.send_batch itself does not ask."""
+        refused = self._writer.tick.admission.refused()
+        if refused is not None:
             metrics.recorder().admission_refused()
-            raise Overloaded(refusal)
+            raise refused
 
     def set_admission_listener(self, listener: Callable[[bool, int], None]) -> None:
         """`listener(refusing, lag_ms)` after each writer iteration, on the writer thread."""

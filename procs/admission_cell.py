@@ -23,7 +23,8 @@ import mmap
 import os
 import struct
 
-from timerwheel.wheels.admission import refusal_message
+from timerwheel.wheels.admission import refused
+from timerwheel.wheels.domain import AdmissionRefused
 
 _WORD = struct.Struct("<q")
 SUFFIX = ".admission"
@@ -60,7 +61,7 @@ class AdmissionPublisher:
 
 
 class AdmissionReader:
-    """A worker's end: `refusal()` before each send."""
+    """A worker's end: `refused()` before each send."""
 
     def __init__(self, path: str, admit_ms: int) -> None:
         self._path = path
@@ -69,13 +70,18 @@ class AdmissionReader:
 
     def refusal(self) -> str | None:
         """Why a send is refused now, or None (also while the engine has no file yet)."""
+        refused = self.refused()
+        return None if refused is None else str(refused)
+
+    def refused(self) -> AdmissionRefused | None:
+        """The error a send meets now (as the engine's own gate would raise), or None."""
         cell = self._map or self._open()
         if cell is None:
             return None
         (word,) = _WORD.unpack_from(cell, 0)
         if not word & 1:
             return None
-        return refusal_message(word >> 1, self._admit_ms)
+        return refused(word >> 1, self._admit_ms)
 
     def _open(self) -> mmap.mmap | None:
         try:

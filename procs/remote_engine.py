@@ -34,7 +34,7 @@ from timerwheel.procs.send_funnel import SendFunnel
 from timerwheel.store import records
 from timerwheel.wheels.bulk import BulkResult, RedriveResult, TimerFilter
 from timerwheel.wheels.clock import Clock
-from timerwheel.wheels.domain import DeliveryOptions, Overloaded, SendSpec, Timer, When
+from timerwheel.wheels.domain import DeliveryOptions, SendSpec, Timer, When
 from timerwheel.wheels.lateness import LatenessMinute
 from timerwheel.wheels.settings import Settings
 
@@ -68,12 +68,12 @@ class RemoteEngine(EngineApi):
         return self._calls.call("now_ms")
 
     def admit_send(self) -> None:
-        """Refuse a send (Overloaded) while the engine's firing loop runs late, from the
-        word the engine process shares (no call)."""
-        refusal = self._admission.refusal() if self._admission is not None else None
-        if refusal is not None:
+        """Refuse a send (AdmissionRefused, as the engine's own) while the engine's firing
+        loop runs late, from the word the engine process shares (no call)."""
+        refused = self._admission.refused() if self._admission is not None else None
+        if refused is not None:
             metrics.recorder().admission_refused()
-            raise Overloaded(refusal)
+            raise refused
 
     def send_batch_async(self, specs: Iterable[SendSpec]) -> Future:
         """Prepared here, stored by the engine process; the future is already complete."""

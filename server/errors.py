@@ -4,6 +4,13 @@ Every servicer method runs inside `rpc_errors(context)`: a `TimerwheelError` rai
 the engine or by proto translation aborts the call with the matching status code and the
 error's own message (which names the field and the value). Anything else is a bug: it is
 logged once, with its traceback, and reported as INTERNAL without leaking internals.
+
+One refusal says more than its code: a send refused at the door while the firing loop
+runs late (`AdmissionRefused`) stored nothing, so its answer carries the trailing
+metadata `timerwheel-retry-after-ms` (`RETRY_AFTER_KEY`), which the clients read as
+"send it again after that long" (timerwheel/retries.py). No other RESOURCE_EXHAUSTED
+carries it: a full disk, a full backlog or an overloaded writer give no such promise
+(a cluster's split batch may fail after another part was stored).
 """
 
 from __future__ import annotations
@@ -18,7 +25,9 @@ import structlog
 
 from timerwheel.common import TimerwheelError
 from timerwheel.observability import metrics
+from timerwheel.retries import RETRY_AFTER_KEY
 from timerwheel.wheels.domain import (
+    AdmissionRefused,
     AlreadyExists,
     DiskFull,
     FailedPrecondition,
@@ -39,6 +48,7 @@ STATUS_OF: tuple[tuple[type[TimerwheelError], grpc.StatusCode], ...] = (
     (AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),
     (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
     (DiskFull, grpc.StatusCode.RESOURCE_EXHAUSTED),  # the message says the disk is full
+    (AdmissionRefused, grpc.StatusCode.RESOURCE_EXHAUSTED),  # + RETRY_AFTER_KEY: trailers_of
     (Overloaded, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (StoreUnavailable, grpc.StatusCode.UNAVAILABLE),  # reopening after a write error
     (ShuttingDown, grpc.StatusCode.UNAVAILABLE),
@@ -84,6 +94,14 @@ def status_code_of(error: TimerwheelError) -> grpc.StatusCode:
     return grpc.StatusCode.UNKNOWN
 
 
+def trailers_of(error: TimerwheelError) -> tuple[tuple[str, str], ...]:
+    """The trailing metadata the answer to `error` carries besides its code and message:
+    the retry-after of a refusal that stored nothing, else none."""
+    if isinstance(error, AdmissionRefused):
+        return ((RETRY_AFTER_KEY, str(error.retry_after_ms)),)
+    return ()
+
+
 @contextmanager
 def rpc_errors(context: grpc.ServicerContext, method: str) -> Iterator[None]:
     """Turn what the body raises into a status on `context`.
@@ -99,6 +117,8 @@ def rpc_errors(context: grpc.ServicerContext, method: str) -> Iterator[None]:
         # Client mistakes are the client's to log; backpressure is ours to see.
         if code is grpc.StatusCode.RESOURCE_EXHAUSTED:
             REFUSALS.warn(method, code, exc)
+        if trailers := trailers_of(exc):
+            context.set_trailing_metadata(trailers)
         context.abort(code, str(exc))
     except Exception as exc:
         log.exception("rpc_failed", method=method)

@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 import grpc
 
+from timerwheel.retries import RETRY_AFTER_KEY
 from timerwheel.routing import DIRECT, in_batch, split_summary
 from timerwheel.server.errors import rpc_errors
 from timerwheel.server.service import specs_from_proto
@@ -213,6 +214,10 @@ class Forwarding(grpc.ServerInterceptor):
         try:
             return call(request.SerializeToString(), timeout=remaining, metadata=metadata)
         except grpc.RpcError as error:
+            # The owner's refusal that stored nothing stays one (the whole call went there)
+            passed = [(k, v) for k, v in error.trailing_metadata() or () if k == RETRY_AFTER_KEY]
+            if passed:
+                context.set_trailing_metadata(passed)
             context.abort(error.code(), error.details() or "")
             raise  # abort raised already
 
@@ -253,6 +258,10 @@ class _PartContext:
 
     def abort(self, code: grpc.StatusCode, details: str) -> None:
         raise _PartFailed(code, details)
+
+    def set_trailing_metadata(self, metadata) -> None:
+        """Dropped: a part's trailers are not the call's. A retry-after says the call
+        stored nothing, and the other parts of a split batch may have been stored."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._context, name)

@@ -32,17 +32,18 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from timerwheel.acks import AckSender
     from timerwheel.aio import AsyncClient
+    from timerwheel.aio_producer import AsyncProducer
     from timerwheel.client import Client, TimerClient
     from timerwheel.common import SendResult, State
     from timerwheel.consumer import Message
     from timerwheel.credentials import Connection, Tls
-    from timerwheel.producer import AsyncProducer, Producer
+    from timerwheel.producer import Producer
     from timerwheel.types import RemoteError, TimerInfo
 
 _HOMES = {  # public name -> the module that defines it
     "AckSender": "timerwheel.acks",
     "AsyncClient": "timerwheel.aio",
-    "AsyncProducer": "timerwheel.producer",
+    "AsyncProducer": "timerwheel.aio_producer",
     "Client": "timerwheel.client",
     "Connection": "timerwheel.credentials",
     "Message": "timerwheel.consumer",

@@ -29,6 +29,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from timerwheel.acks import DEFAULT_ACK_LINGER_MS
 from timerwheel.aio_consume import consume_async
+from timerwheel.aio_producer import AsyncProducer
 from timerwheel.aio_routing import AsyncRouter, call_routed, open_owner_channel, send_split
 from timerwheel.common import SendResult, State
 from timerwheel.connections import (
@@ -42,12 +43,11 @@ from timerwheel.connections import (
 from timerwheel.consumer import Message
 from timerwheel.credentials import Tls
 from timerwheel.durations import duration_ms
-from timerwheel.producer import AsyncProducer
 from timerwheel.retries import (
     DEFAULT_SCHEDULE,
     RetrySchedule,
+    call_retrying_async,
     reschedule_is_idempotent,
-    retry_unavailable_async,
     sends_are_idempotent,
     with_schedule,
 )
@@ -144,7 +144,8 @@ class AsyncClient:
     async def send(
         self, topic: str, body: bytes | str = b"", **when_and_more: object
     ) -> SendResult:
-        """As `Client.send` (retried on UNAVAILABLE when it has a message_id)."""
+        """As `Client.send` (retried on UNAVAILABLE when it has a message_id; any send
+        after a refusal that stored nothing, until `timeout_s` runs out)."""
         request = send_request(topic, body, **when_and_more)
         retry = sends_are_idempotent([request])
         return send_result(await self._routed("Send", request, request.message_id, retry))
@@ -381,9 +382,9 @@ class AsyncClient:
         """As `Client._unary`."""
         timeout = self.timeout_s if timeout_s is _CLIENT_TIMEOUT else timeout_s
         try:
-            if retry:
-                return await retry_unavailable_async(method, request, timeout, self.retry)  # type: ignore[arg-type]
-            return await method(request, timeout=timeout)
+            return await call_retrying_async(
+                method, request, timeout, self.retry, unavailable=retry
+            )  # type: ignore[arg-type]
         except grpc.RpcError as error:
             raise RemoteError.of(error) from None
 

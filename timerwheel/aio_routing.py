@@ -20,7 +20,7 @@ import grpc
 from timerwheel.common import SendResult
 from timerwheel.connections import open_aio_channels
 from timerwheel.credentials import Tls
-from timerwheel.retries import RetrySchedule, retry_unavailable_async
+from timerwheel.retries import RetrySchedule, call_retrying_async
 from timerwheel.routing import DIRECT_METADATA, RouteTable, reroutable
 from timerwheel.split_send import (
     owner_parts,
@@ -83,8 +83,8 @@ async def call_routed(
         stub = await router.owner_stub(message_id)
         if stub is not None:
             try:
-                method = getattr(stub, name)
-                return await method(request, timeout=timeout_s, metadata=DIRECT_METADATA)
+                method = functools.partial(getattr(stub, name), metadata=DIRECT_METADATA)
+                return await call_retrying_async(method, request, timeout_s, unavailable=False)
             except grpc.RpcError as error:
                 if not reroutable(error):
                     raise
@@ -93,9 +93,7 @@ async def call_routed(
         method = getattr(service, name)
         if stub is not None:
             method = functools.partial(getattr(stub, name), metadata=DIRECT_METADATA)
-        if retry:
-            return await retry_unavailable_async(method, request, timeout_s, schedule)
-        return await method(request, timeout=timeout_s)
+        return await call_retrying_async(method, request, timeout_s, schedule, unavailable=retry)
     except grpc.RpcError as error:
         raise RemoteError.of(error) from None
 
@@ -130,12 +128,11 @@ async def _send_parts(
         stub = router.stub_at(address)
         method = service.SendBatch if stub is None else stub.SendBatch
         method = functools.partial(method, metadata=() if stub is None else DIRECT_METADATA)
-        try:
-            if retry:
-                return part_indices, await retry_unavailable_async(
-                    method, request, timeout_s, schedule
-                )
-            return part_indices, await method(request, timeout=timeout_s)
+        try:  # a part refused without anything stored is sent again, as any send
+            answer = await call_retrying_async(
+                method, request, timeout_s, schedule, unavailable=retry
+            )
+            return part_indices, answer
         except grpc.RpcError as error:
             return part_indices, error
 

@@ -51,8 +51,8 @@ from timerwheel.producer import Producer
 from timerwheel.retries import (
     DEFAULT_SCHEDULE,
     RetrySchedule,
+    call_retrying,
     reschedule_is_idempotent,
-    retry_unavailable,
     sends_are_idempotent,
     with_schedule,
 )
@@ -141,14 +141,17 @@ class Client(AdminCalls):
         properties=..., message_id=...)`. With a message_id that is already stored the
         result says so: `existed` is True and `existing_state` is that timer's state.
         With a message_id (and not IF_EXISTS_REPLACE) it is retried on UNAVAILABLE, so a
-        server restart does not fail it (timerwheel/retries.py); without one it is not."""
+        server restart does not fail it; without one it is not. Any send refused by a
+        server whose fires run late (RESOURCE_EXHAUSTED, nothing stored) is sent again
+        after the wait it asks for, until `timeout_s` runs out (timerwheel/retries.py)."""
         request = self.request(topic, body, **when_and_more)
         retry = sends_are_idempotent([request])
         return send_result(self._routed("Send", request, request.message_id, retry=retry))
 
     def send_batch(self, requests: Sequence[pb.SendRequest]) -> list[SendResult]:
         """Many sends in one RPC; the server stores them atomically (all or none). Retried
-        on UNAVAILABLE when every message has a message_id, as `send`.
+        on UNAVAILABLE when every message has a message_id, and after a refusal that
+        stored nothing, as `send`.
 
         Against a cluster, a batch whose ids belong to several owners is sent as one call
         per owner, at once: each part is atomic, the batch is not. It returns when every
@@ -172,7 +175,8 @@ class Client(AdminCalls):
         return Producer(self, linger_ms=linger_ms, max_batch=max_batch, max_in_flight=max_in_flight)
 
     def send_batch_future(self, requests: Sequence[pb.SendRequest]) -> grpc.Future:
-        """Non-blocking SendBatch: `.result()` is a SendBatchResponse (or raises RpcError)."""
+        """Non-blocking SendBatch: `.result()` is a SendBatchResponse (or raises RpcError).
+        Raw: nothing is retried (`producer()` is the batching way that is)."""
         return self.service.SendBatch.future(
             pb.SendBatchRequest(messages=requests), timeout=self.timeout_s
         )
@@ -353,8 +357,9 @@ class Client(AdminCalls):
         stub = router.owner_stub(message_id) if router is not None else None
         if stub is None:
             return self._unary(getattr(self.service, name), request, retry=retry)
+        direct = functools.partial(getattr(stub, name), metadata=DIRECT_METADATA)
         try:
-            return getattr(stub, name)(request, timeout=self.timeout_s, metadata=DIRECT_METADATA)
+            return call_retrying(direct, request, self.timeout_s, unavailable=False)
         except grpc.RpcError as error:
             if not reroutable(error):
                 raise RemoteError.of(error) from None
@@ -366,14 +371,13 @@ class Client(AdminCalls):
         return self._unary(method, request, retry=retry)
 
     def _unary(self, method, request, timeout_s: object = _CLIENT_TIMEOUT, retry: bool = False):
-        """One call; `retry`: on UNAVAILABLE, with backoff, for a request that is
-        idempotent though its method is not (the idempotent methods are retried by gRPC
-        itself, timerwheel/retries.py)."""
+        """One call, sent again after a refusal that stored nothing (a send while the
+        server's fires run late); `retry`: also on UNAVAILABLE, with backoff, for a
+        request that is idempotent though its method is not (the idempotent methods are
+        retried by gRPC itself). timerwheel/retries.py."""
         timeout = self.timeout_s if timeout_s is _CLIENT_TIMEOUT else timeout_s
         try:
-            if retry:
-                return retry_unavailable(method, request, timeout, self.retry)  # type: ignore[arg-type]
-            return method(request, timeout=timeout)
+            return call_retrying(method, request, timeout, self.retry, unavailable=retry)  # type: ignore[arg-type]
         except grpc.RpcError as error:
             raise RemoteError.of(error) from None
 

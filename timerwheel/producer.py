@@ -12,6 +12,8 @@ message's `SendResult`.
     async with async_client.producer() as producer:                  # asyncio tasks
         result = await producer.send("orders", b"pay #42", delay_ms="90s")
 
+(`AsyncProducer` is in timerwheel/aio_producer.py.)
+
 When a batch goes out: as soon as `max_batch` messages are waiting, or `linger_ms` after
 the oldest waiting message arrived, whichever is first. At most `max_in_flight` batches
 are on the wire at once; while they are, new sends wait and form the next, bigger batch
@@ -21,9 +23,13 @@ Errors map to the message that caused them. SendBatch is atomic (all stored or n
 when the server refuses a batch for one message's sake (INVALID_ARGUMENT, ALREADY_EXISTS,
 FAILED_PRECONDITION, PERMISSION_DENIED), nothing was stored and each message of that batch
 is sent again on its own: the good ones succeed, the bad one's future gets its own error.
-A refusal of the whole call (UNAVAILABLE, RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED, ...) is
-set on every future of the batch as a `RemoteError`; such a send may or may not have been
-stored (at least once: retry it with the same message_id to be sure). A bad argument
+A batch refused while the server's fires run late (RESOURCE_EXHAUSTED saying nothing was
+stored: timerwheel/retries.py) is sent again as it was after the wait the server asks for,
+doubling while refused, keeping its slot on the wire, until `timeout_s` of the client
+runs out. Any other refusal of the whole call (UNAVAILABLE, RESOURCE_EXHAUSTED,
+DEADLINE_EXCEEDED, ...), and that one past the deadline, is set on every future of the
+batch as a `RemoteError`; such a send may or may not have been stored (at least once:
+retry it with the same message_id to be sure). A bad argument
 (`delay_ms="soon"`) raises ValueError from `send()` itself.
 
 Against a cluster (a client with `routing`, timerwheel/routing.py), a batch is sent as
@@ -42,9 +48,7 @@ future cancelled before its batch goes out is dropped from the batch.
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
-import contextlib
 import functools
 import threading
 import time
@@ -53,12 +57,12 @@ from typing import TYPE_CHECKING
 import grpc
 
 from timerwheel.common import SendResult
+from timerwheel.retries import Retrying
 from timerwheel.split_send import owner_parts
 from timerwheel.types import RemoteError, send_request, send_result
 from timerwheel.v1 import timerwheel_pb2 as pb
 
 if TYPE_CHECKING:
-    from timerwheel.aio import AsyncClient
     from timerwheel.client import Client
     from timerwheel.routing import RouteTable
 
@@ -83,7 +87,7 @@ def by_owner(router: RouteTable | None, batch: list) -> list[tuple[object, list]
     return [(router.stub_at(address), [batch[i] for i in ix]) for address, ix in groups.items()]
 
 
-def _check_options(linger_ms: int, max_batch: int, max_in_flight: int) -> None:
+def check_options(linger_ms: int, max_batch: int, max_in_flight: int) -> None:
     if linger_ms < 0:
         raise ValueError(f"linger_ms={linger_ms}: must be >= 0")
     if max_batch < 1:
@@ -98,7 +102,7 @@ class Producer:
     def __init__(
         self, client: Client, *, linger_ms: int = 2, max_batch: int = 500, max_in_flight: int = 4
     ) -> None:
-        _check_options(linger_ms, max_batch, max_in_flight)
+        check_options(linger_ms, max_batch, max_in_flight)
         self._client = client
         self._linger_s = linger_ms / 1000
         self._max_batch = max_batch
@@ -178,12 +182,9 @@ class Producer:
             answered = _Countdown(len(parts), self._slots.release)
             for stub, part in parts:
                 service = stub or self._client.service
-                call = service.SendBatch.future(
-                    pb.SendBatchRequest(messages=[request for request, _ in part]),
-                    timeout=self._client.timeout_s,
-                )
                 settle = functools.partial(self._settle, part, service=service, answered=answered)
-                call.add_done_callback(settle)
+                call = pb.SendBatchRequest(messages=[request for request, _ in part])
+                send_retrying(service.SendBatch, call, self._client.timeout_s, settle)
 
     def _next_batch(self) -> list[tuple[pb.SendRequest, concurrent.futures.Future]] | None:
         """Wait for a full batch, the linger to pass, or a hurry; None once closed and empty."""
@@ -248,144 +249,28 @@ def _send_alone(client: Client, service, request: pb.SendRequest, future) -> Non
         except grpc.RpcError as error:
             future.set_exception(RemoteError.of(error))
 
-    service.Send.future(request, timeout=client.timeout_s).add_done_callback(done)
+    send_retrying(service.Send, request, client.timeout_s, done)
 
 
-class AsyncProducer:
-    """The batching producer of a `timerwheel.AsyncClient`, for asyncio tasks.
+def send_retrying(
+    method, request, timeout_s: float | None, done, retrying: Retrying | None = None
+) -> None:
+    """`method.future(request)`, made again after each refusal that stored nothing (on a
+    timer thread, after the wait it asks for: timerwheel/retries.py) while the call's
+    deadline allows; then `done(call)` with the last call. The batch keeps its slot on
+    the wire meanwhile, so a refused producer sends no more than its window."""
+    if retrying is None:
+        retrying = Retrying(time.monotonic(), timeout_s, unavailable=False)
+    call = method.future(request, timeout=retrying.left_s(time.monotonic()))
 
-    `send()` is a plain method returning an asyncio future (`await producer.send(...)`);
-    create and use it inside the running event loop. Semantics as `Producer`.
-    """
+    def settle(call: grpc.Future) -> None:
+        error = call.exception()
+        wait = None if error is None else retrying.after(error, time.monotonic())
+        if wait is None:
+            done(call)
+            return
+        again = threading.Timer(wait, send_retrying, (method, request, timeout_s, done, retrying))
+        again.daemon = True
+        again.start()
 
-    def __init__(
-        self,
-        client: AsyncClient,
-        *,
-        linger_ms: int = 2,
-        max_batch: int = 500,
-        max_in_flight: int = 4,
-    ) -> None:
-        _check_options(linger_ms, max_batch, max_in_flight)
-        self._client = client
-        self._linger_s = linger_ms / 1000
-        self._max_batch = max_batch
-        self._slots = asyncio.Semaphore(max_in_flight)
-        self._waiting: list[tuple[pb.SendRequest, asyncio.Future]] = []
-        self._arrived = asyncio.Event()
-        self._hurry = asyncio.Event()  # a full batch, flush() or close(): stop lingering
-        self._oldest_at = 0.0  # loop time of the oldest waiting send
-        self._unanswered: set[asyncio.Future] = set()
-        self._closed = False
-        self._tasks: set[asyncio.Task] = set()
-        self.batches_sent = 0
-        self._loop = asyncio.get_running_loop()
-        self._sender = self._loop.create_task(self._run())
-
-    def send(self, topic: str, body: bytes | str = b"", **when_and_more: object) -> asyncio.Future:
-        """Queue one message (arguments as `Client.send`); await the future for its result."""
-        if self._closed:
-            raise RuntimeError("the producer is closed")
-        request = send_request(topic, body, **when_and_more)
-        future = self._loop.create_future()
-        if not self._waiting:
-            self._oldest_at = self._loop.time()
-        self._waiting.append((request, future))
-        self._unanswered.add(future)
-        future.add_done_callback(self._unanswered.discard)
-        self._arrived.set()
-        if len(self._waiting) >= self._max_batch:
-            self._hurry.set()
-        return future
-
-    async def flush(self) -> None:
-        """Send what waits now and wait until every earlier send is answered."""
-        pending = list(self._unanswered)
-        if self._waiting:
-            self._hurry.set()
-        await asyncio.gather(*pending, return_exceptions=True)
-
-    async def close(self) -> None:
-        """Stop taking sends, send what waits, wait for every answer."""
-        self._closed = True
-        self._arrived.set()
-        self._hurry.set()
-        await self._sender
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-
-    async def __aenter__(self) -> AsyncProducer:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    async def _run(self) -> None:
-        while True:
-            await self._slots.acquire()  # wait for room on the wire before choosing the batch
-            while not self._waiting and not self._closed:
-                self._arrived.clear()
-                await self._arrived.wait()
-            if not self._waiting:  # closed, and everything went out
-                self._slots.release()
-                return
-            left_s = self._oldest_at + self._linger_s - self._loop.time()
-            if left_s > 0 and not self._closed:
-                # linger: a full batch (or flush/close) ends the wait early
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._hurry.wait(), left_s)
-            batch = [item for item in self._waiting[: self._max_batch] if not item[1].done()]
-            del self._waiting[: self._max_batch]
-            self._oldest_at = 0.0  # the rest waited already: they go out next, no linger
-            if not self._waiting:
-                self._hurry.clear()
-            if not batch:  # every future of it was cancelled
-                self._slots.release()
-                continue
-            task = self._loop.create_task(self._send(batch))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def _send(self, batch: list[tuple[pb.SendRequest, asyncio.Future]]) -> None:
-        """The batch as one SendBatch per owner (one, unless routed), at once."""
-        try:
-            router = self._client.router
-            if router is not None:  # the cluster's map, read once (a single node: no map)
-                await router.owner_stub(next((r.message_id for r, _ in batch if r.message_id), ""))
-            parts = by_owner(router, batch)
-            self.batches_sent += len(parts)
-            await asyncio.gather(
-                *(self._send_part(stub or self._client.service, part) for stub, part in parts)
-            )
-        finally:
-            self._slots.release()
-
-    async def _send_part(self, service, batch: list[tuple[pb.SendRequest, asyncio.Future]]):
-        try:
-            request = pb.SendBatchRequest(messages=[request for request, _ in batch])
-            response = await service.SendBatch(request, timeout=self._client.timeout_s)
-        except grpc.RpcError as error:
-            if error.code() in PER_MESSAGE_CODES and len(batch) > 1:
-                await asyncio.gather(*(self._send_alone(service, r, f) for r, f in batch))
-            else:
-                for _, future in batch:
-                    _resolve(future, exception=RemoteError.of(error))
-        else:
-            for (_, future), result in zip(batch, response.results, strict=True):
-                _resolve(future, result=send_result(result))
-
-    async def _send_alone(self, service, request: pb.SendRequest, future: asyncio.Future) -> None:
-        try:
-            response = await service.Send(request, timeout=self._client.timeout_s)
-        except grpc.RpcError as error:
-            _resolve(future, exception=RemoteError.of(error))
-        else:
-            _resolve(future, result=send_result(response))
-
-
-def _resolve(future: asyncio.Future, *, result: object = None, exception=None) -> None:
-    if future.done():  # cancelled by its caller meanwhile
-        return
-    if exception is not None:
-        future.set_exception(exception)
-    else:
-        future.set_result(result)
+    call.add_done_callback(settle)

@@ -30,6 +30,20 @@ says DEADLINE_EXCEEDED, the clients' own retries the last UNAVAILABLE). The chan
 tries to reconnect at least once a second (`RETRY_OPTIONS`; gRPC's default backs off to
 two minutes), so a server that is back is found again within the budget.
 
+Refusals that stored nothing
+----------------------------
+A server whose firing loop runs late refuses sends at the door, before it validates or
+stores anything (docs/engine.md, "Backpressure"): RESOURCE_EXHAUSTED with the trailing
+metadata `timerwheel-retry-after-ms` (`RETRY_AFTER_KEY`). Since nothing was stored, any
+send so answered is sent again as it was, a server-made id too: after the time the
+server asks (at least `REFUSED_MIN_WAIT_MS`), twice as long after each refusal in a
+row, up to `REFUSED_MAX_WAIT_MS`, each wait randomised by `JITTER`, until the call's
+deadline (`timeout_s`; without one, `REFUSED_BUDGET_S`) would pass; then the last
+refusal is raised. The clients, their split sends and both producers do
+(`Retrying`, `call_retrying`). Any other RESOURCE_EXHAUSTED (a full disk or backlog, a
+message too large, a cluster's split batch part of which was stored) carries no marker
+and is not retried.
+
 wait_for_ready is not set: it would make every call to a stopped server wait out its
 whole deadline instead of saying UNAVAILABLE, and a send with a server-made id must
 fail at once.
@@ -54,6 +68,11 @@ BACKOFF_MULTIPLIER = 2.0
 MAX_BACKOFF_S = 1.6
 JITTER = 0.2  # gRPC's own retry backoff is randomised by this share either way
 RETRYABLE = grpc.StatusCode.UNAVAILABLE
+# A refusal that stored nothing (server/errors.py sets it): send again after this long.
+RETRY_AFTER_KEY = "timerwheel-retry-after-ms"
+REFUSED_MIN_WAIT_MS = 10  # a server asking for less still gets a moment
+REFUSED_MAX_WAIT_MS = 1_000  # the doubling stops here: a calm server is found within 1 s
+REFUSED_BUDGET_S = 30.0  # how long a call without a deadline keeps retrying refusals
 
 # Idempotent whatever the request: retried by gRPC itself.
 IDEMPOTENT_METHODS = {
@@ -158,38 +177,111 @@ def reschedule_is_idempotent(request: pb.RescheduleRequest) -> bool:
     return request.WhichOneof("when") == "deliver_at_ms"
 
 
-def retry_unavailable(
-    method, request, timeout_s: float | None, schedule: RetrySchedule | None = None
-):
-    """`method(request, timeout=...)`, tried again on UNAVAILABLE after each of
-    `schedule`'s backoffs (the default's without one), all within one deadline of
-    `timeout_s` (None: no deadline), as gRPC's retry policy does; the last error is
-    raised."""
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    waits = (schedule or DEFAULT_SCHEDULE).backoffs()
-    while True:
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        try:
-            return method(request, timeout=left)
-        except grpc.RpcError as error:
-            wait = next(waits, None) if error.code() == RETRYABLE else None
-            if wait is None or (deadline is not None and time.monotonic() + wait >= deadline):
-                raise
-        time.sleep(wait)
+def retry_after_ms(error: grpc.RpcError) -> int | None:
+    """The wait a refusal that stored nothing asks for (`RETRY_AFTER_KEY`), or None: any
+    other answer, RESOURCE_EXHAUSTED without the marker included."""
+    if error.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return None
+    trailers = getattr(error, "trailing_metadata", None)
+    for key, value in (trailers() if callable(trailers) else None) or ():
+        if key == RETRY_AFTER_KEY:
+            try:
+                return max(0, int(value))
+            except ValueError:
+                return None
+    return None
 
 
-async def retry_unavailable_async(
-    method, request, timeout_s: float | None, schedule: RetrySchedule | None = None
-):
-    """`retry_unavailable` for grpc.aio."""
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    waits = (schedule or DEFAULT_SCHEDULE).backoffs()
+def refused_wait_s(after_ms: int, refused: int, jitter: float) -> float:
+    """The wait after the `refused`-th refusal in a row (1: the first) whose server asked
+    for `after_ms`: that (at least `REFUSED_MIN_WAIT_MS`), doubled for each refusal
+    after the first, at most `REFUSED_MAX_WAIT_MS`, times `jitter` (about 1)."""
+    wait_ms = max(after_ms, REFUSED_MIN_WAIT_MS) * 2 ** min(refused - 1, 20)
+    return min(wait_ms, REFUSED_MAX_WAIT_MS) * jitter / 1000
+
+
+def _jitter() -> float:
+    return random.uniform(1 - JITTER, 1 + JITTER)
+
+
+class Retrying:
+    """One call's retry decision, over all its attempts (pure: the caller passes the
+    time): refusals that stored nothing are always retried, UNAVAILABLE only when the
+    request is idempotent (`unavailable`), each on its own schedule, all within the
+    call's deadline. Times are `time.monotonic()` seconds."""
+
+    def __init__(
+        self, now: float, timeout_s: float | None, schedule: RetrySchedule | None = None,
+        *, unavailable: bool = True,
+    ) -> None:  # fmt: skip
+        self.deadline = None if timeout_s is None else now + timeout_s
+        # Refusals end at the deadline or, without one, after REFUSED_BUDGET_S.
+        self.refused_until = now + (REFUSED_BUDGET_S if timeout_s is None else timeout_s)
+        empty: Iterator[float] = iter(())
+        self._unavailable = (schedule or DEFAULT_SCHEDULE).backoffs() if unavailable else empty
+        self.refused = 0  # refusals in a row so far
+
+    def left_s(self, now: float) -> float | None:
+        """The timeout of an attempt made at `now` (None: no deadline)."""
+        return None if self.deadline is None else max(0.0, self.deadline - now)
+
+    def wait_s(
+        self, code: grpc.StatusCode, after_ms: int | None, now: float, jitter: float = 1.0
+    ) -> float | None:
+        """How long to wait before the next attempt of a call answered `code` (with a
+        retry-after of `after_ms`, or None) at `now`; None: raise that answer."""
+        if after_ms is not None:
+            self.refused += 1
+            wait = refused_wait_s(after_ms, self.refused, jitter)
+            until = self.refused_until
+        elif code == RETRYABLE:
+            wait = next(self._unavailable, None)
+            until = self.deadline
+        else:
+            return None
+        if wait is None or (until is not None and now + wait >= until):
+            return None
+        return wait
+
+    def after(self, error: grpc.RpcError, now: float) -> float | None:
+        """`wait_s` for the answer `error`, jittered."""
+        return self.wait_s(error.code(), retry_after_ms(error), now, _jitter())
+
+
+def call_retrying(
+    method, request, timeout_s: float | None, schedule: RetrySchedule | None = None,
+    *, unavailable: bool = True, answered: grpc.RpcError | None = None,
+):  # fmt: skip
+    """`method(request, timeout=...)`, tried again after a refusal that stored nothing
+    and, with `unavailable`, on UNAVAILABLE after each of `schedule`'s backoffs (the
+    default's without one), as gRPC's retry policy does; all within one deadline of
+    `timeout_s` (None: no deadline). The last error is raised. `answered`: the call was
+    made once already and answered this (a part of a split batch sent as a future)."""
+    retrying = Retrying(time.monotonic(), timeout_s, schedule, unavailable=unavailable)
+    error = answered
     while True:
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if error is not None:
+            wait = retrying.after(error, time.monotonic())
+            if wait is None:
+                raise error
+            time.sleep(wait)
         try:
-            return await method(request, timeout=left)
+            return method(request, timeout=retrying.left_s(time.monotonic()))
+        except grpc.RpcError as exc:
+            error = exc
+
+
+async def call_retrying_async(
+    method, request, timeout_s: float | None, schedule: RetrySchedule | None = None,
+    *, unavailable: bool = True,
+):  # fmt: skip
+    """`call_retrying` for grpc.aio."""
+    retrying = Retrying(time.monotonic(), timeout_s, schedule, unavailable=unavailable)
+    while True:
+        try:
+            return await method(request, timeout=retrying.left_s(time.monotonic()))
         except grpc.RpcError as error:
-            wait = next(waits, None) if error.code() == RETRYABLE else None
-            if wait is None or (deadline is not None and time.monotonic() + wait >= deadline):
+            wait = retrying.after(error, time.monotonic())
+            if wait is None:
                 raise
         await asyncio.sleep(wait)

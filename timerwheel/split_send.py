@@ -14,11 +14,12 @@ acknowledged, as a node's own split answers (server/forwarding.py, decision 0010
 from __future__ import annotations
 
 import functools
+import time
 
 import grpc
 
 from timerwheel.common import SendResult
-from timerwheel.retries import RetrySchedule, retry_unavailable
+from timerwheel.retries import RetrySchedule, call_retrying, retry_after_ms
 from timerwheel.routing import (
     DIRECT_METADATA,
     Router,
@@ -95,25 +96,32 @@ def _send_parts(
     schedule: RetrySchedule | None = None,
 ) -> list:  # fmt: skip
     """SendBatch calls for `indices`, one per owner, made at once: [(indices, the
-    answer or the RpcError)]. `retry`: each part retried on UNAVAILABLE (one by one)."""
+    answer or the RpcError)]. `retry`: each part retried on UNAVAILABLE (one by one). A
+    part refused without anything stored is sent again, as any send (retries.py)."""
+    started = time.monotonic()
     calls = []
     for address, part_indices in owner_parts(router, messages, indices).items():
         part = pb.SendBatchRequest(messages=[messages[i] for i in part_indices])
         stub = router.stub_at(address)
         method = service.SendBatch if stub is None else stub.SendBatch
         metadata = () if stub is None else DIRECT_METADATA
-        if retry:
-            calls.append((part_indices, functools.partial(method, metadata=metadata), part))
-        else:
-            future = method.future(part, timeout=timeout_s, metadata=metadata)
-            calls.append((part_indices, future, part))
+        call = functools.partial(method, metadata=metadata)
+        future = None if retry else method.future(part, timeout=timeout_s, metadata=metadata)
+        calls.append((part_indices, call, future, part))
     answers = []
-    for part_indices, call, part in calls:
+    for part_indices, call, future, part in calls:
         try:
-            if retry:
-                answers.append((part_indices, retry_unavailable(call, part, timeout_s, schedule)))
+            if future is None:
+                answer = call_retrying(call, part, timeout_s, schedule, unavailable=True)
             else:
-                answers.append((part_indices, call.result()))
+                try:
+                    answer = future.result()
+                except grpc.RpcError as error:
+                    if retry_after_ms(error) is None:
+                        raise
+                    left = None if timeout_s is None else timeout_s - (time.monotonic() - started)
+                    answer = call_retrying(call, part, left, unavailable=False, answered=error)
+            answers.append((part_indices, answer))
         except grpc.RpcError as error:
             answers.append((part_indices, error))
     return answers

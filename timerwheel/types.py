@@ -15,7 +15,7 @@ import grpc
 
 from timerwheel.common import SendResult, State, TimerwheelError
 from timerwheel.durations import duration_ms
-from timerwheel.retries import RETRY_OPTIONS
+from timerwheel.retries import RETRY_OPTIONS, retry_after_ms
 from timerwheel.v1 import timerwheel_pb2 as pb
 
 DEFAULT_PORT = 7070
@@ -40,16 +40,22 @@ CHANNEL_OPTIONS = [
 
 
 class RemoteError(TimerwheelError):
-    """The server (or the channel) refused a call: `code` is the gRPC status code."""
+    """The server (or the channel) refused a call: `code` is the gRPC status code.
+    `retry_after_ms` is set (else None) when the server said it stored nothing and the
+    call may be made again after that long (a send while its fires run late; the
+    clients have retried it until their deadline already, timerwheel/retries.py)."""
 
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+    def __init__(
+        self, code: grpc.StatusCode, details: str, retry_after_ms: int | None = None
+    ) -> None:
         self.code = code
         self.details = details
+        self.retry_after_ms = retry_after_ms
         super().__init__(f"{code.name}: {details}")
 
     @classmethod
     def of(cls, error: grpc.RpcError) -> RemoteError:
-        return cls(error.code(), error.details() or "")
+        return cls(error.code(), error.details() or "", retry_after_ms(error))
 
 
 def with_default_port(target: str) -> str:

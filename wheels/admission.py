@@ -42,6 +42,8 @@ two fields that readers in other threads may read at any time (`refusing`, `lag_
 
 from __future__ import annotations
 
+from timerwheel.wheels.domain import AdmissionRefused
+
 CONFIRM = 2  # late observations in a row that close the gate
 MAX_ADMIT_FIRE_LAG_MS = 60_000  # beyond, fires a minute late would still be "on time"
 
@@ -55,7 +57,7 @@ class FireLagGate:
     def __init__(self, admit_ms: int) -> None:
         self.admit_ms = admit_ms
         self.resume_ms = admit_ms // 2
-        self.hold_ms = admit_ms
+        self.hold_ms = hold_ms(admit_ms)
         self.refusing = False
         self.lag_ms = 0  # the latest observation
         self.late_ms = 0  # the latest observation above admit_ms: what a refusal names
@@ -88,6 +90,25 @@ class FireLagGate:
         if not self.refusing:
             return None
         return refusal_message(self.late_ms, self.admit_ms)
+
+    def refused(self) -> AdmissionRefused | None:
+        """The error a send meets now, or None: admitted."""
+        if not self.refusing:
+            return None
+        return refused(self.late_ms, self.admit_ms)
+
+
+def hold_ms(admit_ms: int) -> int:
+    """How long the gate stays closed after the last late observation, at least."""
+    return admit_ms
+
+
+def refused(lag_ms: int, admit_ms: int) -> AdmissionRefused:
+    """The refusal of a send: its message, and when to try again. The gate reopens no
+    sooner than its hold after the last late iteration, so a retry sooner than that is
+    refused for certain; the clients double the wait on each refusal in a row
+    (timerwheel/retries.py), so a wait this short is not a flood."""
+    return AdmissionRefused(refusal_message(lag_ms, admit_ms), max(1, hold_ms(admit_ms)))
 
 
 def refusal_message(lag_ms: int, admit_ms: int) -> str:

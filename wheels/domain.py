@@ -180,6 +180,18 @@ class Overloaded(TimerwheelError):
     """Backpressure: the writer or the un-acked backlog is over its limit."""
 
 
+class AdmissionRefused(Overloaded):
+    """A send refused at the door while the firing loop runs late
+    (timerwheel.wheels.admission): refused before anything was validated or stored, so
+    any send, even one whose id the server makes, may be sent again as it was after
+    `retry_after_ms`. The clients do (timerwheel/retries.py); other backpressure may
+    come after part of a call was stored and carries no such promise."""
+
+    def __init__(self, message: str, retry_after_ms: int) -> None:
+        self.retry_after_ms = retry_after_ms
+        super().__init__(message)
+
+
 class ShuttingDown(TimerwheelError):
     pass
 

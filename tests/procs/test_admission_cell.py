@@ -4,7 +4,13 @@ send handler without a call."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+import pytest
+
 from timerwheel.procs.admission_cell import AdmissionPublisher, AdmissionReader, cell_path
+from timerwheel.procs.remote_engine import RemoteEngine
+from timerwheel.wheels.domain import AdmissionRefused
 
 
 def test_a_reader_sees_what_the_engine_publishes(tmp_path):
@@ -18,6 +24,9 @@ def test_a_reader_sees_what_the_engine_publishes(tmp_path):
         refusal = reader.refusal()
         assert refusal is not None
         assert "fire_lag_ms=4000" in refusal and "admit_fire_lag_ms=20" in refusal
+        refused = reader.refused()  # what the worker raises: the engine's own refusal
+        assert refused is not None and str(refused) == refusal
+        assert refused.retry_after_ms == 20
         publisher.publish(False, 3)
         assert reader.refusal() is None
     finally:
@@ -39,4 +48,23 @@ def test_an_engine_that_restarts_maps_the_same_word(tmp_path):
         assert "fire_lag_ms=250" in (reader.refusal() or "")
     finally:
         second.close()
+        reader.close()
+
+
+def test_a_worker_refuses_as_the_engine_does(tmp_path):
+    """Under --workers the refusal is raised in the worker (RemoteEngine.admit_send): the
+    same AdmissionRefused, so its answer carries the same retry-after (server/errors.py)."""
+    path = cell_path(str(tmp_path / "engine.sock"))
+    publisher = AdmissionPublisher(path)
+    reader = AdmissionReader(path, admit_ms=20)
+    worker_side = SimpleNamespace(_admission=reader)
+    try:
+        RemoteEngine.admit_send(worker_side)  # type: ignore[arg-type]  # admitted
+        publisher.publish(True, 4_000)
+        with pytest.raises(AdmissionRefused) as refused:
+            RemoteEngine.admit_send(worker_side)  # type: ignore[arg-type]
+        assert refused.value.retry_after_ms == 20
+        assert "fire_lag_ms=4000" in str(refused.value)
+    finally:
+        publisher.close()
         reader.close()

@@ -20,15 +20,18 @@ from timerwheel.client import TimerClient
 from timerwheel.common import State
 from timerwheel.server.app import TimerServer
 from timerwheel.types import RemoteError
+from timerwheel.v1 import timerwheel_pb2 as pb
 from timerwheel.wheels.clock import VirtualClock
 from timerwheel.wheels.settings import Settings
 
 
 def _refusal(client: TimerClient) -> RemoteError | None:
+    """One Send on the raw stub (the client would retry a refusal: see
+    test_service_admission_retry.py), refused or stored."""
     try:
-        client.send("more", b"", delay_ms=60_000)
-    except RemoteError as exc:
-        return exc
+        client.service.Send(TimerClient.request("more", b"", delay_ms=60_000), timeout=WAIT_S)
+    except grpc.RpcError as exc:
+        return RemoteError.of(exc)
     return None
 
 
@@ -65,11 +68,12 @@ def test_sends_are_refused_while_fires_run_late_and_acks_still_served(late_serve
     error = _until(lambda: _refusal(client), "sends were never refused")
     assert error.code is grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "fire_lag_ms=4000" in error.details and "admit_fire_lag_ms=20" in error.details
+    assert error.retry_after_ms == 20  # nothing stored: the gate's hold, then again
     batch = [TimerClient.request("more", b"", delay_ms=60_000)] * 3
-    with pytest.raises(RemoteError) as refused:
-        client.send_batch(batch)
-    assert refused.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
-    assert "firing loop is running behind" in refused.value.details
+    with pytest.raises(grpc.RpcError) as refused:
+        client.service.SendBatch(pb.SendBatchRequest(messages=batch), timeout=WAIT_S)
+    assert refused.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "firing loop is running behind" in refused.value.details()
 
     # What relieves the load is served meanwhile: acks, cancels, reads.
     _until(lambda: client.stats().unacked == 4, "the four never fired")

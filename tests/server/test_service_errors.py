@@ -13,10 +13,13 @@ from helpers.time_of_day import wall_ms
 from structlog.testing import capture_logs
 
 from timerwheel.client import TimerClient
+from timerwheel.retries import RETRY_AFTER_KEY
 from timerwheel.server.errors import RefusalLog, rpc_errors
+from timerwheel.server.forwarding import _PartContext, _PartFailed
 from timerwheel.store.export import ExportError
 from timerwheel.v1 import timerwheel_pb2 as pb
 from timerwheel.wheels.domain import (
+    AdmissionRefused,
     AlreadyExists,
     DiskFull,
     FailedPrecondition,
@@ -166,6 +169,10 @@ class _Context:
 
     def __init__(self) -> None:
         self.status: tuple[grpc.StatusCode, str] | None = None
+        self.trailers: tuple = ()
+
+    def set_trailing_metadata(self, metadata) -> None:
+        self.trailers = tuple(metadata)
 
     def abort(self, code: grpc.StatusCode, details: str) -> None:
         self.status = (code, details)
@@ -183,6 +190,7 @@ class _Context:
         (Overloaded("writer queue holds 9 operations"), grpc.StatusCode.RESOURCE_EXHAUSTED),
         (ShuttingDown("the timer engine is shutting down"), grpc.StatusCode.UNAVAILABLE),
         (DiskFull("disk full: /data: No space left on device"), grpc.StatusCode.RESOURCE_EXHAUSTED),
+        (AdmissionRefused("fire_lag_ms=40: ...", 20), grpc.StatusCode.RESOURCE_EXHAUSTED),
         (StoreUnavailable("the store is being reopened; retry"), grpc.StatusCode.UNAVAILABLE),
         (KeyError("a bug"), grpc.StatusCode.INTERNAL),
     ],
@@ -196,6 +204,19 @@ def test_every_error_maps_to_its_status_code_with_its_message(error, code):
         assert context.status[1] == "Send failed: KeyError"  # no internals leak
     else:
         assert context.status[1] == str(error)
+    # Only the refusal that stored nothing says when to send again (timerwheel/retries.py)
+    if isinstance(error, AdmissionRefused):
+        assert context.trailers == ((RETRY_AFTER_KEY, "20"),)
+    else:
+        assert context.trailers == ()
+
+
+def test_a_split_batch_part_refused_at_the_door_does_not_mark_the_whole_call():
+    """Another part of the batch may be stored: the call's answer must carry no marker."""
+    context = _Context()
+    with pytest.raises(_PartFailed), rpc_errors(_PartContext(context), "SendBatch"):
+        raise AdmissionRefused("fire_lag_ms=40: ...", 20)
+    assert context.trailers == () and context.status is None
 
 
 def test_refusals_are_logged_once_a_second_per_method_and_kind_with_the_rest_counted():

@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from timerwheel.wheels.admission import CONFIRM, FireLagGate, admit_fire_lag_problem
+from timerwheel.wheels.domain import AdmissionRefused, Overloaded
 from timerwheel.wheels.settings import Settings, SettingsError
 
 
@@ -26,6 +27,10 @@ def test_late_commits_in_a_row_close_it_with_the_figure():
     message = gate.refusal()
     assert message is not None
     assert f"fire_lag_ms={20 + CONFIRM}" in message and "admit_fire_lag_ms=20" in message
+    refused = gate.refused()
+    assert isinstance(refused, AdmissionRefused) and isinstance(refused, Overloaded)
+    assert str(refused) == message
+    assert refused.retry_after_ms == gate.hold_ms == 20  # the gate cannot reopen sooner
 
 
 def _closed(gate: FireLagGate, now_ms: int, lag_ms: int = 100) -> None:
@@ -41,7 +46,7 @@ def test_it_reopens_only_well_under_the_threshold_and_after_the_hold():
     assert gate.observe(1_010, 5)  # under half, but within the hold of the late ones
     assert gate.observe(1_019, 10)
     assert not gate.observe(1_020, 10)  # hold_ms (= admit_ms) after the last late one
-    assert gate.refusal() is None
+    assert gate.refusal() is None and gate.refused() is None
 
 
 def test_a_late_commit_while_closed_restarts_the_hold():
