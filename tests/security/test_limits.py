@@ -198,11 +198,12 @@ def test_the_receive_gate_gives_freed_places_in_turn_and_the_last_to_a_caller_re
     assert (gate.held, gate.waiting) == (3, 3)  # (given out within release, or never)
     gate.release("b")  # two free: the first to a (its turn: it waited first), the last to b
     assert waiters[0].got.wait(WAIT_S) and waiters[1].got.wait(WAIT_S)
-    assert order == ["c", "a", "b"]
+    # both granted within that one release; which woken thread appends first is the OS's
+    assert order[0] == "c" and sorted(order[1:]) == ["a", "b"]
     gate.release("b")  # a's second call: not the last place, while a reads two already
     assert (gate.held, gate.waiting) == (3, 1)
     gate.release("a")
-    assert waiters[2].got.wait(WAIT_S) and order == ["c", "a", "b", "a"]
+    assert waiters[2].got.wait(WAIT_S) and order[3:] == ["a"]
 
     turns = ReceiveGate(places=1, per_key=1)
     assert turns.acquire("a", lambda: True)
