@@ -350,11 +350,17 @@ class ClusterNode(SeriesLog, Takeovers, NodeQueries):
         holds them all)."""
         if self._closing or self._taking or self._purging:
             return False
+        views = self._views
+        for partition in list(self._owned):
+            view = views.get(partition)
+            if view is not None and view.held is None:
+                # Its lease is gone (an answer showed another holder, say after a pause)
+                # but `_lose` has not taken it out yet: the lease loop may await in
+                # between, while its fired rows are still in the engine and listed held.
+                return False
         now = monotonic_ms()
         return all(
-            view.verdict(now) is Verdict.OWN
-            for view in self._views.values()
-            if view.held is not None
+            view.verdict(now) is Verdict.OWN for view in views.values() if view.held is not None
         )
 
     def _check_gate(self) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from helpers.engines import T0, engine_factory
 
 from timerwheel.cluster.gate import DeliveryGate
+from timerwheel.cluster.lease import LeaseView
 from timerwheel.cluster.node import ClusterNode
 from timerwheel.cluster.partitions import partition_of
 from timerwheel.cluster.settings import NodeSettings
@@ -84,3 +85,18 @@ def test_a_takeover_started_during_the_fetch_retires_nothing(tmp_path):
         node._owned[taken] = None  # the takeover ended: both partitions are handed out
         rows = gate.fetch_deliveries("orders", 0, 100)
         assert {partition_of(r.message_id, PARTITIONS) for r in rows} == {HELD, taken}
+
+
+def test_a_held_partition_whose_lease_is_gone_delivers_nothing_before_it_is_lost(tmp_path):
+    """The lease loop sets a partition's view from the store's answer (another node holds
+    it now: `held` None), and may await before `_lose` takes the partition out of `_owned`
+    (a resumed node after a SIGSTOP did so, and delivered 1,935 timers it had fired after
+    the pause). Meanwhile the gate must stay closed and nothing may be retired."""
+    clock = VirtualClock(T0)
+    with engine_factory(tmp_path, clock) as make:
+        engine, ids = _fired(tmp_path, clock, make)
+        node = _node(engine)
+        node._views[HELD] = LeaseView(HELD, node.holder, node.node.lease)  # held: None
+        assert not node.gate_open
+        assert DeliveryGate(node, engine).fetch_deliveries("orders", 0, 100) == []
+        assert {engine.get(i).state for i in ids} == {State.FIRED}  # none retired
