@@ -6,7 +6,8 @@ The hub and the engine run without threads (`background=False`), so every fire, 
 and dead-letter move happens inside the call that causes it and the model can predict
 the hub exactly. Properties checked after every step:
 - a delivered message has fired, never before its time; it is not acked, not dead, not
-  in flight at anyone else, and not inside a nack's backoff;
+  in flight at anyone else, and not inside a backoff: a nack's own, or the retry
+  policy's after an ack timeout or a nack that names none (an ended stream: none);
 - its attempt number is its failed attempts, plus one; a reopen fails what was in
   flight, and attempt counts carry on across it (from the traces: delivery/trace.py);
   one whose reopen used up its last attempt goes to its DLQ when its topic is next read;
@@ -35,6 +36,7 @@ from timerwheel.engine.engine import Engine
 from timerwheel.store.records import record_fired_at_ms
 from timerwheel.wheels.clock import VirtualClock
 from timerwheel.wheels.domain import SendOptions, SendSpec, When, WhenKind
+from timerwheel.wheels.retry import backoff_ms
 from timerwheel.wheels.settings import Settings
 
 pytestmark = pytest.mark.system  # a long randomized search (a hypothesis state machine)
@@ -42,6 +44,10 @@ pytestmark = pytest.mark.system  # a long randomized search (a hypothesis state 
 TOPICS = ("jobs", "mail")
 ACK_TIMEOUT_MS = 1_000
 BATCH_MAX = 3  # small, so a subscriber's room and the batch limit both matter
+# The server's retry policy, small enough that backoffs end inside a run; its jitter
+# draw is pinned, so the model knows each backoff to the millisecond.
+RETRY = {"retry_initial_ms": 300, "retry_max_ms": 1_200, "retry_jitter_percent": 20}
+JITTER_DRAW = 0.5
 backoffs = st.sampled_from([0, 0, 1, 400, 2_500])
 
 
@@ -68,8 +74,9 @@ class DeliveryModel(RuleBasedStateMachine):
         self.clock = VirtualClock(1_700_000_000_000)
         self.settings = Settings(
             data_dir=self.dir, sync_writes=False, ack_timeout_ms=ACK_TIMEOUT_MS,
-            delivery_batch_max=BATCH_MAX,
+            delivery_batch_max=BATCH_MAX, **RETRY,
         )  # fmt: skip
+        self.policy = self.settings.retry_policy()
         self._open()
         self.msgs: dict[str, Msg] = {}
         self.subs: dict[int, Subscriber] = {}
@@ -79,7 +86,10 @@ class DeliveryModel(RuleBasedStateMachine):
 
     def _open(self) -> None:
         self.engine = Engine(self.settings, self.clock, background=False)
-        self.hub = DeliveryHub(self.engine, self.settings, self.clock.now_ms, background=False)
+        self.hub = DeliveryHub(
+            self.engine, self.settings, self.clock.now_ms, background=False,
+            random01=lambda: JITTER_DRAW,
+        )  # fmt: skip
 
     def teardown(self) -> None:
         self.hub.close()
@@ -96,14 +106,18 @@ class DeliveryModel(RuleBasedStateMachine):
                 msg.state = "fired"
         self._check_dead_letters()
 
-    def _fail(self, msg: Msg, backoff_until_ms: int = 0) -> bool:
+    def _fail(self, msg: Msg, backoff_until_ms: int = 0, now_ms: int | None = None) -> bool:
         """One failed attempt (timerwheel.delivery.attempts.fail); True when it made the message
-        dead."""
+        dead. With `now_ms` and no backoff of its own, the retry policy's backoff for the
+        attempt that failed; with neither (an ended stream), redelivered at once."""
         msg.holder = None
         msg.failures += 1
         if msg.limit and msg.failures >= msg.limit:
             msg.state = "dead"
             return True
+        if not backoff_until_ms and now_ms is not None:
+            wait_ms = backoff_ms(self.policy, msg.failures, JITTER_DRAW)
+            backoff_until_ms = now_ms + wait_ms if wait_ms > 0 else 0
         msg.backoff_until_ms = backoff_until_ms
         return False
 
@@ -169,7 +183,7 @@ class DeliveryModel(RuleBasedStateMachine):
         for msg in self.msgs.values():  # the dispatcher expires ack deadlines first
             held = msg.topic == subscriber.topic and msg.holder is not None
             if held and msg.deadline_ms <= now_ms:
-                self._fail(msg)
+                self._fail(msg, now_ms=now_ms)
         room = subscriber.max_in_flight - len(self._in_flight(sub_key))
         available = self._available(subscriber.topic, now_ms)
         batch = self.hub.next_batch(subscriber, timeout_s=0)
@@ -219,7 +233,7 @@ class DeliveryModel(RuleBasedStateMachine):
         topic = self.subs[sub_key].topic
         now_ms = self.clock.now_ms()
         backoff_until_ms = now_ms + backoff_ms if backoff_ms else 0
-        dead = sum(self._fail(self.msgs[mid], backoff_until_ms) for mid in ids)
+        dead = sum(self._fail(self.msgs[mid], backoff_until_ms, now_ms) for mid in ids)
         nacked, dead_lettered = self.hub.nack(topic, ids, "model", backoff_ms)
         assert (nacked, dead_lettered) == (len(ids), dead)
         self._check_dead_letters()
@@ -256,18 +270,21 @@ class DeliveryModel(RuleBasedStateMachine):
 
     @rule()
     def drain(self) -> None:
-        """A patient consumer per topic takes and acks everything: nothing is stuck."""
-        self.clock.advance(ACK_TIMEOUT_MS + 2_500)  # past every deadline and backoff
-        self._fire_due()
-        for topic in TOPICS:
-            key = self.subscribe(topic, 5)
-            self.receive(key)
-            while held := self._in_flight(key):
-                assert self.hub.ack(topic, held) == len(held)
-                for mid in held:
-                    self.msgs[mid].state, self.msgs[mid].holder = "acked", None
+        """A patient consumer per topic takes and acks everything: nothing is stuck.
+        Two rounds: the first expires what others held, which then waits out its retry
+        backoff; the second, past every backoff, takes it."""
+        for _ in range(2):
+            self.clock.advance(ACK_TIMEOUT_MS + 2_500)  # past every deadline and backoff
+            self._fire_due()
+            for topic in TOPICS:
+                key = self.subscribe(topic, 5)
                 self.receive(key)
-            self.end_stream(key)
+                while held := self._in_flight(key):
+                    assert self.hub.ack(topic, held) == len(held)
+                    for mid in held:
+                        self.msgs[mid].state, self.msgs[mid].holder = "acked", None
+                    self.receive(key)
+                self.end_stream(key)
         now_ms = self.clock.now_ms()
         stuck = [
             mid for mid, m in self.msgs.items()
