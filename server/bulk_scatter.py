@@ -27,18 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import grpc
-
-from timerwheel.server.forwarding import Forwarding, is_forwarded
-from timerwheel.server.scatter import (
-    ASK_BOUND_S,
-    PARTITIONS,
-    ClusterView,
-    ScatterGather,
-    Unanswered,
-    _check_cover,
-    _encode,
-)
+from timerwheel.server.scatter import ScatterGather, _ask_timeout_s, _peers
 from timerwheel.store import bulk as bulk_cf
 from timerwheel.v1 import timerwheel_pb2 as pb
 
@@ -50,65 +39,18 @@ RESPONSES = {BULK_CANCEL: pb.BulkResponse, PURGE: pb.BulkResponse, REDRIVE: pb.R
 SCAN_ORDER = {bulk_cf.BY_ID: 0, bulk_cf.BY_WHEEL: 1, bulk_cf.BY_READY: 2}  # as a call runs them
 
 
-class BulkScatter(grpc.ServerInterceptor):
-    def __init__(self, view: ClusterView, channels: Forwarding) -> None:
-        self._view = view
-        self._channels = channels
-        self._one_node = ScatterGather(view, channels)  # its answer-here and peer-answer steps
+class BulkScatter(ScatterGather):
+    """ScatterGather's steps (answer here when forwarded, ask every node otherwise) for
+    the bulk calls, whose answers are summed by `merge`."""
 
-    def intercept_service(self, continuation, details):
-        handler = continuation(details)
-        method = details.method
-        if handler is None or method not in RESPONSES or handler.unary_unary is None:
-            return handler
-        behaviour = handler.unary_unary
-        if is_forwarded(details.invocation_metadata):
-
-            def answer_here(request, context):
-                response, partitions = self._one_node._local(behaviour, request, context)
-                context.set_trailing_metadata(((PARTITIONS, _encode(partitions)),))
-                return response
-
-            wrapped = answer_here
-        else:
-            metadata = Forwarding.passed_on(details.invocation_metadata)
-
-            def gathered(request, context):
-                try:
-                    return self._gather(method, behaviour, request, context, metadata)
-                except Unanswered as error:
-                    context.abort(error.code, error.details)
-
-            wrapped = gathered
-        return grpc.unary_unary_rpc_method_handler(
-            wrapped, request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )  # fmt: skip
+    responses = RESPONSES
 
     def _gather(self, method: str, behaviour, request, context, metadata) -> Any:
         cluster = self._view.cluster_map()
-        me = cluster["holder"]
-        peers = {
-            row["address"]: row["owner"].split("/")[0] for row in cluster["map"]
-            if row["owner"] and row["owner"] != me and row["address"]
-            and row["address"] != cluster["address"]
-        }  # fmt: skip
-        remaining = context.time_remaining()
-        timeout_s = ASK_BOUND_S if remaining is None else min(ASK_BOUND_S, remaining * 0.75)
-        calls = []
-        for address, owner in sorted(peers.items()):
-            stub = self._channels.channel(address).unary_unary(
-                method, response_deserializer=RESPONSES[method].FromString
-            )
-            call = stub.future(request.SerializeToString(), timeout=timeout_s, metadata=metadata)
-            calls.append((call, address, owner))
-        try:
-            answers = [self._one_node._local(behaviour, request, context)]
-            answers += [ScatterGather._answer(*call) for call in calls]
-        finally:
-            for call, _, _ in calls:
-                call.cancel()  # those still under way when another failed
-        _check_cover([parts for _, parts in answers], cluster["partitions"])
+        timeout_s = _ask_timeout_s(context.time_remaining())
+        answers = self._ask_every_node(
+            method, behaviour, request, context, metadata, cluster, _peers(cluster), timeout_s
+        )
         return merge(method, [answer for answer, _ in answers])
 
 

@@ -77,6 +77,11 @@ class Unanswered(Exception):
 
 
 class ScatterGather(grpc.ServerInterceptor):
+    """Asks every node for the calls of `responses` and merges their answers in `_gather`
+    (timerwheel.server.bulk_scatter reuses the steps for the bulk calls)."""
+
+    responses: dict[str, Any] = RESPONSES  # the calls taken, and each one's answer type
+
     def __init__(self, view: ClusterView, channels: Forwarding) -> None:
         self._view = view
         self._channels = channels
@@ -84,7 +89,7 @@ class ScatterGather(grpc.ServerInterceptor):
     def intercept_service(self, continuation, details):
         handler = continuation(details)
         method = details.method
-        if handler is None or method not in RESPONSES or handler.unary_unary is None:
+        if handler is None or method not in self.responses or handler.unary_unary is None:
             return handler
         behaviour = handler.unary_unary
         if is_forwarded(details.invocation_metadata):
@@ -127,7 +132,7 @@ class ScatterGather(grpc.ServerInterceptor):
     def _ask(self, method: str, address: str, request, metadata, timeout_s):
         """The call to a peer, under way (gRPC's own future: no thread waits on it)."""
         call = self._channels.channel(address).unary_unary(
-            method, response_deserializer=RESPONSES[method].FromString
+            method, response_deserializer=self.responses[method].FromString
         )
         return call.future(request.SerializeToString(), timeout=timeout_s, metadata=metadata)
 
@@ -149,34 +154,38 @@ class ScatterGather(grpc.ServerInterceptor):
         return response, _decode(trailing.get(PARTITIONS, ""))
 
     # -- every node's answers, merged ---------------------------------------------------
+    def _ask_every_node(
+        self, method, behaviour, request, context, metadata, cluster, peers, timeout_s
+    ) -> list[tuple[Any, list[int]]]:
+        """[(answer, partitions)] of this node (first) and every peer (`peers`: address to
+        owner), covering every partition once; Unanswered otherwise."""
+        calls = [
+            (self._ask(method, address, request, metadata, timeout_s), address, owner)
+            for address, owner in sorted(peers.items())
+        ]
+        try:
+            answers = [self._local(behaviour, request, context)]
+            answers += [self._answer(*call) for call in calls]
+        finally:
+            for call, _, _ in calls:
+                call.cancel()  # those still under way when another failed
+        _check_cover([parts for _, parts in answers], cluster["partitions"])
+        return answers
+
     def _gather(self, method, behaviour, request, context, metadata):
         cluster = self._view.cluster_map()
-        me = cluster["holder"]
-        peers = {
-            row["address"]: row["owner"].split("/")[0] for row in cluster["map"]
-            if row["owner"] and row["owner"] != me and row["address"]
-            and row["address"] != cluster["address"]
-        }  # fmt: skip
+        peers = _peers(cluster)
         remaining = context.time_remaining()
-        # three quarters of what is left to the caller, so it still hears which node failed
-        timeout_s = ASK_BOUND_S if remaining is None else min(ASK_BOUND_S, remaining * 0.75)
+        timeout_s = _ask_timeout_s(remaining)
         if method == EXPORT:
             timeout_s = export_scatter.timeout_s(remaining)
 
         def ask_all(one_request, named: bool = False):
             """[(answer, partitions)] of this node (first) and every peer; with `named`,
             [(answer, partitions, node, address)]."""
-            calls = [
-                (self._ask(method, address, one_request, metadata, timeout_s), address, owner)
-                for address, owner in sorted(peers.items())
-            ]
-            try:
-                answers = [self._local(behaviour, one_request, context)]
-                answers += [self._answer(*call) for call in calls]
-            finally:
-                for call, _, _ in calls:
-                    call.cancel()  # those still under way when another failed
-            _check_cover([parts for _, parts in answers], cluster["partitions"])
+            answers = self._ask_every_node(
+                method, behaviour, one_request, context, metadata, cluster, peers, timeout_s
+            )
             if named:
                 who = [(cluster["node"], cluster["address"])]
                 who += [(owner, address) for address, owner in sorted(peers.items())]
@@ -200,6 +209,21 @@ class ScatterGather(grpc.ServerInterceptor):
         if not 0 <= request.limit <= TOPICS_LIMIT_MAX:
             return behaviour(request, context)  # refused there: INVALID_ARGUMENT
         return _merge_topics(ask_all, request)
+
+
+def _peers(cluster: dict[str, Any]) -> dict[str, str]:
+    """Address to owner of every other node that owns partitions, as this node read them."""
+    me = cluster["holder"]
+    return {
+        row["address"]: row["owner"].split("/")[0] for row in cluster["map"]
+        if row["owner"] and row["owner"] != me and row["address"]
+        and row["address"] != cluster["address"]
+    }  # fmt: skip
+
+
+def _ask_timeout_s(remaining: float | None) -> float:
+    """Three quarters of what is left to the caller, so it still hears which node failed."""
+    return ASK_BOUND_S if remaining is None else min(ASK_BOUND_S, remaining * 0.75)
 
 
 def _merge_list(pages: list[pb.ListResponse], limit: int) -> pb.ListResponse:
