@@ -9,20 +9,14 @@ clock then stays put, so the gate's hold cannot pass until the test moves it aga
 
 from __future__ import annotations
 
-import time
-
 import grpc
 import pytest
-from helpers.time_of_day import wall_ms
-from helpers.waits import WAIT_S
+from helpers.waits import WAIT_S, until
 
 from timerwheel.client import TimerClient
 from timerwheel.common import State
-from timerwheel.server.app import TimerServer
 from timerwheel.types import RemoteError
 from timerwheel.v1 import timerwheel_pb2 as pb
-from timerwheel.wheels.clock import VirtualClock
-from timerwheel.wheels.settings import Settings
 
 
 def _refusal(client: TimerClient) -> RemoteError | None:
@@ -35,27 +29,11 @@ def _refusal(client: TimerClient) -> RemoteError | None:
     return None
 
 
-def _until(condition, what: str):
-    deadline = time.monotonic() + WAIT_S
-    while not (value := condition()):
-        assert time.monotonic() < deadline, what
-        time.sleep(0.02)
-    return value
-
-
 @pytest.fixture
-def late_server(tmp_path):
-    clock = VirtualClock(wall_ms())
-    settings = Settings(
-        data_dir=str(tmp_path / "data"), port=0, sync_writes=False, fire_chunk=1,
-        admit_fire_lag_ms=20,
-    )  # fmt: skip
-    server = TimerServer(settings, clock=clock).start()
-    try:
-        with TimerClient(server.target, timeout_s=WAIT_S) as client:
-            yield clock, client
-    finally:
-        server.stop(grace_s=1.0)
+def late_server(late_fires_server):
+    clock, server = late_fires_server
+    with TimerClient(server.target, timeout_s=WAIT_S) as client:
+        yield clock, client
 
 
 def test_sends_are_refused_while_fires_run_late_and_acks_still_served(late_server):
@@ -65,7 +43,7 @@ def test_sends_are_refused_while_fires_run_late_and_acks_still_served(late_serve
     assert _refusal(client) is None  # on time: admitted
 
     clock.advance(5_000)  # the four fire 4 s late, one an iteration
-    error = _until(lambda: _refusal(client), "sends were never refused")
+    error = until(lambda: _refusal(client), "sends were never refused")
     assert error.code is grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "fire_lag_ms=4000" in error.details and "admit_fire_lag_ms=20" in error.details
     assert error.retry_after_ms == 20  # nothing stored: the gate's hold, then again
@@ -76,29 +54,21 @@ def test_sends_are_refused_while_fires_run_late_and_acks_still_served(late_serve
     assert "firing loop is running behind" in refused.value.details()
 
     # What relieves the load is served meanwhile: acks, cancels, reads.
-    _until(lambda: client.stats().unacked == 4, "the four never fired")
+    until(lambda: client.stats().unacked == 4, "the four never fired")
     assert client.ack("t", [r.message_id for r in due]) == 4
     assert client.cancel(later.message_id) is State.CANCELLED
     assert client.get(due[0].message_id).state is State.ACKED
     assert _refusal(client) is not None  # the clock has not moved: still within the hold
 
     clock.advance(100)  # past the hold, and nothing due: the next iteration reopens
-    _until(lambda: _refusal(client) is None, "sends were never admitted again")
+    until(lambda: _refusal(client) is None, "sends were never admitted again")
     assert len(client.send_batch(batch)) == 3
 
 
-def test_zero_never_refuses(tmp_path):
-    clock = VirtualClock(wall_ms())
-    settings = Settings(
-        data_dir=str(tmp_path / "data"), port=0, sync_writes=False, fire_chunk=1,
-        admit_fire_lag_ms=0,
-    )  # fmt: skip
-    server = TimerServer(settings, clock=clock).start()
-    try:
-        with TimerClient(server.target, timeout_s=WAIT_S) as client:
-            client.send_batch([TimerClient.request("t", b"", delay_ms=1_000) for _ in range(4)])
-            clock.advance(5_000)
-            _until(lambda: client.stats().unacked == 4, "the four never fired")
-            assert _refusal(client) is None
-    finally:
-        server.stop(grace_s=1.0)
+def test_zero_never_refuses(virtual_server):
+    clock, server = virtual_server(fire_chunk=1, admit_fire_lag_ms=0)
+    with TimerClient(server.target, timeout_s=WAIT_S) as client:
+        client.send_batch([TimerClient.request("t", b"", delay_ms=1_000) for _ in range(4)])
+        clock.advance(5_000)
+        until(lambda: client.stats().unacked == 4, "the four never fired")
+        assert _refusal(client) is None

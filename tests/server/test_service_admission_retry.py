@@ -17,24 +17,12 @@ import time
 
 import grpc
 import pytest
-from helpers.time_of_day import wall_ms
-from helpers.waits import WAIT_S
+from helpers.waits import WAIT_S, until
 
 import timerwheel
 from timerwheel import retries
 from timerwheel.client import Client
-from timerwheel.server.app import TimerServer
 from timerwheel.types import RemoteError
-from timerwheel.wheels.clock import VirtualClock
-from timerwheel.wheels.settings import Settings
-
-
-def _until(condition, what: str):
-    deadline = time.monotonic() + WAIT_S
-    while not (value := condition()):
-        assert time.monotonic() < deadline, what
-        time.sleep(0.02)
-    return value
 
 
 def _refused_now(client: Client) -> bool:
@@ -69,22 +57,14 @@ class RefusedCalls:
 
 
 @pytest.fixture
-def closed_gate(tmp_path):
+def closed_gate(late_fires_server):
     """A server whose gate is closed, its clock held, and a client of it."""
-    clock = VirtualClock(wall_ms())
-    settings = Settings(
-        data_dir=str(tmp_path / "data"), port=0, sync_writes=False, fire_chunk=1,
-        admit_fire_lag_ms=20,
-    )  # fmt: skip
-    server = TimerServer(settings, clock=clock).start()
-    try:
-        with Client(server.target, timeout_s=WAIT_S) as client:
-            client.send_batch([Client.request("due", b"", delay_ms=1_000) for _ in range(4)])
-            clock.advance(5_000)  # the four fire 4 s late, one an iteration: the gate closes
-            _until(lambda: _refused_now(client), "the gate never closed")
-            yield clock, server, client
-    finally:
-        server.stop(grace_s=1.0)
+    clock, server = late_fires_server
+    with Client(server.target, timeout_s=WAIT_S) as client:
+        client.send_batch([Client.request("due", b"", delay_ms=1_000) for _ in range(4)])
+        clock.advance(5_000)  # the four fire 4 s late, one an iteration: the gate closes
+        until(lambda: _refused_now(client), "the gate never closed")
+        yield clock, server, client
 
 
 def _pending(client: Client, topic: str) -> int:
@@ -116,7 +96,7 @@ def test_every_kind_of_send_refused_at_first_is_stored_once_the_gate_opens(
         batched = pool.submit(client.send_batch, batch)
         produced = producer.send("producer", b"", delay_ms=60_000)
         awaited = pool.submit(asyncio.run, async_sends())
-        _until(lambda: len(refused) >= 5, "not every send was refused")
+        until(lambda: len(refused) >= 5, "not every send was refused")
         assert not any(f.done() for f in (single, batched, produced, awaited))
 
         clock.advance(100)  # past the hold, and nothing due: the next iteration reopens
@@ -150,26 +130,18 @@ def test_a_gate_closed_past_the_deadline_raises_the_refusal(closed_gate, monkeyp
     assert _pending(_client, "late") == 0
 
 
-def test_other_backpressure_is_not_retried(tmp_path):
+def test_other_backpressure_is_not_retried(virtual_server):
     """Only the gate's refusal promises nothing was stored: a send refused because the
     un-acked backlog is full (RESOURCE_EXHAUSTED too) is raised at once, unmarked."""
-    clock = VirtualClock(wall_ms())
-    settings = Settings(
-        data_dir=str(tmp_path / "data"), port=0, sync_writes=False, max_unacked=2,
-        admit_fire_lag_ms=0,
-    )  # fmt: skip
-    server = TimerServer(settings, clock=clock).start()
-    try:
-        with Client(server.target, timeout_s=WAIT_S) as client:
-            client.send_batch([Client.request("due", b"", delay_ms=1_000) for _ in range(2)])
-            clock.advance(2_000)
-            _until(lambda: client.stats().unacked == 2, "the two never fired")
-            started = time.monotonic()
-            with pytest.raises(RemoteError) as raised:
-                client.send("more", b"", delay_ms=60_000)
-            assert time.monotonic() - started < WAIT_S / 2  # raised, not retried to the deadline
-            assert raised.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
-            assert "max_unacked=2" in raised.value.details
-            assert raised.value.retry_after_ms is None
-    finally:
-        server.stop(grace_s=1.0)
+    clock, server = virtual_server(max_unacked=2, admit_fire_lag_ms=0)
+    with Client(server.target, timeout_s=WAIT_S) as client:
+        client.send_batch([Client.request("due", b"", delay_ms=1_000) for _ in range(2)])
+        clock.advance(2_000)
+        until(lambda: client.stats().unacked == 2, "the two never fired")
+        started = time.monotonic()
+        with pytest.raises(RemoteError) as raised:
+            client.send("more", b"", delay_ms=60_000)
+        assert time.monotonic() - started < WAIT_S / 2  # raised, not retried to the deadline
+        assert raised.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "max_unacked=2" in raised.value.details
+        assert raised.value.retry_after_ms is None
