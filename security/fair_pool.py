@@ -11,9 +11,9 @@ Here each caller has a queue of its own, and an idle thread takes the next call 
 callers with work in turn (round robin), so another caller's call waits for one thread to
 come free, never behind a whole queue. And a caller runs at most `per_key` calls at once:
 its other calls wait in its queue, holding no thread, so `workers - per_key` threads are
-always left to the other callers. Nothing is refused for fairness: a caller alone gets
-`per_key` threads (the `caller_thread_share_percent` of the pool), and a load test from
-one address is slowed, not refused, only if it needs more threads than that at once.
+always left to the other callers. A caller alone gets `per_key` threads (the
+`caller_thread_share_percent` of the pool), and a load test from one connection is slowed,
+not refused, if it needs more threads than that at once (up to the cap below).
 
 Who a call counts against (`call_key`): its token's name, which the request guard puts in
 the call's context before grpcio hands the call to the pool
@@ -25,6 +25,14 @@ it is not a defence. An address would make every local process one caller on a l
 server (load tests open many connections from 127.0.0.1), whose calls would then never
 run on the threads kept for others; a connection costs an attacker nothing, but one
 without tokens could Purge anyway.
+
+What a caller may have waiting is capped (`max_queued`, the security setting
+`max_queued_calls_per_caller`): a call that finds its caller with `per_key + max_queued`
+calls in the pool (running and waiting) is refused at once, RESOURCE_EXHAUSTED naming the
+setting and the caller's counts, on the thread that submits it (grpcio's poller, as
+grpcio refuses its own `maximum_concurrent_rpcs`): the call never reads its request nor
+waits for a thread. Without the cap, one token's flood of waiting calls filled grpcio's
+`max_concurrent_rpcs`, past which grpcio refuses every caller's call.
 
 It passes for a `concurrent.futures.ThreadPoolExecutor` (grpcio takes the server's pool,
 and a behaviour's `experimental_thread_pool` only when it is one) but schedules its own
@@ -40,7 +48,12 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+import grpc
+
+from timerwheel.observability import metrics
+from timerwheel.security.access import short_name
 from timerwheel.security.limits import caller_of_context
+from timerwheel.wheels.domain import Overloaded
 
 UNKNOWN_CALLER = "unknown"  # a task that is no gRPC call (none in the server): one queue
 
@@ -65,18 +78,60 @@ def call_key(fn: Callable[..., Any], args: tuple[Any, ...]) -> str:
     return UNKNOWN_CALLER
 
 
+class _Unread:
+    """What a refused call gets instead of its request, which is never read."""
+
+
+def refuse_call(fn: Callable[..., Any], args: tuple[Any, ...], reason: str) -> bool:
+    """Answer a call grpcio submitted (`submit(call_context.run, <grpcio's in-pool
+    function>, rpc_event, state, behaviour, argument_thunk, deserializer, serializer)`)
+    with RESOURCE_EXHAUSTED `reason`, here and now: grpcio's own function runs with a
+    behaviour that aborts, and an argument that reads nothing. False when `fn, args` is
+    not such a call (the caller fails the future instead)."""
+    if not isinstance(getattr(fn, "__self__", None), contextvars.Context) or len(args) != 7:
+        return False
+    in_pool, rpc_event, state, _behaviour, _thunk, deserializer, serializer = args
+    name = short_name(_method_of(rpc_event))
+
+    def refuse(_request: object, context: Any) -> None:
+        metrics.recorder().refused(name, "RESOURCE_EXHAUSTED")
+        context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{name}: {reason}")
+
+    fn(in_pool, rpc_event, state, refuse, _Unread, deserializer, serializer)
+    return True
+
+
+def _method_of(rpc_event: Any) -> str:
+    """The call's method: in its details, or (a method registered with grpcio, whose
+    details leave it out) the event's tag."""
+    for method in (getattr(getattr(rpc_event, "call_details", None), "method", b""),
+                   getattr(rpc_event, "tag", b"")):  # fmt: skip
+        if isinstance(method, bytes):
+            method = method.decode(errors="replace")
+        if isinstance(method, str) and method.startswith("/"):
+            return method
+    return "/unknown/method"
+
+
 class FairPool(ThreadPoolExecutor):
-    """`workers` threads, taken by callers in turn, at most `per_key` by one caller."""
+    """`workers` threads, taken by callers in turn, at most `per_key` by one caller, and
+    at most `per_key + max_queued` calls of one caller in the pool (None: no cap)."""
 
     def __init__(
         self, workers: int, per_key: int, thread_name_prefix: str,
         key_of: Callable[[Callable[..., Any], tuple[Any, ...]], str] = call_key,
+        max_queued: int | None = None,
+        refuse: Callable[[Callable[..., Any], tuple[Any, ...], str], bool] = refuse_call,
     ) -> None:  # fmt: skip
         # ThreadPoolExecutor.__init__ is not called: none of its machinery is used.
         if not 1 <= per_key <= workers:
             raise ValueError(f"per_key={per_key}: must be 1..workers ({workers})")
+        if max_queued is not None and max_queued < 1:
+            raise ValueError(f"max_queued={max_queued}: must be 1 or more")
         self.workers = workers
         self.per_key = per_key
+        self.max_queued = max_queued
+        self._refuse = refuse
         self._name = thread_name_prefix
         self._key_of = key_of
         self._cond = threading.Condition()
@@ -103,20 +158,47 @@ class FairPool(ThreadPoolExecutor):
         with self._cond:
             if self._shutdown:
                 raise RuntimeError("cannot schedule new futures after shutdown")
-            queue = self._queues.setdefault(key, deque())
-            queue.append((future, fn, args, kwargs))
-            self._make_ready(key)
-            if key in self._in_ready:
-                self._cond.notify()  # an idle thread, if there is one
-                if len(self._threads) < self.workers:  # all of them, once the load comes
-                    thread = threading.Thread(
-                        target=self._work,
-                        name=f"{self._name}_{len(self._threads)}",
-                        daemon=True,
-                    )
-                    self._threads.append(thread)
-                    thread.start()
+            reason = self._over_cap(key)
+            if reason is None:
+                self._queue(key, future, fn, args, kwargs)
+        if reason is not None:  # outside the lock: answering the call takes grpcio's locks
+            future.set_running_or_notify_cancel()
+            try:
+                if self._refuse(fn, args, reason):
+                    future.set_result(None)
+                else:
+                    future.set_exception(Overloaded(reason))
+            except BaseException as exc:  # the call is answered by grpcio's own path anyway
+                future.set_exception(exc)
         return future
+
+    def _over_cap(self, key: str) -> str | None:
+        """Why a new call of `key` is refused, or None (locked)."""
+        if self.max_queued is None:
+            return None
+        running = self._running.get(key, 0)
+        waiting = len(self._queues.get(key, ()))
+        if running + waiting < self.per_key + self.max_queued:
+            return None
+        return (
+            f"{key} already has {running} calls running and {waiting} waiting for a "
+            f"thread (max_queued_calls_per_caller={self.max_queued} beyond its share of "
+            f"{self.per_key} threads); retry later"
+        )
+
+    def _queue(self, key: str, future: Future[Any], fn, args, kwargs) -> None:
+        """Queue the call and wake (or start) a thread for it (locked)."""
+        queue = self._queues.setdefault(key, deque())
+        queue.append((future, fn, args, kwargs))
+        self._make_ready(key)
+        if key in self._in_ready:
+            self._cond.notify()  # an idle thread, if there is one
+            if len(self._threads) < self.workers:  # all of them, once the load comes
+                thread = threading.Thread(
+                    target=self._work, name=f"{self._name}_{len(self._threads)}", daemon=True
+                )
+                self._threads.append(thread)
+                thread.start()
 
     def _make_ready(self, key: str) -> None:
         """Put `key` in the round if it has queued calls and is under its share (locked)."""
@@ -181,7 +263,10 @@ class FairPool(ThreadPoolExecutor):
                     thread.join()
 
 
-def fair_pool(workers: int, share_percent: int, thread_name_prefix: str) -> FairPool:
-    """A pool of `workers` threads of which one caller may hold `share_percent` (one at least)."""
+def fair_pool(
+    workers: int, share_percent: int, thread_name_prefix: str, max_queued: int | None = None
+) -> FairPool:
+    """A pool of `workers` threads of which one caller may hold `share_percent` (one at
+    least), and have `max_queued` calls more waiting (None: no cap)."""
     per_key = max(1, workers * share_percent // 100)
-    return FairPool(workers, per_key, thread_name_prefix)
+    return FairPool(workers, per_key, thread_name_prefix, max_queued=max_queued)

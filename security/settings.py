@@ -34,6 +34,11 @@ class SecuritySettings:
     export_root: str = ""
     # An export is refused when it would leave less free space than this on the disk.
     export_reserve_bytes: int = GIB
+    # Calls one caller (token, else connection) may have waiting for a thread of the unary
+    # pool, and of the settle pool, beyond the share it runs (timerwheel.security.fair_pool):
+    # past it a call is refused at once with RESOURCE_EXHAUSTED, so one token's flood cannot
+    # fill grpcio's max_concurrent_rpcs, past which every caller is refused.
+    max_queued_calls_per_caller: int = 64
 
     def __post_init__(self) -> None:
         if bool(self.tls_cert_file) != bool(self.tls_key_file):
@@ -49,6 +54,9 @@ class SecuritySettings:
         reserve = self.export_reserve_bytes
         if not isinstance(reserve, int) or isinstance(reserve, bool) or reserve < 0:
             raise SettingsError(f"export_reserve_bytes={reserve!r}: must be an integer >= 0")
+        queued = self.max_queued_calls_per_caller
+        if not isinstance(queued, int) or isinstance(queued, bool) or queued < 1:
+            raise SettingsError(f"max_queued_calls_per_caller={queued!r}: must be an integer >= 1")
 
     @property
     def tls(self) -> bool:

@@ -135,12 +135,13 @@ def build_grpc_server(
     # Callers take the unary and settle threads in turn, none more than its share
     # (timerwheel.security.fair_pool): another token's call never waits behind a queue.
     share = settings.caller_thread_share_percent
-    unary_pool = fair_pool(settings.grpc_workers, share, "grpc-unary")
+    queued = protection.security.max_queued_calls_per_caller  # beyond: refused at once
+    unary_pool = fair_pool(settings.grpc_workers, share, "grpc-unary", queued)
     # A stream beyond max_subscribers needs a thread too, to be refused on (the hub's
     # RESOURCE_EXHAUSTED): the streams' pool has grpc_workers threads more for those.
     stream_threads = settings.max_subscribers + settings.grpc_workers
     stream_pool = ThreadPoolExecutor(stream_threads, thread_name_prefix="grpc-stream")
-    settle_pool = fair_pool(settings.settle_workers, share, "grpc-settle")
+    settle_pool = fair_pool(settings.settle_workers, share, "grpc-settle", queued)
     # Health and reflection, which callers without a token reach: a small pool and budgets
     # of their own, so they can never take a thread TimerService needs.
     probes = Probes.of(settings)

@@ -150,6 +150,11 @@ def _register_security(parser: argparse.ArgumentParser) -> None:
         "--export-reserve", metavar="BYTES", type=int,
         help="refuse an export that would leave less free space than this (default 1 GiB)",
     )  # fmt: skip
+    group.add_argument(
+        "--max-queued-calls-per-caller", metavar="N", type=int,
+        help="calls one token (one connection without tokens) may have waiting for a thread "
+        "beyond its share; more are refused RESOURCE_EXHAUSTED at once (default 64)",
+    )  # fmt: skip
 
 
 def _register_cluster(parser: argparse.ArgumentParser) -> None:
@@ -213,6 +218,7 @@ def security_from_args(args: argparse.Namespace) -> SecuritySettings:
         "tls_cert_file": args.tls_cert, "tls_key_file": args.tls_key,
         "tls_client_ca_file": args.tls_client_ca, "auth_tokens_file": args.auth_tokens,
         "export_root": args.export_root, "export_reserve_bytes": args.export_reserve,
+        "max_queued_calls_per_caller": args.max_queued_calls_per_caller,
     }  # fmt: skip
     given = {name: value for name, value in values.items() if value is not None}
     return SecuritySettings(insecure=args.insecure, **given)
