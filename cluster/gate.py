@@ -21,7 +21,7 @@ from timerwheel.engine.api import FiredSource
 from timerwheel.engine.engine import Engine
 from timerwheel.engine.trace_ops import DeliveryEvents
 from timerwheel.engine.writer import FiredListener
-from timerwheel.store.records import FiredRecord
+from timerwheel.store.fired_record import FiredRecord
 from timerwheel.wheels.domain import DeliveryOptions
 from timerwheel.wheels.settings import Settings
 

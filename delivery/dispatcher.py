@@ -39,7 +39,8 @@ from typing import TYPE_CHECKING
 from timerwheel.delivery import attempts
 from timerwheel.delivery.subscriber import Delivered, Subscriber
 from timerwheel.observability import metrics
-from timerwheel.store.records import FiredRecord, record_body_bytes
+from timerwheel.store.fired_record import FiredRecord
+from timerwheel.store.records import record_body_bytes
 from timerwheel.wheels.retry import RetryPolicy
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from timerwheel.store.records import FiredRecord
+from timerwheel.store.fired_record import FiredRecord
 
 if TYPE_CHECKING:
     from timerwheel.delivery.dispatcher import TopicDispatcher

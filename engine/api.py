@@ -23,7 +23,7 @@ from timerwheel.common import State
 from timerwheel.engine.series import SeriesPause
 from timerwheel.engine.trace_ops import DeliveryEvents
 from timerwheel.engine.writer import FiredListener
-from timerwheel.store.records import FiredRecord
+from timerwheel.store.fired_record import FiredRecord
 from timerwheel.wheels.bulk import BulkResult, RedriveResult, TimerFilter
 from timerwheel.wheels.domain import DeliveryOptions, SendSpec, Timer, When
 from timerwheel.wheels.lateness import LatenessMinute

@@ -28,22 +28,30 @@ written before they were), the start of its trace (timerwheel.store.trace).
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Iterator, Mapping
-from functools import lru_cache, partial
+from collections.abc import Iterator
+from functools import lru_cache
 from itertools import repeat
 from operator import itemgetter
-from typing import NamedTuple
 
 from timerwheel.common import State
+from timerwheel.store.fired_record import FiredRecord, fired_records  # noqa: F401 (re-exported)
 from timerwheel.store.keys import WHEEL_CODES, WHEEL_NAMES
-from timerwheel.wheels.domain import FiredTimer, Timer, When, WhenKind
+from timerwheel.store.record_fields import U16 as _U16
+from timerwheel.store.record_fields import (
+    decode_properties,
+    decode_str16,
+    encode_properties,
+    encode_str16,
+    skip_properties,
+    state_of,
+    when_kind_of,
+)
+from timerwheel.wheels.domain import FiredTimer, Timer, When
 from timerwheel.wheels.trace import RecordFacts
 
 RECORD_VERSION = 1
 RECORD_WITH_DELIVERY = 2  # version 1 + the first-delivery trailer (the newest version)
 _HEADER = struct.Struct(">BBBqqqqqqq")
-_U16 = struct.Struct(">H")
-_U32 = struct.Struct(">I")
 _TRAILER_TAIL = struct.Struct(">qH")  # delivered_at_ms, the subscriber's length
 HEADER_BYTES = _HEADER.size
 _I64 = struct.Struct(">q")
@@ -76,8 +84,8 @@ def encode_timer(timer: Timer) -> bytes:
             timer.deliver_at_ms, timer.created_at_ms, timer.fired_at_ms,
             timer.acked_at_ms, timer.cancelled_at_ms, timer.ready_seq,
         ),
-        _encode_str16(timer.topic),
-        _encode_properties(timer.properties),
+        encode_str16(timer.topic),
+        encode_properties(timer.properties),
         timer.body,
     ]  # fmt: skip
     return b"".join(parts)
@@ -94,7 +102,7 @@ def encode_new_many(specs: list, deliver_times_ms: list[int], created_at_ms: int
     for spec, deliver_at_ms in zip(specs, deliver_times_ms, strict=True):
         when = spec.when
         if spec.properties:
-            middle = topic_block(spec.topic) + _encode_properties(spec.properties)
+            middle = topic_block(spec.topic) + encode_properties(spec.properties)
         else:
             middle = bare(spec.topic)
         fields = pack(when.kind, when.value, deliver_at_ms, created_at_ms)
@@ -105,13 +113,13 @@ def encode_new_many(specs: list, deliver_times_ms: list[int], created_at_ms: int
 @lru_cache(maxsize=4096)
 def topic_block(topic: str) -> bytes:
     """The topic as a record holds it right after its header (length, then UTF-8)."""
-    return _encode_str16(topic)
+    return encode_str16(topic)
 
 
 @lru_cache(maxsize=4096)
 def _topic_block_bare(topic: str) -> bytes:
     """Topic plus an empty property list: what most sends carry."""
-    return _encode_str16(topic) + _U16.pack(0)
+    return encode_str16(topic) + _U16.pack(0)
 
 
 def decode_timer(message_id: str, raw: bytes) -> Timer:
@@ -121,13 +129,13 @@ def decode_timer(message_id: str, raw: bytes) -> Timer:
         raise ValueError(
             f"record of {message_id!r} has version {version}, expected one of {_VERSIONS}"
         )
-    topic, offset = _decode_str16(raw, HEADER_BYTES)
-    properties, offset = _decode_properties(raw, offset)
+    topic, offset = decode_str16(raw, HEADER_BYTES)
+    properties, offset = decode_properties(raw, offset)
     return Timer(
         message_id=message_id, topic=topic, body=raw[offset : _body_end(raw)],
         properties=properties,
-        deliver_at_ms=deliver_at_ms, created_at_ms=created_at_ms, state=_state(state),
-        when=When(_when_kind(when_kind & _KIND_MASK), when_value), fired_at_ms=fired_at_ms,
+        deliver_at_ms=deliver_at_ms, created_at_ms=created_at_ms, state=state_of(state),
+        when=When(when_kind_of(when_kind & _KIND_MASK), when_value), fired_at_ms=fired_at_ms,
         acked_at_ms=acked_at_ms, cancelled_at_ms=cancelled_at_ms, ready_seq=seq,
     )  # fmt: skip
 
@@ -153,31 +161,8 @@ def delivery_parts(raw: bytes) -> tuple[bytes, bytes, dict[str, str], int, int]:
     end = _body_end(raw)
     if raw[offset : offset + 2] == b"\x00\x00":  # no properties: most messages
         return topic, raw[offset + 2 : end], {}, deliver_at_ms, fired_at_ms
-    properties, offset = _decode_properties(raw, offset)
+    properties, offset = decode_properties(raw, offset)
     return topic, raw[offset:end], properties, deliver_at_ms, fired_at_ms
-
-
-class FiredRecord(NamedTuple):
-    """A fired, un-acked message as the delivery hub tracks and hands it on: its fire
-    sequence, id and stored record, not decoded. The hub needs only the id, the body's
-    size (`record_body_bytes`) and a time or two; the record is decoded where a Delivery is
-    built from it (`delivery_parts`). Decoding each fired record in the delivery process too, as a
-    `FiredTimer` did, was nearly all of that process's cost a message."""
-
-    seq: int
-    message_id: str
-    record: bytes
-
-
-# A NamedTuple's constructor is a Python function; tuple.__new__ makes the same in C.
-_NEW_FIRED_RECORD = partial(tuple.__new__, FiredRecord)
-
-
-def fired_records(rows: Iterable[tuple[int, bytes, bytes]]) -> list[FiredRecord]:
-    """The FiredRecords of (fire seq, UTF-8 id, record) rows as the engine reads them:
-    about 30% less a row than through the class's own constructor (a Python function), and
-    it runs once a fired message in a burst's delivery."""
-    return [_NEW_FIRED_RECORD((seq, message_id.decode(), raw)) for seq, message_id, raw in rows]
 
 
 def record_body_bytes(raw: bytes) -> int:
@@ -187,28 +172,11 @@ def record_body_bytes(raw: bytes) -> int:
     offset = HEADER_BYTES + _U16.size + topic_bytes
     if raw[offset : offset + 2] == b"\x00\x00":  # no properties: most messages
         return _body_end(raw) - offset - 2
-    return _body_end(raw) - _decode_properties(raw, offset)[1]
+    return _body_end(raw) - decode_properties(raw, offset)[1]
 
 
 def record_state(raw: bytes) -> State:
-    return _state(raw[1])
-
-
-# Enum construction by value (`State(2)`) runs Python code in the enum's metaclass, many
-# times a dict lookup; every delivered message decodes two, so known values are looked up
-# instead. Unknown ones still raise ValueError.
-_STATES = {int(state): state for state in State}
-_WHEN_KINDS = {int(kind): kind for kind in WhenKind}
-
-
-def _state(value: int) -> State:
-    found = _STATES.get(value)
-    return found if found is not None else State(value)
-
-
-def _when_kind(value: int) -> WhenKind:
-    found = _WHEN_KINDS.get(value)
-    return found if found is not None else WhenKind(value)
+    return state_of(raw[1])
 
 
 def is_scheduled(raw: bytes) -> bool:
@@ -392,7 +360,7 @@ DELIVER_AT_TIME_BOUND = slice(_DELIVER_AT_OFFSET, _DELIVER_AT_OFFSET + 8)
 
 
 def record_topic(raw: bytes) -> str:
-    return _decode_str16(raw, HEADER_BYTES)[0]
+    return decode_str16(raw, HEADER_BYTES)[0]
 
 
 def record_ready_seq(raw: bytes) -> int:
@@ -408,14 +376,8 @@ def record_summary(raw: bytes) -> tuple[int, int, int, str, int]:
     are skipped by their lengths, never decoded, and the body is never copied.
     """
     header = _HEADER.unpack_from(raw)
-    topic, offset = _decode_str16(raw, HEADER_BYTES)
-    (count,) = _U16.unpack_from(raw, offset)
-    offset += _U16.size
-    for _ in range(count):
-        (key_length,) = _U16.unpack_from(raw, offset)
-        offset += _U16.size + key_length
-        (value_length,) = _U32.unpack_from(raw, offset)
-        offset += _U32.size + value_length
+    topic, offset = decode_str16(raw, HEADER_BYTES)
+    offset = skip_properties(raw, offset)
     return header[1], header[4], header[5], topic, _body_end(raw) - offset
 
 
@@ -435,35 +397,3 @@ def with_transition(
         if value is not None:
             fields[index] = value
     return _HEADER.pack(*fields) + raw[HEADER_BYTES:]
-
-
-def _encode_str16(text: str) -> bytes:
-    data = text.encode()
-    return _U16.pack(len(data)) + data
-
-
-def _decode_str16(raw: bytes, offset: int) -> tuple[str, int]:
-    (length,) = _U16.unpack_from(raw, offset)
-    start = offset + _U16.size
-    return raw[start : start + length].decode(), start + length
-
-
-def _encode_properties(properties: Mapping[str, str]) -> bytes:
-    parts = [_U16.pack(len(properties))]
-    for key, value in properties.items():
-        value_bytes = value.encode()
-        parts += [_encode_str16(key), _U32.pack(len(value_bytes)), value_bytes]
-    return b"".join(parts)
-
-
-def _decode_properties(raw: bytes, offset: int) -> tuple[dict[str, str], int]:
-    (count,) = _U16.unpack_from(raw, offset)
-    offset += _U16.size
-    properties = {}
-    for _ in range(count):
-        key, offset = _decode_str16(raw, offset)
-        (length,) = _U32.unpack_from(raw, offset)
-        offset += _U32.size
-        properties[key] = raw[offset : offset + length].decode()
-        offset += length
-    return properties, offset
