@@ -42,7 +42,7 @@ from timerwheel.store.export_root import ExportSlot, check_space
 from timerwheel.store.open_store import open_store
 from timerwheel.store.rocks import RocksTuning
 from timerwheel.store.timer_store import TimerStore
-from timerwheel.wheels.admission import FireLagGate
+from timerwheel.wheels.admission import Admission
 from timerwheel.wheels.bulk import (
     BulkResult,
     RedriveResult,
@@ -146,20 +146,20 @@ class Engine(EngineApi):
         return future
 
     @property
-    def admission(self) -> FireLagGate:
+    def admission(self) -> Admission:
         """The send admission gate the writer's tick feeds (timerwheel.wheels.admission)."""
         return self._writer.tick.admission
 
     def admit_send(self) -> None:
-        """Refuse a send (AdmissionRefused) while the firing loop runs late: the gRPC
+        """Refuse a send (AdmissionRefused) while either rule of the gate refuses: the gRPC
         front asks before it validates anything. Engine.send_batch itself does not ask."""
         refused = self._writer.tick.admission.refused()
         if refused is not None:
             metrics.recorder().admission_refused()
             raise refused
 
-    def set_admission_listener(self, listener: Callable[[bool, int], None]) -> None:
-        """`listener(refusing, lag_ms)` after each writer iteration, on the writer thread."""
+    def set_admission_listener(self, listener: Callable[[bool, int, int], None]) -> None:
+        """`listener(refusing, lag_ms, load_pct)` after each writer iteration, on its thread."""
         self._writer.tick.on_admission = listener
 
     def check_backlog(self) -> None:

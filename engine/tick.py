@@ -18,7 +18,10 @@ once instead of sleeping, so a backlog drains a chunk per commit and no commit h
 fires behind it for long (why cascade chunks are small: `Settings.cascade_chunk`).
 
 Each stage also tells the admission gate (`timerwheel.wheels.admission`) how late the
-fires it staged ran: now minus the earliest due time among them, 0 when none was due.
+fires it staged ran: now minus the earliest due time among them, 0 when none was due;
+and, once every `SAMPLE_MS`, the process's CPU time, the sends committed and timers
+fired since the last sample and the due load ahead (`DueHorizon`, which the writer
+feeds once a commit with the deliver times of the sends it committed: `committed_sends`).
 
 `next_due_ms` is the other half: when the tick will next have work, for the writer's
 sleep. The tick decides nothing about time itself; the scheduler (`timerwheel.wheels.scheduler`)
@@ -35,7 +38,7 @@ from timerwheel.engine.series import fire_due_series
 from timerwheel.observability import metrics
 from timerwheel.store import keys
 from timerwheel.store.batch import StagedBatch
-from timerwheel.wheels.admission import FireLagGate
+from timerwheel.wheels.admission import SAMPLE_MS, Admission, DueHorizon
 from timerwheel.wheels.scheduler import CascadeTask
 from timerwheel.wheels.settings import Settings
 
@@ -50,10 +53,17 @@ class Tick:
         self._scheduler = ctx.scheduler
         self._sweep_from = b""
         self._next_sweep_ms = 0
-        self.admission = FireLagGate(settings.admit_fire_lag_ms)
-        # (refusing, lag_ms) after each stage: the engine process shares it with the
-        # gRPC workers (timerwheel.procs.admission_cell)
-        self.on_admission: Callable[[bool, int], None] | None = None
+        self.admission = Admission(settings.admit_fire_lag_ms, settings.admit_due_load_pct)
+        # (refusing, lag_ms, load_pct) after each stage: the engine process shares it with
+        # the gRPC workers (timerwheel.procs.admission_cell)
+        self.on_admission: Callable[[bool, int, int], None] | None = None
+        # The process's CPU clock (s) for the due-load rule's costs: the writer sets
+        # time.process_time under the system clock; a test in virtual time its own; None:
+        # no samples (the rule admits).
+        self.cpu_clock: Callable[[], float] | None = None
+        self.due = DueHorizon()
+        self._sends = self._fires = 0  # since the last sample
+        self._next_sample_ms = 0
         self._earliest_due_ms: int | None = None  # of the fires staged this time
 
     def stage(self, batch: StagedBatch, now_ms: int) -> bool:
@@ -73,9 +83,26 @@ class Tick:
         lag_ms = max(now_ms - earliest, 0) if earliest is not None else 0
         gate = self.admission
         refusing = gate.observe(now_ms, lag_ms)
-        if self.on_admission is not None:  # a refusal names the lag that caused it
-            self.on_admission(refusing, gate.late_ms if refusing else lag_ms)
+        if now_ms >= self._next_sample_ms and self.cpu_clock is not None:
+            self._sample(now_ms)
+            refusing = gate.refusing
+        if self.on_admission is not None:  # a refusal names what caused it
+            lag, due = gate.lag, gate.due
+            late_ms = lag.late_ms if lag.refusing else lag_ms
+            self.on_admission(refusing, late_ms, due.load_pct if due.refusing else 0)
         return more
+
+    def committed_sends(self, deliver_times_ms: list[int], now_ms: int) -> None:
+        """A commit stored these sends: their due seconds count toward the due load."""
+        self._sends += len(deliver_times_ms)
+        self.due.add(deliver_times_ms, now_ms)
+
+    def _sample(self, now_ms: int) -> None:
+        self._next_sample_ms = now_ms + SAMPLE_MS
+        cpu_s = self.cpu_clock()  # type: ignore[misc]  (checked by the caller)
+        due_per_s = self.due.due_per_s(now_ms)
+        self.admission.due.sample(now_ms, cpu_s, self._sends, self._fires, due_per_s)
+        self._sends = self._fires = 0
 
     def _fired_due(self, key: bytes) -> None:
         """A chunk fired keys from `key` on (in time order): the earliest due so far?"""
@@ -99,6 +126,7 @@ class Tick:
         due_count = _count_due(entries, now_ms)
         if due_count:
             self._fired_due(entries[0][0])
+            self._fires += due_count
             first_seq = self._scheduler.take_fire_seqs(due_count)
             self._store.stage_fire(batch, task.upper.name, entries[:due_count], first_seq, now_ms)
         self._store.stage_move(batch, task.upper.name, task.lower.name, entries[due_count:], now_ms)
@@ -113,6 +141,7 @@ class Tick:
         entries = self._store.scan("second", lo, hi, limit)
         if entries:
             self._fired_due(entries[0][0])
+            self._fires += len(entries)
             first_seq = self._scheduler.take_fire_seqs(len(entries))
             self._store.stage_fire(batch, "second", entries, first_seq, now_ms)
         next_from = keys.key_after(entries[-1][0]) if len(entries) == limit else None

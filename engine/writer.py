@@ -75,7 +75,9 @@ from timerwheel.common import TimerwheelError
 from timerwheel.engine.commit_counts import commit_counts
 from timerwheel.engine.linger import Lingering
 from timerwheel.engine.ops import Op, WriterContext
+from timerwheel.engine.send_op import SendOp
 from timerwheel.engine.store_health import StoreHealth, WriterFailed
+from timerwheel.engine.system_clock import SystemClock
 from timerwheel.engine.tick import Tick
 from timerwheel.engine.wal_syncer import WalSyncer, complete, fail
 from timerwheel.observability import metrics
@@ -124,6 +126,8 @@ class Writer:
             self.health.opened_read_only()
         self._ctx = WriterContext(store, scheduler, settings.retention_ms)
         self.tick = Tick(settings, self._ctx)
+        if isinstance(clock, SystemClock):  # real time: the due-load rule measures costs
+            self.tick.cpu_clock = time.process_time
         self._cond = threading.Condition()
         self._queue: deque[Op] = deque()
         self._queued_weight = 0
@@ -220,7 +224,7 @@ class Writer:
         ops: list[Op] = []
         weight = 0
         limit = self._settings.max_group_ops
-        if self.tick.admission.refusing:
+        if self.tick.admission.lag.refusing:  # fires late (not the due-load rule)
             limit = max(1, limit // LAGGING_SHARE)
         with self._cond:
             while self._queue and (not ops or weight + self._queue[0].weight <= limit):
@@ -352,6 +356,9 @@ class Writer:
             raise
         if counted:
             self._counts.committed(counted)
+        for op in ops:  # the due load ahead, for admission (one count a send op)
+            if type(op) is SendOp:
+                self.tick.committed_sends(op.deliver_times_ms, now_ms)
         if batch.series_changes:  # before any caller of this batch is answered
             _call_each(self._series_listeners, batch.series_changes, "series_listener_failed")
         if wants_sync and self._syncer is not None:

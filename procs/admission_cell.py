@@ -8,8 +8,13 @@ word of a file beside the engine's socket (in the supervisor's private runtime
 directory), mapped by every process:
 
     engine process, writer thread                 each worker, before each send
-    tick stage -> publish(refusing, lag_ms)       read the word: refusing? lag?
-                  word = lag_ms << 1 | refusing   (no call, no lock)
+    tick stage -> publish(refusing, lag_ms, load_pct)    read the word: refusing? why?
+      word = lag_ms << 17 | load_pct << 1 | refusing     (no call, no lock)
+
+`load_pct` is not 0 only while the due-load rule refuses (and the fire-lag rule does
+not): the projected load, in % of a core, that a refusal names
+(`timerwheel.wheels.admission`, "admission by due load"); otherwise a refusal is the
+fire-lag rule's and names `lag_ms`.
 
 The writer writes the word only when it changed. An aligned 8-byte store is one machine
 store, so a reader sees the old word or the new one, never half of each. A worker that
@@ -23,10 +28,11 @@ import mmap
 import os
 import struct
 
-from timerwheel.wheels.admission import refused
+from timerwheel.wheels.admission import due_load_refused, refused
 from timerwheel.wheels.domain import AdmissionRefused
 
 _WORD = struct.Struct("<q")
+_LOAD_BITS = 16  # load_pct, capped: a refusal names at most 65535%
 SUFFIX = ".admission"
 
 
@@ -48,8 +54,9 @@ class AdmissionPublisher:
         self._word = -1
         self.publish(False, 0)
 
-    def publish(self, refusing: bool, lag_ms: int) -> None:
-        word = lag_ms << 1 | refusing
+    def publish(self, refusing: bool, lag_ms: int, load_pct: int = 0) -> None:
+        load = min(load_pct, (1 << _LOAD_BITS) - 1)
+        word = (lag_ms << _LOAD_BITS | load) << 1 | refusing
         if word != self._word:
             self._word = word
             _WORD.pack_into(self._map, 0, word)
@@ -63,9 +70,10 @@ class AdmissionPublisher:
 class AdmissionReader:
     """A worker's end: `refused()` before each send."""
 
-    def __init__(self, path: str, admit_ms: int) -> None:
+    def __init__(self, path: str, admit_ms: int, admit_load_pct: int = 0) -> None:
         self._path = path
         self._admit_ms = admit_ms
+        self._admit_load_pct = admit_load_pct
         self._map: mmap.mmap | None = None
 
     def refusal(self) -> str | None:
@@ -81,7 +89,10 @@ class AdmissionReader:
         (word,) = _WORD.unpack_from(cell, 0)
         if not word & 1:
             return None
-        return refused(word >> 1, self._admit_ms)
+        load_pct = word >> 1 & (1 << _LOAD_BITS) - 1
+        if load_pct:
+            return due_load_refused(load_pct, self._admit_load_pct)
+        return refused(word >> (_LOAD_BITS + 1), self._admit_ms)
 
     def _open(self) -> mmap.mmap | None:
         try:

@@ -50,7 +50,9 @@ def run_worker_process(
         settings,
         CallClient(engine_path, authkey, "engine"),
         SystemClock(settings.clock_offset_ms),
-        AdmissionReader(cell_path(engine_path), settings.admit_fire_lag_ms),
+        AdmissionReader(
+            cell_path(engine_path), settings.admit_fire_lag_ms, settings.admit_due_load_pct
+        ),
     )
     hub = RemoteHub(delivery_path, authkey)
     built = build_grpc_server(

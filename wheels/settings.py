@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from timerwheel.durations import DAY_MS, HOUR_MS, MINUTE_MS, SECOND_MS
-from timerwheel.wheels.admission import admit_fire_lag_problem
+from timerwheel.wheels.admission import admit_due_load_problem, admit_fire_lag_problem
 from timerwheel.wheels.retry import RetryKind, RetryPolicy, check_policy
 from timerwheel.wheels.topic_policy import TopicSettings, topics_problem
 
@@ -107,6 +107,10 @@ class Settings:
     # more than this late, so fires stay on time and producers feel the excess
     # (timerwheel.wheels.admission); 0: never.
     admit_fire_lag_ms: int = 20
+    # And while the fires due in the coming seconds plus the sends, at their measured
+    # costs, would take more than this % of a core (timerwheel.wheels.admission,
+    # "admission by due load"); 0: never.
+    admit_due_load_pct: int = 85
 
     # Delivery.
     ack_timeout_ms: int = 30 * SECOND_MS
@@ -245,6 +249,8 @@ class Settings:
         _check_metrics(self)
         _check_console(self)
         if (problem := admit_fire_lag_problem(self.admit_fire_lag_ms)) is not None:
+            raise SettingsError(problem)
+        if (problem := admit_due_load_problem(self.admit_due_load_pct)) is not None:
             raise SettingsError(problem)
         if not self.data_dir:
             raise SettingsError("data_dir='': must name a directory")
