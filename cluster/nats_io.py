@@ -44,6 +44,8 @@ from timerwheel.cluster.fencing import (
 )
 from timerwheel.cluster.lease import LeaseEntry, LeaseValue
 from timerwheel.cluster.log_tail import LogTail
+from timerwheel.cluster.nats_connect import NatsRefused as NatsRefused
+from timerwheel.cluster.nats_connect import connect as connect
 from timerwheel.cluster.partitions import epoch_subject, log_subject, stream_name
 
 T = TypeVar("T")
@@ -104,16 +106,6 @@ class LoopThread:
         self._thread.join(5.0)
         if not self._thread.is_alive():
             self.loop.close()
-
-
-async def connect(urls: list[str], name: str) -> nats.NATS:
-    """A connection that reconnects for ever (a NATS server restarting or a network cut is
-    a state the node lives through, not an error that ends it)."""
-    return await nats.connect(
-        servers=urls, name=name, connect_timeout=2, reconnect_time_wait=0.25,
-        max_reconnect_attempts=-1, allow_reconnect=True, ping_interval=2,
-        max_outstanding_pings=3,
-    )  # fmt: skip
 
 
 async def retry_new(attempt: Callable[[], Awaitable[T]], bound_s: float = 10.0) -> T:

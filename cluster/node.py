@@ -120,6 +120,7 @@ class ClusterNode(SeriesLog, Takeovers, NodeQueries):
             self._loop.run(self._connect(), 60.0)
         except BaseException:
             self._loop.close()
+            self._loop = None  # nothing for close() to release: the error stays the one seen
             raise
         self._task = self._loop.submit(self._lease_loop())
         log.info(
@@ -129,7 +130,7 @@ class ClusterNode(SeriesLog, Takeovers, NodeQueries):
         return self
 
     async def _connect(self) -> None:
-        self._nc = await connect(list(self.node.nats_urls), self.holder)
+        self._nc = await connect(list(self.node.nats_urls), self.holder, self.node)
         js = self._nc.jetstream(timeout=self.node.call_timeout_ms / 1000)
         self._js = js
         self.replication = ReplicationWatch(js)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,6 +72,14 @@ class NodeSettings:
     # With TLS on (`--tls-cert`), the CA that signed the other nodes' certificates, for
     # the calls nodes make to each other (None: the system's trusted roots).
     peer_ca_file: str | None = None
+    # How the node proves itself to NATS and checks the servers (docs/cluster.md, "NATS
+    # credentials and TLS"): a user credentials file (`--nats-creds`), the CA of the
+    # servers' certificates (`--nats-ca`: TLS required), a client certificate and key for
+    # mutual TLS. A user and password or a token go in the URLs (nats://u:p@host:4222).
+    nats_creds_file: str | None = None
+    nats_ca_file: str | None = None
+    nats_cert_file: str | None = None
+    nats_key_file: str | None = None
 
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name or "." in self.name:
@@ -97,6 +106,60 @@ class NodeSettings:
             )
         if self.peer_ca_file is not None and not os.access(self.peer_ca_file, os.R_OK):
             raise SettingsError(f"cluster_ca {self.peer_ca_file!r}: not a readable file")
+        self._check_nats_access()
+
+    def _check_nats_access(self) -> None:
+        """Each NATS file readable and of its kind, named by its flag (at start, not at the
+        first connect)."""
+        files = {
+            "--nats-creds": self.nats_creds_file, "--nats-ca": self.nats_ca_file,
+            "--nats-cert": self.nats_cert_file, "--nats-key": self.nats_key_file,
+        }  # fmt: skip
+        for flag, path in files.items():
+            if path is not None and not (os.path.isfile(path) and os.access(path, os.R_OK)):
+                raise SettingsError(f"{flag} {path!r}: not a readable file")
+        if (self.nats_cert_file is None) != (self.nats_key_file is None):
+            raise SettingsError(
+                f"--nats-cert {self.nats_cert_file!r}, --nats-key {self.nats_key_file!r}: "
+                "give both (a client certificate and its key, for mutual TLS) or neither"
+            )
+        if self.nats_creds_file is not None:
+            with open(self.nats_creds_file, "rb") as creds:
+                text = creds.read()
+            if b"BEGIN NATS USER JWT" not in text or b"BEGIN USER NKEY SEED" not in text:
+                raise SettingsError(
+                    f"--nats-creds {self.nats_creds_file!r}: not a NATS user credentials "
+                    "file (a user JWT and an nkey seed, as `nsc generate creds` writes)"
+                )
+        self.nats_tls()
+
+    @property
+    def nats_tls_wanted(self) -> bool:
+        return self.nats_ca_file is not None or self.nats_cert_file is not None
+
+    def nats_tls(self) -> ssl.SSLContext | None:
+        """The TLS context for NATS (None without `--nats-ca` or `--nats-cert`: plain, or
+        the system's roots if a server asks for TLS). Raises SettingsError naming the flag
+        whose file it cannot load."""
+        if not self.nats_tls_wanted:
+            return None
+        context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+        if self.nats_ca_file is not None:
+            try:
+                context.load_verify_locations(cafile=self.nats_ca_file)
+            except (ssl.SSLError, OSError) as error:
+                raise SettingsError(
+                    f"--nats-ca {self.nats_ca_file!r}: not a PEM CA certificate ({error})"
+                ) from error
+        if self.nats_cert_file is not None and self.nats_key_file is not None:
+            try:
+                context.load_cert_chain(self.nats_cert_file, self.nats_key_file)
+            except (ssl.SSLError, OSError) as error:
+                raise SettingsError(
+                    f"--nats-cert {self.nats_cert_file!r}, --nats-key {self.nats_key_file!r}: "
+                    f"not a PEM certificate and its key ({error})"
+                ) from error
+        return context
 
     def advertised(self, host: str, port: int) -> str:
         """Where this node is reached, listening on `host`:`port`. Raises SettingsError

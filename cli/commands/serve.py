@@ -182,6 +182,22 @@ def _register_cluster(parser: argparse.ArgumentParser) -> None:
         help="with --tls-cert: the CA of the other nodes' certificates, for the calls nodes "
         "make to each other (default: the system's trusted roots)",
     )  # fmt: skip
+    group.add_argument(
+        "--nats-creds", metavar="FILE",
+        help="a NATS user credentials file (.creds) this node connects with (a user and "
+        "password or a token go in the --cluster URLs: nats://USER:PASS@host:4222)",
+    )  # fmt: skip
+    group.add_argument(
+        "--nats-ca", metavar="FILE",
+        help="the CA of the NATS servers' certificates: TLS to NATS, required",
+    )  # fmt: skip
+    group.add_argument(
+        "--nats-cert", metavar="FILE", help="a client certificate for mutual TLS to NATS"
+    )
+    group.add_argument("--nats-key", metavar="FILE", help="the key of --nats-cert")
+
+
+NATS_FLAGS = ("nats_creds", "nats_ca", "nats_cert", "nats_key")
 
 
 def cluster_from_args(args: argparse.Namespace, settings):
@@ -189,7 +205,8 @@ def cluster_from_args(args: argparse.Namespace, settings):
     from timerwheel.wheels.settings import SettingsError
 
     if not args.cluster:
-        for flag in ("node_name", "partitions", "replicas", "advertise", "cluster_ca"):
+        flags = ("node_name", "partitions", "replicas", "advertise", "cluster_ca", *NATS_FLAGS)
+        for flag in flags:
             if getattr(args, flag) is not None:
                 raise SettingsError(f"--{flag.replace('_', '-')} needs --cluster")
         return None
@@ -207,6 +224,7 @@ def cluster_from_args(args: argparse.Namespace, settings):
     given = {
         "partitions": args.partitions, "replicas": args.replicas, "advertise": args.advertise,
         "peer_ca_file": args.cluster_ca,
+        **{f"{flag}_file": getattr(args, flag) for flag in NATS_FLAGS},
     }  # fmt: skip
     node = NodeSettings(args.node_name, urls, **{k: v for k, v in given.items() if v is not None})
     node.advertised(settings.host, settings.port)  # a wildcard --host needs --advertise
