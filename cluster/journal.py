@@ -32,6 +32,14 @@ topic after a takeover, and dead-lettered again if it keeps failing).
 
 Encoding: JSON (`{"v": 1, "e": [[kind, ...], ...]}`), bodies and options in base64: a
 record is one group commit, so its framing is paid once per commit, not per timer.
+
+Versions (docs/cluster.md, "Upgrading a cluster"): a record carries the lowest version
+whose readers know everything in it: 1 for `send`, `cancel`, `ack` and `reschedule`; 2
+once it holds a `series` entry or a series' own send (a snapshot's). A reader refuses a
+record of a version above its own, and an entry of a kind it does not know, and never
+skips one: skipping a `series` entry would rebuild the partition without that series
+(or with it as it was before), silently. A node of version 1 thus reads every record a
+cluster that sends no recurring series writes, and refuses the rest (BadRecord).
 """
 
 from __future__ import annotations
@@ -45,7 +53,8 @@ from timerwheel.engine.series import SERIES_ID, SERIES_OCCURRENCE, occurrence_id
 from timerwheel.store.extras import decode_extras, encode_extras
 from timerwheel.wheels.domain import IfExists, SendOptions, SendSpec, When, WhenKind
 
-VERSION = 1
+VERSION = 2  # the newest version this build reads; it reads every older one
+KIND_VERSION = {"send": 1, "cancel": 1, "ack": 1, "reschedule": 1, "series": 2}
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,9 +165,12 @@ def _sent_of_row(row: list) -> Sent:
 
 def encode(entries: Iterable[Entry]) -> bytes:
     rows: list[list] = []
+    version = 1  # the lowest whose readers know every row (module doc)
     for entry in entries:
         if isinstance(entry, Sent):
             rows.append(_sent_row(entry))
+            if is_series(entry):  # a series' own send (a snapshot's): its entry's state
+                version = 2
         elif isinstance(entry, Cancelled):
             rows.append(["cancel", list(entry.message_ids)])
         elif isinstance(entry, Acked):
@@ -169,7 +181,8 @@ def encode(entries: Iterable[Entry]) -> bytes:
             sent = None if entry.sent is None else _sent_row(entry.sent)
             occurrences = [list(occurrence) for occurrence in entry.occurrences]
             rows.append(["series", entry.series_id, occurrences, sent])
-    return json.dumps({"v": VERSION, "e": rows}, separators=(",", ":")).encode()
+            version = KIND_VERSION["series"]
+    return json.dumps({"v": version, "e": rows}, separators=(",", ":")).encode()
 
 
 class BadRecord(ValueError):
@@ -180,8 +193,13 @@ class BadRecord(ValueError):
 def decode(data: bytes) -> list[Entry]:
     try:
         record = json.loads(data)
-        if record.get("v") != VERSION:
-            raise BadRecord(f"log record version {record.get('v')!r}: this node reads {VERSION}")
+        version = record.get("v")
+        if type(version) is not int or not 1 <= version <= VERSION:
+            raise BadRecord(
+                f"log record version {version!r}: this node reads versions 1 to {VERSION}; "
+                "a newer node wrote it: upgrade this node (docs/cluster.md, 'Upgrading a "
+                "cluster')"
+            )
         entries: list[Entry] = []
         for row in record["e"]:
             kind = row[0]
@@ -197,8 +215,11 @@ def decode(data: bytes) -> list[Entry]:
                 sent = None if row[3] is None else _sent_of_row(row[3])
                 occurrences = tuple((int(n), int(at)) for n, at in row[2])
                 entries.append(SeriesState(str(row[1]), sent, occurrences))
-            else:
-                raise BadRecord(f"log entry kind {kind!r}")
+            else:  # refused, never skipped (module doc)
+                raise BadRecord(
+                    f"log entry kind {kind!r} in a version {version} record: this node reads "
+                    f"{', '.join(KIND_VERSION)}"
+                )
         return entries
     except (KeyError, TypeError, ValueError, IndexError) as error:
         if isinstance(error, BadRecord):

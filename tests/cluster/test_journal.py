@@ -34,7 +34,7 @@ def test_records_round_trip_every_entry_kind():
 
 
 @pytest.mark.parametrize(
-    "data", [b"not json", b'{"v": 2, "e": []}', b'{"v": 1, "e": [["burn", 1]]}', b'{"v": 1}']
+    "data", [b"not json", b'{"v": 3, "e": []}', b'{"v": 1, "e": [["burn", 1]]}', b'{"v": 1}']
 )
 def test_an_unreadable_record_is_refused_not_skipped(data):
     with pytest.raises(journal.BadRecord):
