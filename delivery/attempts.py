@@ -41,7 +41,7 @@ def fail(
 
     Its next delivery is at `redeliver_at_ms` if given (a nack that names its backoff),
     else, with `now_ms` (an ack timeout, a nack), after its retry backoff
-    (`DeliveryHub.retry_delay_ms`: pure arithmetic, no engine call), else at once (an
+    (`AttemptPolicy.retry_delay_ms`: pure arithmetic, no engine call), else at once (an
     ended stream: the consumer failed, not the message)."""
     assert entry.owner is not None
     entry.owner.in_flight -= 1
@@ -53,7 +53,7 @@ def fail(
         topic.dying.append((message_id, entry, reason))
         return True
     if not redeliver_at_ms and now_ms is not None:
-        delay_ms = topic.hub.retry_delay_ms(entry)
+        delay_ms = topic.hub.attempt_policy.retry_delay_ms(entry)
         redeliver_at_ms = now_ms + delay_ms if delay_ms > 0 else 0
     entry.attempt += 1
     if redeliver_at_ms:

@@ -5,7 +5,7 @@ subscribers or tracked messages. It works in memory only; the durable truth is t
 engine's `ready` column family, which keeps a fired message until it is acked. It calls
 back into its hub for the byte budget every dispatcher shares (`hub.budget`,
 `timerwheel.delivery.budget`) and for the attempt counts of messages an earlier hub may have
-delivered (`restore_attempts`).
+delivered (`hub.attempt_policy`, timerwheel.delivery.attempt_policy).
 
 * A dispatcher keeps a cursor (the last fire sequence it read) and pulls newly fired
   messages with `engine.fetch_deliveries(topic, cursor, n)` when the engine's fired-listener
@@ -109,7 +109,7 @@ class TopicDispatcher:
         # The attempt limit and retry policy (None: the server's) of this topic's messages
         # whose send names none, fixed for the dispatcher's life: a failed attempt reads
         # them from its Entry, never from the engine (timerwheel.wheels.topic_policy).
-        self.default_limit, self.default_retry = hub.topic_defaults(name)
+        self.default_limit, self.default_retry = hub.attempt_policy.topic_defaults(name)
 
     # -- called with cond held ------------------------------------------------------------
     def expire(self, now_ms: int) -> None:
@@ -157,7 +157,7 @@ class TopicDispatcher:
             self.dirty = bool(fetched)
             fresh_before = len(self.fresh)
             entries = self.entries
-            own = self.hub.delivery_options(fetched)
+            own = self.hub.attempt_policy.delivery_options(fetched)
             default_limit, default_retry = self.default_limit, self.default_retry
             new = [
                 (
@@ -170,7 +170,7 @@ class TopicDispatcher:
                 if fired.message_id not in entries
             ]
             self.track_many(new)
-            self.fresh.extend(m for m, _ in self.hub.restore_attempts(self, new))
+            self.fresh.extend(m for m, _ in self.hub.attempt_policy.restore_attempts(self, new))
             if fetched:
                 self.cursor = fetched[-1].seq
             if len(self.fresh) > fresh_before and _read_all_there_was(fetched, limit, max_bytes):

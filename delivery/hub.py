@@ -9,14 +9,8 @@ limits, and keeps the bodies the dispatchers hold within `Settings.max_delivery_
 (`timerwheel.delivery.budget`).
 
 After a restart, every dispatcher's cursor starts at 0, so every fired-but-unacked
-message (the engine's `ready_topics()`) is delivered again. Attempt counts carry on
-across the restart: each attempt is an event of its message's trace
-(`timerwheel.delivery.trace`), and the new hub reads back the highest attempt recorded for
-each message that fired before it started (`restore_attempts`): the redelivery is the
-next attempt, and a message that had used up its attempts goes to its dead-letter topic.
-Only attempts never recorded do not count: first attempts left out by
-`trace_first_deliveries = false`, and events a killed delivery process had not yet
-handed over (a first attempt waits for its Ack: `timerwheel.delivery.first_deliveries`).
+message (the engine's `ready_topics()`) is delivered again; attempt counts carry on
+(`timerwheel.delivery.attempt_policy`).
 
 The engine calls the fired-listener on its writer thread after each commit; it only puts
 the topics on a queue read by this module's own thread, which marks the dispatchers dirty
@@ -38,18 +32,16 @@ import structlog
 
 from timerwheel.delivery import attempts, inspect
 from timerwheel.delivery.api import DeliveryApi
+from timerwheel.delivery.attempt_policy import AttemptPolicy
 from timerwheel.delivery.budget import DeliveryBudget
-from timerwheel.delivery.dispatcher import Entry, TopicDispatcher
+from timerwheel.delivery.dispatcher import TopicDispatcher
 from timerwheel.delivery.inspect import InFlightRow, consumer_row
 from timerwheel.delivery.subscriber import Delivered, DeliveryRow, Subscriber, as_rows
 from timerwheel.delivery.trace import DeliveryTrace
 from timerwheel.engine.api import FiredSource
 from timerwheel.security.limits import PerKeyLimit
-from timerwheel.store import records
-from timerwheel.wheels.domain import DeliveryOptions, InvalidArgument, Overloaded, ShuttingDown
-from timerwheel.wheels.retry import RetryPolicy, backoff_ms
+from timerwheel.wheels.domain import InvalidArgument, Overloaded, ShuttingDown
 from timerwheel.wheels.settings import Settings
-from timerwheel.wheels.topic_policy import by_topic
 from timerwheel.wheels.validation import validate_nack, validate_topic
 
 # Delivered and Subscriber live in timerwheel.delivery.subscriber; importers take them from here.
@@ -79,13 +71,10 @@ class DeliveryHub(DeliveryApi[Subscriber]):
         """`background=False` (tests, with an engine made the same way) marks fired topics
         dirty on the caller's thread, so a test in virtual time sees every fire at once;
         a server keeps them off the writer's thread (see the module docstring).
-        `random01` draws the retry backoffs' jitter (a test pins it)."""
+        `random01` draws the retry backoffs' jitter (`AttemptPolicy`)."""
         self.engine = engine
         self.settings = settings
-        self.retry_policy = settings.retry_policy()  # of messages whose send names none
-        self._topic_defaults = by_topic(settings)  # ... on a topic with a table of its own
         self._now_ms = now_ms
-        self._random01 = random01
         self._lock = threading.Lock()
         self._topics: dict[str, TopicDispatcher] = {}
         self._subscribers = 0
@@ -99,9 +88,8 @@ class DeliveryHub(DeliveryApi[Subscriber]):
             engine.local_now_ms,
         )  # fmt: skip
         self.budget = DeliveryBudget(settings.max_delivery_bytes)  # the bodies dispatchers hold
-        # Messages fired before this instant may have been delivered by an earlier hub
-        # (before a restart): their attempt counts are read back (restore_attempts).
-        self._started_at_ms = engine.now_ms()
+        # limits, backoffs, and the attempt counts of messages an earlier hub delivered
+        self.attempt_policy = AttemptPolicy(engine, settings, random01)
         recovered = engine.ready_topics()
         for topic in recovered:
             self._topic(topic)
@@ -321,49 +309,6 @@ class DeliveryHub(DeliveryApi[Subscriber]):
         if dead:
             attempts.move_dead_letters(self.engine, dispatcher)
         return nacked, dead
-
-    def delivery_options(self, fetched: list[records.FiredRecord]) -> dict[str, DeliveryOptions]:
-        """(attempt limit, retry policy) of fetched messages that have send options of
-        their own (the few whose record says so), in one call; every other message has the
-        server's `max_attempts` and retry policy. Asked with the fetch, so no failed
-        attempt needs to ask later."""
-        own = records.ids_with_extras(fetched)
-        return self.engine.delivery_options_of(own) if own else {}
-
-    def topic_defaults(self, topic: str) -> tuple[int, RetryPolicy | None]:
-        """(attempt limit, retry policy; None: the server's) of `topic`'s messages whose
-        send names none: its table in `Settings.topics`, else the server's settings."""
-        return self._topic_defaults.get(topic, (self.settings.max_attempts, None))
-
-    def retry_delay_ms(self, entry: Entry) -> int:
-        """How long `entry` waits after its failed attempt `entry.attempt`."""
-        return backoff_ms(entry.retry or self.retry_policy, entry.attempt, self._random01())
-
-    def restore_attempts(
-        self, dispatcher: TopicDispatcher, new: list[tuple[str, Entry]]
-    ) -> list[tuple[str, Entry]]:
-        """Entries read from the store, with the attempt counts of earlier deliveries
-        (from their traces) carried on: the next attempt after n delivered is n + 1, and
-        one already at its last allowed attempt goes to its dead-letter topic. Returns
-        the entries to deliver. Call with the dispatcher's lock held."""
-        started_at_ms, fired_at_ms = self._started_at_ms, records.record_fired_at_ms
-        older = [m for m, e in new if fired_at_ms(e.fired.record) <= started_at_ms]
-        made = self.engine.delivery_attempts(older) if older else {}
-        if not made:
-            return new
-        deliver = []
-        for message_id, entry in new:
-            if message_id in made:
-                entry.attempt = made[message_id]
-                limit = entry.limit
-                if limit and entry.attempt >= limit:
-                    dispatcher.untrack(message_id)
-                    reason = "attempts used up before a restart"
-                    dispatcher.dying.append((message_id, entry, reason))
-                    continue
-                entry.attempt += 1
-            deliver.append((message_id, entry))
-        return deliver
 
     def unacked(self) -> int:
         """Fired, not yet acked messages, service-wide."""

@@ -10,7 +10,7 @@ commit. A batch of first attempts is not noted but held for its Ack
 Ack carries them to the engine (`take_for_ack`), so such a batch costs no call.
 Attempt counts thereby survive a restart:
 a new hub asks the engine for the attempts of messages that fired before it started
-(`DeliveryHub.restore_attempts`), the only ones an earlier hub may have delivered.
+(`AttemptPolicy.restore_attempts`), the only ones an earlier hub may have delivered.
 """
 
 from __future__ import annotations
