@@ -34,6 +34,7 @@ CHECKED = [
     "timerwheel.procs.delivery_host",
     "timerwheel.procs.ipc",
     "timerwheel.server.service",
+    "timerwheel.server.send_requests",
     "timerwheel.server.admin_service",
 ]
 

@@ -18,7 +18,8 @@ import time
 from timerwheel.common import SendResult
 from timerwheel.engine.ids import MessageIds
 from timerwheel.engine.prepare import prepare_sends
-from timerwheel.server.service import delivery_batch, send_batch_response, specs_from_proto
+from timerwheel.server.send_requests import specs_from_proto
+from timerwheel.server.service import delivery_batch, send_batch_response
 from timerwheel.store import records
 from timerwheel.v1 import timerwheel_pb2 as pb
 from timerwheel.wheels.settings import Settings

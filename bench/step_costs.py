@@ -33,7 +33,8 @@ from collections.abc import Callable
 
 from bench.instructions import UNDER_CALLGRIND, collect, count_in
 from timerwheel.engine.engine import Engine
-from timerwheel.server.service import delivery_batch, specs_from_proto
+from timerwheel.server.send_requests import specs_from_proto
+from timerwheel.server.service import delivery_batch
 from timerwheel.v1 import timerwheel_pb2 as pb
 from timerwheel.wheels.clock import VirtualClock
 from timerwheel.wheels.settings import Settings

@@ -37,7 +37,7 @@ import grpc
 from timerwheel.retries import RETRY_AFTER_KEY
 from timerwheel.routing import DIRECT, in_batch, split_summary
 from timerwheel.server.errors import rpc_errors
-from timerwheel.server.service import specs_from_proto
+from timerwheel.server.send_requests import specs_from_proto
 from timerwheel.v1 import timerwheel_pb2 as pb
 from timerwheel.wheels.domain import SendSpec
 

@@ -35,7 +35,7 @@ import grpc
 from timerwheel.engine.api import TimerApi
 from timerwheel.security import scopes
 from timerwheel.server.errors import rpc_errors
-from timerwheel.server.service import specs_from_proto
+from timerwheel.server.send_requests import specs_from_proto
 from timerwheel.wheels.domain import AlreadyExists, NotFound
 from timerwheel.wheels.validation import (
     validate_ack_count,

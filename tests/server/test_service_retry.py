@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from timerwheel.server.service import spec_from_proto
+from timerwheel.server.send_requests import spec_from_proto
 from timerwheel.v1 import timerwheel_pb2 as pb
 from timerwheel.wheels.domain import InvalidArgument
 from timerwheel.wheels.retry import RetryKind, RetryPolicy
