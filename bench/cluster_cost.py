@@ -45,8 +45,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
-import psutil
 
+from bench.cluster_cost_probes import NodeAcks, cpu_seconds, gate_stats, hub_state, states_of
+from timerwheel.acks import AckSender
 from timerwheel.client import TimerClient
 from timerwheel.cluster.partitions import partition_of
 from timerwheel.durations import parse_duration_ms
@@ -64,37 +65,8 @@ DRAIN_S = 60.0
 # plus a few renewal intervals, so the hand-over to preferred nodes has finished.
 SETTLED_FOR_S = 10.0
 SETTLE_TIMEOUT_S = 90.0
+DRAIN_STEP_S = 5.0
 MISSING_SAMPLE = 200  # ids never received whose state is asked for at the end
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of `pid` and every child it has now."""
-    try:
-        proc = psutil.Process(pid)
-        procs = [proc, *proc.children(recursive=True)]
-    except psutil.Error:
-        return 0.0
-    total = 0.0
-    for p in procs:
-        try:
-            times = p.cpu_times()
-            total += times.user + times.system
-        except psutil.Error:
-            pass
-    return total
-
-
-def states_of(target: str, ids: list[str]) -> dict[str, int]:
-    """How many of `ids` the cluster holds in each state (or which error a Get gets)."""
-    tally: dict[str, int] = {}
-    with TimerClient(target, timeout_s=10) as client:
-        for message_id in ids:
-            try:
-                name = client.get(message_id, include_body=False).state.name
-            except Exception as error:  # any refusal: the tally names it
-                name = f"error {getattr(error, 'code', type(error).__name__)}"
-            tally[name] = tally.get(name, 0) + 1
-    return tally
 
 
 def owners_of(address: str) -> dict[int, str]:
@@ -132,6 +104,7 @@ class Target:
     name: str
     address: str
     pid: int
+    log: Path | None = None
     owned: list[int] = field(default_factory=list)
 
 
@@ -145,10 +118,13 @@ class Load:
     batch: int
     duration_s: float
     clustered: bool
+    per_batch_acks: bool = False
     latencies_s: list[tuple[float, float]] = field(default_factory=list)  # (sent at, seconds)
     sent: dict[str, tuple[float, str]] = field(default_factory=dict)  # id -> (when, node)
     received: set[str] = field(default_factory=set)
     errors: list[str] = field(default_factory=list)
+    acks: int = 0  # Ack calls, and the seconds the consumers waited on them in all
+    ack_s: float = 0.0
     stop_calls: list[grpc.Future] = field(default_factory=list)  # the Subscribe streams
     lock: threading.Lock = field(default_factory=threading.Lock)
     stop: threading.Event = field(default_factory=threading.Event)
@@ -158,7 +134,13 @@ class Load:
         return [(FORWARDED, "1")] if self.clustered else None
 
     def consume(self, target: Target) -> None:
-        """This node's own deliveries, acked on it; again after an error until stopped."""
+        """This node's own deliveries, acked on it; again after an error until stopped.
+
+        Acked as the project's consumer acks (`timerwheel.acks.AckSender`: gathered for
+        a linger, several calls on the wire), unless `per_batch_acks`: then one Ack call
+        a delivery batch, waited for before the next batch is read. That one stalls under
+        CPU load (docs/cluster.md, "A consumer that acks each batch in turn"): kept to
+        show it."""
         request = pb.SubscribeRequest(topic=TOPIC, max_in_flight=2_000)
         while not self.stop.is_set():
             try:
@@ -166,13 +148,14 @@ class Load:
                     stub = pb_grpc.TimerServiceStub(client.channel)
                     call = stub.Subscribe(request, metadata=self.metadata)
                     self.stop_calls.append(call)
-                    for batch in call:
-                        ids = [d.message_id for d in batch.deliveries]
-                        if ids:
-                            stub.Ack(pb.AckRequest(topic=TOPIC, message_ids=ids),
-                                     metadata=self.metadata, timeout=10)  # fmt: skip
-                            with self.lock:
-                                self.received.update(ids)
+                    acks = NodeAcks(self, stub, target.name)
+                    if self.per_batch_acks:
+                        for batch in call:
+                            acks.ack(TOPIC, [d.message_id for d in batch.deliveries])
+                    else:
+                        with AckSender(acks, TOPIC) as sender:  # type: ignore[arg-type]
+                            for batch in call:
+                                sender.ack([d.message_id for d in batch.deliveries])
             except grpc.RpcError as error:
                 if not self.stop.is_set():
                     self.errors.append(f"consume {target.name}: {error.code()}")
@@ -222,7 +205,7 @@ class Load:
 
 
 def measure(shape: str, rate: int, batch: int, duration_s: float, warmup_s: float,
-            base: Path) -> dict:  # fmt: skip
+            base: Path, per_batch_acks: bool = False) -> dict:  # fmt: skip
     """One shape's run: start it, load it, read its figures, stop it."""
     clustered = shape != "single"
     with _started(shape, base) as targets_and_nats:
@@ -233,7 +216,7 @@ def measure(shape: str, rate: int, batch: int, duration_s: float, warmup_s: floa
         for partition, name in settled.items():
             owner_of[partition] = by_name[name]
             by_name[name].owned.append(partition)
-        load = Load(targets, owner_of, rate, batch, duration_s, clustered)
+        load = Load(targets, owner_of, rate, batch, duration_s, clustered, per_batch_acks)
         consumers = [threading.Thread(target=load.consume, args=(t,), daemon=True)
                      for t in targets]  # fmt: skip
         for thread in consumers:
@@ -254,12 +237,25 @@ def measure(shape: str, rate: int, batch: int, duration_s: float, warmup_s: floa
         window_s = time.monotonic() - window_start
         cpu1 = {t.name: cpu_seconds(t.pid) for t in targets}
         nats1 = sum(cpu_seconds(pid) for pid in nats_pids)
-        deadline = time.monotonic() + DRAIN_S
+        drain_start = time.monotonic()
+        deadline = drain_start + DRAIN_S
+        timeline: list[int] = []  # messages not yet received, every DRAIN_STEP_S of the drain
+        next_step = drain_start
         while time.monotonic() < deadline:
             with load.lock:
-                if load.received >= set(load.sent):
-                    break
+                left = len(set(load.sent) - load.received)
+            if time.monotonic() >= next_step:
+                timeline.append(left)
+                next_step += DRAIN_STEP_S
+            if not left:
+                break
             time.sleep(0.2)
+        drain_s = time.monotonic() - drain_start
+        hubs = {}
+        with load.lock:
+            late = bool(set(load.sent) - load.received)
+        if late:  # what each hub holds, before the consumers go
+            hubs = {t.name: hub_state(t, clustered) for t in targets}
         load.stop.set()
         for call in load.stop_calls:
             call.cancel()
@@ -286,6 +282,14 @@ def measure(shape: str, rate: int, batch: int, duration_s: float, warmup_s: floa
             "lost": len(missing),  # sent, acknowledged, never received within the drain
             # what the server says of (a sample of) those: FIRED or SCHEDULED = late, held
             "missing_states": missing_states,
+            "hubs_at_drain_end": hubs,
+            "drain_s": round(drain_s, 1),
+            f"not_received_every_{DRAIN_STEP_S:g}_s_of_drain": timeline,
+            "acks": load.acks,
+            "ids_per_ack": round(len(load.received) / max(1, load.acks), 1),
+            "ack_ms_mean": round(load.ack_s / max(1, load.acks) * 1000, 1),
+            # each node's delivery gate: closings, milliseconds closed (in all, the longest)
+            "gate_by_node": {t.name: gate_stats(t.log) for t in targets if t.log is not None},
             "sends_per_s": round(in_window / window_s, 1),
             "send_latency_ms": {"p50": round(percentile(latencies, 0.5) * 1000, 2),
                                 "p99": round(percentile(latencies, 0.99) * 1000, 2)},
@@ -320,7 +324,7 @@ class _started:
         nodes = int(self.shape)
         self.cluster = LocalCluster(self.base / f"cluster-{nodes}", nodes=nodes,
                                     partitions=PARTITIONS).__enter__()  # fmt: skip
-        targets = [Target(n.name, n.target, n.pid) for n in self.cluster.timer_nodes]
+        targets = [Target(n.name, n.target, n.pid, n.log) for n in self.cluster.timer_nodes]
         return targets, [s.pid for s in self.cluster.nats_servers]
 
     def __exit__(self, *exc: object) -> None:
@@ -338,6 +342,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--warmup", default="10s", help="not measured at the start (default 10s)")
     parser.add_argument("--shapes", default="single,1,2,3", help="default single,1,2,3")
     parser.add_argument("--json", type=Path, help="write every shape's figures here")
+    parser.add_argument(
+        "--per-batch-acks",
+        action="store_true",
+        help="ack each delivery batch in turn, not as the client's AckSender",
+    )
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the nodes' and NATS servers' logs (the path is printed)",
+    )
     args = parser.parse_args(argv)
     duration_s = parse_duration_ms(args.duration, "--duration") / 1000
     warmup_s = parse_duration_ms(args.warmup, "--warmup") / 1000
@@ -351,11 +365,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = []
     try:
         for shape in shapes:
-            result = measure(shape, args.rate, args.batch, duration_s, warmup_s, base)
+            result = measure(shape, args.rate, args.batch, duration_s, warmup_s, base,
+                             args.per_batch_acks)  # fmt: skip
             print(json.dumps(result), flush=True)
             results.append(result)
     finally:
-        shutil.rmtree(base, ignore_errors=True)
+        if args.keep:
+            print(f"logs kept in {base}", file=sys.stderr)
+        else:
+            shutil.rmtree(base, ignore_errors=True)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 1 if any(r["lost"] for r in results) else 0

@@ -93,7 +93,7 @@ class ClusterNode(SeriesLog, Takeovers, NodeQueries):
         self.placement = Placement(node.name, node.lease.renew_every_ms, node.takeover_grace_ms)
         self.snapshots = SnapshotSchedule(node.snapshot, monotonic_ms)
         self.standbys = Standbys({})  # the partitions this node would take next, kept warm
-        self._gate = GateState(self.deliverable, lambda: self.engine.ready_topics())
+        self._gate = GateState(self.closed_reason, lambda: self.engine.ready_topics(), monotonic_ms)
         self._closing = False
         # Held while the delivery gate retires fired rows of partitions given up, and while
         # a takeover starts: rows that a restore makes fire must never be taken for rows of
@@ -162,7 +162,7 @@ class ClusterNode(SeriesLog, Takeovers, NodeQueries):
         if self._loop is None or self._closing:
             return
         self._closing = True
-        self._set_gate(False)
+        self._set_gate(False, "closing")
         try:
             self._loop.run(self._release_all(), CLOSE_STEP_S)
         except Exception as error:
@@ -283,7 +283,7 @@ class ClusterNode(SeriesLog, Takeovers, NodeQueries):
         if view.held is None:
             return
         self._views[partition] = view.release()
-        self._set_gate(False)
+        self._set_gate(False, "partition handed off")
         appender = self._owned.pop(partition)
         self.snapshots.dropped(partition)
         appender.close()
@@ -326,7 +326,7 @@ class ClusterNode(SeriesLog, Takeovers, NodeQueries):
             appender.close()
         log.warning("cluster_partition_lost", partition=partition, reason=reason)
         self._purging.add(partition)
-        self._set_gate(False)
+        self._set_gate(False, "partition leaving")
         await asyncio.get_running_loop().run_in_executor(None, self._purge, partition)
         self._check_gate()
 
@@ -349,8 +349,16 @@ class ClusterNode(SeriesLog, Takeovers, NodeQueries):
         """May this node deliver now: every lease it holds is OWN and no takeover is
         restoring (a partition whose deadline passed must not deliver, and one engine
         holds them all)."""
-        if self._closing or self._taking or self._purging:
-            return False
+        return self.closed_reason() is None
+
+    def closed_reason(self) -> str | None:
+        """Why this node may not deliver now (`deliverable`), or None."""
+        if self._closing:
+            return "closing"
+        if self._taking:
+            return "takeover restoring"
+        if self._purging:
+            return "partition leaving"
         views = self._views
         for partition in list(self._owned):
             view = views.get(partition)
@@ -358,11 +366,12 @@ class ClusterNode(SeriesLog, Takeovers, NodeQueries):
                 # Its lease is gone (an answer showed another holder, say after a pause)
                 # but `_lose` has not taken it out yet: the lease loop may await in
                 # between, while its fired rows are still in the engine and listed held.
-                return False
+                return "lease lost"
         now = monotonic_ms()
-        return all(
-            view.verdict(now) is Verdict.OWN for view in views.values() if view.held is not None
-        )
+        for view in list(views.values()):
+            if view.held is not None and (verdict := view.verdict(now)) is not Verdict.OWN:
+                return "lease past its deadline" if verdict is Verdict.STOP else "lease moving"
+        return None
 
     def _check_gate(self) -> None:
         self._gate.check()
@@ -371,8 +380,13 @@ class ClusterNode(SeriesLog, Takeovers, NodeQueries):
         """A fetch found the gate closed: the next tick that finds it open wakes the hub."""
         self._gate.starved()
 
-    def _set_gate(self, open_: bool) -> None:
-        self._gate.set(open_)
+    def _set_gate(self, open_: bool, reason: str = "") -> None:
+        self._gate.set(open_, reason)
+
+    @property
+    def gate_stats(self) -> dict:
+        """What the delivery gate did since the start (`GateState.stats`)."""
+        return {**self._gate.stats.as_dict(), "closed_now_ms": self._gate.closed_now_ms()}
 
     @property
     def gate_open(self) -> bool:
