@@ -35,10 +35,12 @@ record is one group commit, so its framing is paid once per commit, not per time
 
 Versions (docs/cluster.md, "Upgrading a cluster"): a record carries the lowest version
 whose readers know everything in it: 1 for `send`, `cancel`, `ack` and `reschedule`; 2
-once it holds a `series` entry or a series' own send (a snapshot's). A reader refuses a
-record of a version above its own, and an entry of a kind it does not know, and never
-skips one: skipping a `series` entry would rebuild the partition without that series
-(or with it as it was before), silently. A node of version 1 thus reads every record a
+once it holds a `series` entry, or a series' own send or a fired occurrence (a
+snapshot's: a version-1 node restores through `send_batch`, which would start the series
+again and refuses an occurrence's id `<series>#<n>`). A reader refuses a record of a
+version above its own, and an entry of a kind it does not know, and never skips one:
+skipping a `series` entry would rebuild the partition without that series (or with it
+as it was before), silently. A node of version 1 thus reads every record a
 cluster that sends no recurring series writes, and refuses the rest (BadRecord).
 """
 
@@ -169,8 +171,8 @@ def encode(entries: Iterable[Entry]) -> bytes:
     for entry in entries:
         if isinstance(entry, Sent):
             rows.append(_sent_row(entry))
-            if is_series(entry):  # a series' own send (a snapshot's): its entry's state
-                version = 2
+            if is_series(entry) or "#" in entry.message_id:  # a series' own send, or a
+                version = 2  # fired occurrence `<series>#<n>` (a snapshot's): series state
         elif isinstance(entry, Cancelled):
             rows.append(["cancel", list(entry.message_ids)])
         elif isinstance(entry, Acked):

@@ -2,7 +2,8 @@
 docs/cluster.md, "Upgrading a cluster"): a record carries the lowest version whose
 readers know all of it, so a cluster that sends no recurring series writes only records a
 node of version 1 reads; a record holding a series, or a snapshot holding a series' own
-send, is version 2; a reader refuses a newer version and an unknown kind, never skips.
+send or a fired occurrence, is version 2; a reader refuses a newer version and an unknown
+kind, never skips.
 """
 
 from __future__ import annotations
@@ -53,9 +54,9 @@ def test_a_series_makes_a_record_and_a_snapshot_version_2():
     fold.apply([entry])  # the series' own send and its fired occurrence s-1#2
     assert set(fold.live) == {"s-1", "s-1#2"}
     assert version(snapshot.encode(0, 9, fold)) == 2
-    only_occurrence = journal.Fold()
-    only_occurrence.live["s-1#2"] = fold.live["s-1#2"]  # a one-shot to a version-1 node
-    assert version(snapshot.encode(0, 9, only_occurrence)) == 1
+    only_occurrence = journal.Fold()  # a version-1 node's send_batch refuses its id
+    only_occurrence.live["s-1#2"] = fold.live["s-1#2"]
+    assert version(snapshot.encode(0, 9, only_occurrence)) == 2
 
 
 def test_a_version_1_record_holding_a_series_is_still_read():
