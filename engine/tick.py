@@ -101,7 +101,9 @@ class Tick:
         self._next_sample_ms = now_ms + SAMPLE_MS
         cpu_s = self.cpu_clock()  # type: ignore[misc]  (checked by the caller)
         due_per_s = self.due.due_per_s(now_ms)
-        self.admission.due.sample(now_ms, cpu_s, self._sends, self._fires, due_per_s)
+        gate = self.admission
+        saturated = gate.lag.refusing  # the fires run late: what the process gets is all
+        gate.due.sample(now_ms, cpu_s, self._sends, self._fires, due_per_s, saturated)
         self._sends = self._fires = 0
 
     def _fired_due(self, key: bytes) -> None:

@@ -175,6 +175,9 @@ RIDGE = 0.005  # pull toward equal costs, where sends and fires move together
 MIN_SAMPLE_MESSAGES = 100  # a sample of fewer tells idle overhead, not a message's cost
 RESUME_PCT = 90  # of the budget, to reopen
 QUIET_PCT = 10  # of the budget: fires due ahead below it never close the gate
+CAPACITY_WEIGHT = 0.2  # of a saturated sample's CPU in the capacity (DueLoadGate)
+CAPACITY_RECOVERY = 0.05  # cores a second the capacity climbs back toward one core
+MIN_CAPACITY = 0.1  # cores: a stalled sample must not shut admission for good
 MAX_ADMIT_DUE_LOAD_PCT = 1_000
 
 
@@ -245,40 +248,59 @@ class CostModel:
 
 
 class DueLoadGate:
-    """Whether sends are admitted, from the due load ahead and the measured costs."""
+    """Whether sends are admitted, from the due load ahead and the measured costs.
 
-    __slots__ = ("_cpu_s", "_last_ms", "budget_pct", "costs", "load_pct", "refusing",
-                 "send_rate")  # fmt: skip
+    The budget is a share of the CPU the process gets (`capacity`, in cores): one core
+    until the fires run late (the fire-lag rule refusing: the process is saturated), then
+    what the process's CPU clock advanced by while they did, as neighbours on the same
+    cores leave it less; between such samples it climbs back toward one core by
+    CAPACITY_RECOVERY a second, and never stays under what the process was seen using."""
+
+    __slots__ = ("_cpu_s", "_last_ms", "budget_pct", "capacity", "costs", "load_pct",
+                 "refusing", "send_rate")  # fmt: skip
 
     def __init__(self, budget_pct: int) -> None:
         self.budget_pct = budget_pct
         self.costs = CostModel()
         self.send_rate = 0.0
-        self.load_pct = 0  # the latest projection, in % of a core
+        self.capacity = 1.0  # cores the process gets when saturated
+        self.load_pct = 0  # the latest projection, in % of `capacity`
         self.refusing = False
         self._last_ms: int | None = None
         self._cpu_s = 0.0
 
-    def sample(self, now_ms: int, cpu_s: float, sends: int, fires: int, due_per_s: int) -> bool:
+    def sample(
+        self, now_ms: int, cpu_s: float, sends: int, fires: int, due_per_s: int,
+        saturated: bool = False,
+    ) -> bool:  # fmt: skip
         """One sample: the process's CPU clock now (s), the sends committed and timers
-        fired since the last one, the due load ahead (DueHorizon). Returns `refusing`."""
+        fired since the last one, the due load ahead (DueHorizon), and whether the fires
+        ran late meanwhile (the fire-lag rule refusing). Returns `refusing`."""
         last_ms, last_cpu_s = self._last_ms, self._cpu_s
         self._last_ms, self._cpu_s = now_ms, cpu_s
         if last_ms is None or now_ms <= last_ms or not self.budget_pct:
             return self.refusing
+        interval_s = (now_ms - last_ms) / 1000
+        self._learn_capacity((cpu_s - last_cpu_s) / interval_s, interval_s, saturated)
         self.costs.observe(cpu_s - last_cpu_s, sends, fires)
-        rate = sends * 1000 / (now_ms - last_ms)
-        self.send_rate += RATE_WEIGHT * (rate - self.send_rate)
+        self.send_rate += RATE_WEIGHT * (sends / interval_s - self.send_rate)
         send_s, fire_s = self.costs.send_s, self.costs.fire_s
         if send_s is None or fire_s is None:
             return self.refusing
-        fires_pct = fire_s * due_per_s * 100
-        self.load_pct = round(fires_pct + send_s * self.send_rate * 100)
+        fires_pct = fire_s * due_per_s * 100 / self.capacity
+        self.load_pct = round(fires_pct + send_s * self.send_rate * 100 / self.capacity)
         if self.load_pct > self.budget_pct and fires_pct * 100 >= self.budget_pct * QUIET_PCT:
             self.refusing = True
         elif self.load_pct * 100 <= self.budget_pct * RESUME_PCT:
             self.refusing = False
         return self.refusing
+
+    def _learn_capacity(self, used: float, interval_s: float, saturated: bool) -> None:
+        if saturated:
+            self.capacity += CAPACITY_WEIGHT * (max(used, MIN_CAPACITY) - self.capacity)
+        elif self.capacity < 1.0:
+            self.capacity = min(self.capacity + CAPACITY_RECOVERY * interval_s, 1.0)
+        self.capacity = max(self.capacity, used if not saturated else 0.0)
 
     def refused(self) -> AdmissionRefused | None:
         return due_load_refused(self.load_pct, self.budget_pct) if self.refusing else None
@@ -288,7 +310,8 @@ def due_load_refused(load_pct: int, budget_pct: int) -> AdmissionRefused:
     """The due-load rule's refusal; it re-decides a sample later, so retry no sooner."""
     return AdmissionRefused(
         f"due_load_pct={load_pct}: the fires due in the next seconds and the sends would "
-        f"take more than admit_due_load_pct={budget_pct} of a core; sends are refused "
+        f"take more than admit_due_load_pct={budget_pct} of the CPU the process gets; "
+        "sends are refused "
         "until there is room, retry with backoff",
         SAMPLE_MS,
     )

@@ -144,7 +144,7 @@ def simulate(
         gate.observe(now, now - earliest if earliest is not None else 0)
         if now % SAMPLE_MS == 0:
             gate.due.sample(now, cpu_us / 1e6, sample_sends, sample_fires,
-                            horizon.due_per_s(now))  # fmt: skip
+                            horizon.due_per_s(now), gate.lag.refusing)  # fmt: skip
             max_load = max(max_load, gate.due.load_pct)
             sample_sends = sample_fires = 0
         if timeline is not None and now % 1000 == 999:

@@ -143,3 +143,22 @@ def test_either_rule_refuses_and_the_fire_lag_refusal_is_named_first():
 def test_a_bad_budget_is_refused_with_its_value(value, tmp_path):
     with pytest.raises(SettingsError, match=f"admit_due_load_pct={value!r}"):
         Settings(data_dir=str(tmp_path), admit_due_load_pct=value)
+
+
+def test_the_budget_shrinks_to_what_a_saturated_process_gets_and_recovers():
+    gate = DueLoadGate(85)
+    gate.sample(0, 0.0, 0, 0, 0)
+    now, cpu = 0, 0.0
+    for _ in range(30):  # fires late while the process gets half a core: a neighbour
+        now += SAMPLE_MS
+        cpu += 0.05
+        gate.sample(now, cpu, 300, 200, 2_000, saturated=True)
+    assert gate.capacity == pytest.approx(0.5, abs=0.02)
+    # 3,000 sends/s and 2,000 due a second at 100 µs: half a core, all the process gets
+    assert gate.refusing and gate.load_pct >= 95
+    for _ in range(40):  # on time again, using a tenth of a core: back toward one core
+        now += SAMPLE_MS
+        cpu += 0.01
+        gate.sample(now, cpu, 0, 0, 0)
+    assert gate.capacity == pytest.approx(0.7, abs=0.02)  # 0.05 a second, for 4 s
+    assert not gate.refusing
