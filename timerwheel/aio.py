@@ -28,6 +28,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from timerwheel.acks import DEFAULT_ACK_LINGER_MS
+from timerwheel.aio_admin_calls import AsyncAdminCalls
 from timerwheel.aio_consume import consume_async
 from timerwheel.aio_producer import AsyncProducer
 from timerwheel.aio_routing import AsyncRouter, call_routed, open_owner_channel, send_split
@@ -58,7 +59,6 @@ from timerwheel.types import (
     TimerInfo,
     send_request,
     send_result,
-    timer_filter,
     with_default_port,
 )
 from timerwheel.v1 import timerwheel_pb2 as pb
@@ -95,7 +95,7 @@ class AsyncSubscription:
         self.cancel()
 
 
-class AsyncClient:
+class AsyncClient(AsyncAdminCalls):
     """`timerwheel.Client` for asyncio: every call is a coroutine, routed against a
     cluster as `Client`'s are (see the module doc)."""
 
@@ -276,56 +276,7 @@ class AsyncClient:
             stop=stop, ack_linger_ms=ack_linger_ms,
         )  # fmt: skip
 
-    # -- TimerAdmin and health --------------------------------------------------------------
-    async def export(self, out_dir: str, max_rows_per_file: int = 0) -> pb.ExportResponse:
-        request = pb.ExportRequest(out_dir=out_dir, max_rows_per_file=max_rows_per_file)
-        return await self._unary(self.admin.Export, request, timeout_s=None)
-
-    async def stats(self) -> pb.StatsResponse:
-        return await self._unary(self.admin.Stats, pb.StatsRequest())
-
-    async def topics(self, after: str = "") -> list[pb.TopicBacklog]:
-        """As `Client.topics`: every page."""
-        topics: list[pb.TopicBacklog] = []
-        token = after
-        while True:
-            page = await self.topics_page(page_token=token)
-            topics.extend(page.topics)
-            token = page.next_page_token
-            if not token:
-                return topics
-
-    async def topics_page(self, limit: int = 0, page_token: str = "") -> pb.TopicsResponse:
-        request = pb.TopicsRequest(limit=limit, page_token=page_token)
-        return await self._unary(self.admin.Topics, request)
-
-    timer_filter = staticmethod(timer_filter)  # what a bulk call selects (AND)
-
-    async def bulk_cancel(
-        self, timer_filter: pb.TimerFilter, limit: int = 0, page_token: str = ""
-    ) -> pb.BulkResponse:
-        """As `Client.bulk_cancel`."""
-        request = pb.BulkRequest(filter=timer_filter, limit=limit, page_token=page_token)
-        return await self._unary(self.admin.BulkCancel, request)
-
-    async def purge(
-        self, timer_filter: pb.TimerFilter, limit: int = 0, page_token: str = ""
-    ) -> pb.BulkResponse:
-        """As `Client.purge`."""
-        request = pb.BulkRequest(filter=timer_filter, limit=limit, page_token=page_token)
-        return await self._unary(self.admin.Purge, request)
-
-    async def redrive(
-        self, dead_letter_topic: str, timer_filter: pb.TimerFilter | None = None,
-        limit: int = 0, page_token: str = "",
-    ) -> pb.RedriveResponse:  # fmt: skip
-        """As `Client.redrive`."""
-        request = pb.RedriveRequest(
-            dead_letter_topic=dead_letter_topic, filter=timer_filter or pb.TimerFilter(),
-            limit=limit, page_token=page_token,
-        )  # fmt: skip
-        return await self._unary(self.admin.Redrive, request)
-
+    # -- health (the TimerAdmin calls: AsyncAdminCalls) ----------------------------------
     async def health_status(self, service: str = "") -> str:
         request = health_pb2.HealthCheckRequest(service=service)
         response = await self._unary(self.health.Check, request)
