@@ -50,8 +50,6 @@ from __future__ import annotations
 
 from collections import Counter
 from heapq import nlargest
-from itertools import repeat
-from operator import floordiv
 
 from timerwheel.wheels.domain import AdmissionRefused
 
@@ -196,10 +194,8 @@ class DueHorizon:
         if not deliver_times_ms:
             return
         end_ms = (now_ms // 1000 + HORIZON_S) * 1000
-        if max(deliver_times_ms) < end_ms:  # the usual case: counted by C-level loops
-            self._counts.update(map(floordiv, deliver_times_ms, repeat(1000)))
-        else:
-            self._counts.update(t // 1000 for t in deliver_times_ms if t < end_ms)
+        # per send op, not per staged key: one pass, then one C-level count
+        self._counts.update([t // 1000 for t in deliver_times_ms if t < end_ms])
 
     def due_per_s(self, now_ms: int) -> int:
         """The BURST_SECONDS-th largest count from this second on; past seconds are
