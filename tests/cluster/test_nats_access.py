@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from helpers.credentials import make_pki
 from helpers.serve_process import ServeProcess
+from helpers.streams import Collector
 
 from timerwheel.client import TimerClient
 from timerwheel.cluster.nats_connect import redacted, refusal
@@ -32,6 +33,7 @@ TIMERWHEEL = str(Path(sys.executable).parent / "timerwheel")
 PARTITIONS = 2
 READY_S = 30.0
 START_S = 90.0
+FIRE_S = 60.0
 REFUSED_S = 30.0  # well under the node's 60 s bound on a first connect to no server
 CREDS = """-----BEGIN NATS USER JWT-----
 eyJ0eXAiOiJKV1QiLCJhbGciOiJlZDI1NTE5LW5rZXkifQ.e30.sig
@@ -188,9 +190,12 @@ def test_right_credentials_over_mutual_tls_serve_and_wrong_ones_fail_fast(tmp_pa
                     assert time.monotonic() < deadline, client.stats().cluster
                     time.sleep(0.2)
                 soon = client.send("orders", b"over tls", message_id="tls-nats-1", delay_ms=0)
-                with client.subscribe("orders", max_in_flight=10) as stream:
-                    batch = next(iter(stream))
-                assert soon.message_id in [d.message_id for d in batch]
+                collector = Collector(client, "orders", max_in_flight=10)
+                try:
+                    fired = collector.wait_for(lambda c: soon.message_id in c.ids(), FIRE_S)
+                    assert fired, (collector.ids(), collector.error, client.stats().cluster)
+                finally:
+                    collector.stop()
         finally:
             serve.kill()
 
