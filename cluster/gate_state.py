@@ -116,6 +116,15 @@ class GateState:
         self._listeners.append(listener)
 
     def _wake_hub(self) -> None:
-        topics = self._ready_topics()
+        """Tell the hub's listeners which topics have fired messages. A failure to read them
+        is logged and the wake left to the next tick: raised here it would end the lease
+        loop that calls `check` (every lease would expire), and lost it would leave the
+        hub's dispatchers asleep over fired messages until the next fire."""
+        try:
+            topics = self._ready_topics()
+        except Exception as error:
+            log.error("cluster_delivery_wake_failed", error=repr(error))
+            self._starved = True
+            return
         for listener in list(self._listeners):
             listener(topics)

@@ -72,6 +72,26 @@ def test_a_fetch_refused_between_two_ticks_is_counted_and_woken_after():
     assert switch.woken == [["orders"]]  # woken once, not at every tick
 
 
+def test_a_wake_that_fails_is_tried_again_at_the_next_tick():
+    switch = _Switch()
+    failures = [OSError("the engine could not list its ready topics")] * 2
+
+    def ready_topics() -> list[str]:
+        if failures:
+            raise failures.pop()
+        return ["orders"]
+
+    gate = GateState(lambda: switch.reason, ready_topics, lambda: switch.now_ms)
+    gate.add_listener(switch.woken.append)
+    switch.reason = "lease past its deadline"
+    gate.check()
+    switch.reason = None
+    gate.check()  # opens: its wake fails (and once more), and does not raise out of it
+    assert gate.open and switch.woken == []
+    gate.check()
+    assert switch.woken == [["orders"]]
+
+
 def test_a_late_lease_closes_the_node_and_the_hub_is_woken_when_it_is_renewed(tmp_path):
     clock = VirtualClock(T0)
     with engine_factory(tmp_path, clock) as make:
