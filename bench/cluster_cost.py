@@ -9,7 +9,9 @@ three NATS servers (R3, `sync_interval: always`: a quorum fsyncs each group comm
 record), 6 partitions. The load is open loop at `--rate` sends a second, SendBatch of
 `--batch` client ids of one partition each (so no call needs the forwarding hop), each
 batch to the node that owns its partition (what a routing client does), timers due 0.5-2 s
-later; one consumer stream per node takes that node's own deliveries and acks them there.
+later; one consumer stream per node takes that node's own deliveries and acks them there,
+as the client's consumer acks (`timerwheel.acks.AckSender`; `--per-batch-acks`: one Ack
+call a batch, waited for, which falls behind under CPU load: docs/cluster.md).
 A cluster is loaded once its partition map has settled (unchanged for `SETTLED_FOR_S`:
 a cluster just started hands partitions to their preferred nodes for a few seconds);
 `owners_moved_in_window` says whether it moved while measured.
