@@ -20,8 +20,10 @@ What it reports (and exits 1 unless the first three are 0):
 | lost | acknowledged, never cancelled, never received by the end |
 | early | received before its deliver time |
 | cancelled yet delivered | Cancel answered CANCELLED, the message arrived anyway |
-| RSS slope | MiB an hour of the server's processes (summed), fitted over the run's |
-| | second half, so the start's warm-up does not count |
+| RSS slope | MiB an hour of the server's processes (summed, and by process), fitted |
+| | over the run's second half, so the start's warm-up does not count |
+| RSS by process | each process's RSS a minute (`--json`): a killed process starts again |
+| | low, so its curve, not the slope, says whether it grows towards a cap |
 
 Sends whose outcome is unknown (the call failed in flight when a process died) are
 neither lost nor counted as delivered: the producer does not know whether they are
@@ -57,6 +59,7 @@ SERIES_EVERY_MS = 2_000
 BATCH = 20
 DRAIN_S = 180.0
 SAMPLE_S = 5.0
+RSS_CURVE_EVERY = 12  # samples: a point a minute in the figures
 
 
 @dataclass
@@ -271,6 +274,12 @@ def main(argv: list[str] | None = None) -> int:
             figures = _drain_and_account(ledger, stop_consuming, rss, kills, duration_s)
             figures["rss_slope_mib_per_hour_by_process"] = {
                 name: round(_rss_slope_mib_per_hour(samples), 1)
+                for name, samples in sorted(rss_of.items())
+            }
+            # the curves themselves, a point a minute: a kill restarts a process (its RSS
+            # drops), so a slope alone cannot tell growth towards a cap from a leak
+            figures["rss_mib_by_process"] = {
+                name: [[round(t), round(r / 2**20, 1)] for t, r in samples[::RSS_CURVE_EVERY]]
                 for name, samples in sorted(rss_of.items())
             }
         finally:
