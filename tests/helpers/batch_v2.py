@@ -1,0 +1,255 @@
+"""A version-2 store written the way decision 0014 lays it out, for the state join's tests
+(`timerwheel.store.batch_state`): real RocksDB with store/rocks.py's options, and a small
+writer that stages sends, fires, Acks and overrides with the step-1 codecs. Nothing in
+the system writes version 2 yet; this writer trusts its caller to ask only what the
+engine would allow (an Ack of a FIRED message, a Cancel of a SCHEDULED one, ...).
+"""
+
+from __future__ import annotations
+
+import random
+from contextlib import contextmanager
+from typing import NamedTuple
+
+from rocksdict import Cache, Rdict, ReadOptions, WriteBatch
+
+from timerwheel.common import State
+from timerwheel.store import batch_entries as be
+from timerwheel.store import batch_keys as bk
+from timerwheel.store.keys import CF_MESSAGES, CF_WHEEL
+from timerwheel.store.rocks import RocksTuning, _options
+from timerwheel.store.segment_ids import RANDOM_BYTES, parse_id, segment_ids
+from timerwheel.store.segments import encode_segment
+from timerwheel.wheels.wheel import LEVELS
+
+SLOT_MS = {wheel.name: wheel.slot_ms for wheel in LEVELS}
+
+
+@contextmanager
+def open_v2(path: str):
+    """The version-2 families, each with the options of its version-1 namesake (a segment
+    those of `messages`, as bench/layout_batch.py does); yields {name: family}."""
+    tuning = RocksTuning(sync_writes=False)
+    cache = Cache(tuning.block_cache_bytes)
+    like = {bk.CF_SEGMENTS: CF_MESSAGES}
+    families = {
+        name: _options(tuning, cache, like.get(name, name)) for name in bk.PLANNED_COLUMN_FAMILIES
+    }
+    db = Rdict(path, options=_options(tuning, cache), column_families=families)
+    handles = {name: db.get_column_family_handle(name) for name in families}
+    cfs = {name: db.get_column_family(name) for name in families}
+    try:
+        yield Store(db, cfs, handles)
+    finally:
+        cfs.clear()
+        handles.clear()
+        db.close()
+
+
+class Store(NamedTuple):
+    db: Rdict
+    families: dict
+    handles: dict
+
+    def write(self, puts: dict[str, dict[bytes, bytes | None]]) -> None:
+        """One atomic batch: None deletes the key."""
+        batch = WriteBatch(raw_mode=True)
+        for family, writes in puts.items():
+            for key in sorted(writes):
+                value = writes[key]
+                if value is None:
+                    batch.delete(key, self.handles[family])
+                else:
+                    batch.put(key, value, self.handles[family])
+        self.db.write(batch)
+
+    def items(self, family: str, lo: bytes, hi: bytes) -> list[tuple[bytes, bytes]]:
+        read_options = ReadOptions()
+        read_options.set_iterate_upper_bound(hi)
+        return list(self.families[family].items(from_key=lo, read_opt=read_options))
+
+
+def wheel_of(delay_ms: int) -> str:
+    """Where this writer places a message (no cascades: the fire walks all three)."""
+    return "second" if delay_ms < 1000 else "minute" if delay_ms < 2500 else "hour"
+
+
+class Writer:
+    """The engine's memory of a version-2 store (a state byte, a fire chunk and the Ack
+    calls of each live message) and the entries each operation writes."""
+
+    def __init__(self, store: Store, retention_ms: int, seed: int = 0) -> None:
+        self.store, self.retention_ms, self.rng = store, retention_ms, random.Random(seed)
+        self.segment_seq = self.chunk_seq = self.ack_seq = 0
+        self.cursor: tuple[int, int, int] = (-1, 0, 0)
+        self.state: dict[int, bytearray] = {}
+        self.deliver: dict[int, list[int]] = {}
+        self.topic: dict[int, list[str]] = {}
+        self.terminal_ms: dict[int, list[int]] = {}
+        self.left: dict[int, int] = {}
+        self.chunk_of: dict[tuple[int, int], int] = {}
+        self.chunk_left: dict[int, list] = {}  # chunk seq: [ready key, un-retired]
+        self.acks_of: dict[int, set[int]] = {}  # segment: its live Ack entries
+        self.ack_live: dict[int, set[int]] = {}  # Ack entry: its segments not terminal
+        self.overrides: dict[tuple[int, int], be.Override] = {}
+
+    def send(self, messages: list[tuple[str, int]], now_ms: int) -> list[str]:
+        """One segment of (topic, delay ms) messages; their ids."""
+        self.segment_seq += 1
+        seq = self.segment_seq
+        topics = sorted({topic for topic, _ in messages})
+        deliver = [now_ms + delay for _, delay in messages]
+        randoms = self.rng.randbytes(RANDOM_BYTES * len(messages))
+        value = encode_segment(
+            now_ms, topics, bytes(topics.index(t) for t, _ in messages), deliver,
+            [f"body {i}".encode() for i in range(len(messages))], randoms,
+        )  # fmt: skip
+        writes: dict[str, dict[bytes, bytes | None]] = {
+            bk.CF_SEGMENTS: {bk.segment_key(seq): value}
+        }
+        for index, (_, delay) in enumerate(messages):
+            self._place(writes, seq, index, deliver[index], wheel_of(delay))
+        self.store.write(writes)
+        self.state[seq] = bytearray([State.SCHEDULED]) * len(messages)
+        self.deliver[seq], self.topic[seq] = deliver, [t for t, _ in messages]
+        self.terminal_ms[seq], self.left[seq] = [0] * len(messages), len(messages)
+        self.acks_of[seq] = set()
+        return [raw.decode() for raw in segment_ids(deliver, seq, randoms)]
+
+    def _place(self, writes, seq: int, index: int, deliver_ms: int, wheel: str) -> None:
+        """Add one (deliver ms, index) pair to the segment's entry of its slot."""
+        family = CF_WHEEL[wheel]
+        key = bk.wheel_entry_key(deliver_ms - deliver_ms % SLOT_MS[wheel], seq)
+        staged = writes.setdefault(family, {})
+        old = staged.get(key) or self.store.families[family].get(key)
+        pairs = set() if old is None else set(zip(*be.decode_wheel_entry(old), strict=True))
+        pairs = sorted(pairs | {(deliver_ms, index)})
+        staged[key] = be.wheel_entry([p[0] for p in pairs], [p[1] for p in pairs])
+
+    def fire(self, now_ms: int, limit: int) -> None:
+        """Fire through `now_ms` in cursor order, at most `limit` live messages: one
+        `ready` chunk a topic, the cursor, the wheel entries it passed deleted."""
+        candidates: set[tuple[int, int, int]] = set()
+        entries = []  # (family, key, last place)
+        for family in CF_WHEEL.values():
+            for key, value in self.store.items(family, b"", bk.slot_bound(now_ms + 1)):
+                seq = bk.decode_wheel_entry_key(key)[1]
+                times, indexes = be.decode_wheel_entry(value)
+                entries.append((family, key, (times[-1], seq, indexes[-1])))
+                candidates.update(
+                    (t, seq, i) for t, i in zip(times, indexes, strict=True)
+                    if t <= now_ms and (t, seq, i) > self.cursor
+                )  # fmt: skip
+        if not candidates:
+            return
+        fired: dict[str, list[tuple[int, int]]] = {}
+        taken = 0
+        for place in sorted(candidates):
+            if taken == limit:
+                break
+            t, seq, index = place
+            self.cursor = place
+            if self.state[seq][index] == State.SCHEDULED and self.deliver[seq][index] == t:
+                fired.setdefault(self.topic[seq][index], []).append((seq, index))
+                self.state[seq][index] = State.FIRED
+                taken += 1
+        writes: dict[str, dict[bytes, bytes | None]] = {bk.CF_READY: {}, bk.CF_META: {}}
+        for topic, refs in fired.items():
+            self.chunk_seq += 1
+            key = bk.chunk_key(topic, self.chunk_seq)
+            writes[bk.CF_READY][key] = be.refs_entry(now_ms, *zip(*refs, strict=True))
+            self.chunk_left[self.chunk_seq] = [key, len(refs)]
+            self.chunk_of.update(dict.fromkeys(refs, self.chunk_seq))
+        writes[bk.CF_META][bk.META_FIRE_CURSOR] = be.cursor_value(*self.cursor)
+        for family, key, last in entries:
+            if last <= self.cursor:
+                writes.setdefault(family, {})[key] = None
+        self.store.write(writes)
+
+    def ack(self, message_ids: list[str], now_ms: int) -> None:
+        """One Ack call of FIRED messages: one `acked` entry."""
+        self.ack_seq += 1
+        writes: dict[str, dict[bytes, bytes | None]] = {bk.CF_READY: {}, bk.CF_ACKED: {}}
+        places = [(p.segment, p.message_index) for p in map(parse_id, message_ids)]
+        writes[bk.CF_ACKED][bk.acked_key(self.ack_seq)] = be.refs_entry(
+            now_ms, *zip(*places, strict=True)
+        )
+        self.ack_live[self.ack_seq] = {seq for seq, _ in places}
+        for seq, index in places:
+            self.acks_of[seq].add(self.ack_seq)
+            self._retire(writes, seq, index)
+            self._terminal(writes, seq, index, State.ACKED, now_ms)
+        self.store.write(writes)
+
+    def cancel(self, message_id: str, now_ms: int) -> None:
+        """Cancel a SCHEDULED message or retire a FIRED one (a purge, a dead-letter move):
+        one override."""
+        parsed = parse_id(message_id)
+        seq, index = parsed.segment, parsed.message_index
+        writes: dict[str, dict[bytes, bytes | None]] = {bk.CF_READY: {}}
+        if self.state[seq][index] == State.FIRED:
+            self._retire(writes, seq, index)
+        self._override(writes, seq, index, cancelled_at_ms=now_ms)
+        self._terminal(writes, seq, index, State.CANCELLED, now_ms)
+        self.store.write(writes)
+
+    def move(self, message_id: str, deliver_ms: int, delay_ms: int) -> None:
+        """Reschedule a SCHEDULED message or Nack a FIRED one with a delay: an override
+        and the new pair in the wheel (the old pair stays)."""
+        if deliver_ms <= self.cursor[0]:
+            raise ValueError(f"an override at {deliver_ms} is not after the cursor {self.cursor}")
+        parsed = parse_id(message_id)
+        seq, index = parsed.segment, parsed.message_index
+        writes: dict[str, dict[bytes, bytes | None]] = {bk.CF_READY: {}}
+        if self.state[seq][index] == State.FIRED:
+            self._retire(writes, seq, index)
+            self.state[seq][index] = State.SCHEDULED
+        self._override(writes, seq, index, deliver_ms=deliver_ms)
+        self.deliver[seq][index] = deliver_ms
+        self._place(writes, seq, index, deliver_ms, wheel_of(delay_ms))
+        self.store.write(writes)
+
+    def sweep(self, now_ms: int) -> None:
+        """Every segment whose expiry has come: its segment, `segstate`, `expiry` and
+        overrides, in one batch."""
+        due = self.store.items(bk.CF_EXPIRY, b"", bk.slot_bound(now_ms + 1))
+        batch = WriteBatch(raw_mode=True)
+        handles = self.store.handles
+        for key, _ in due:
+            seq = bk.decode_expiry_key(key)[1]
+            batch.delete(bk.segment_key(seq), handles[bk.CF_SEGMENTS])
+            batch.delete(bk.segment_key(seq), handles[bk.CF_SEGSTATE])
+            batch.delete(key, handles[bk.CF_EXPIRY])
+            batch.delete_range(*bk.segment_range(seq), handles[bk.CF_OVERRIDES])
+        self.store.db.write(batch)
+
+    def _override(self, writes, seq: int, index: int, **changed) -> None:
+        found = self.overrides.get((seq, index), be.Override())._replace(**changed)
+        self.overrides[seq, index] = found
+        writes.setdefault(bk.CF_OVERRIDES, {})[bk.place_key(seq, index)] = be.override_value(found)
+
+    def _retire(self, writes, seq: int, index: int) -> None:
+        """The message leaves its fire chunk; the chunk's `ready` entry goes with its last."""
+        chunk = self.chunk_of.pop((seq, index))
+        left = self.chunk_left[chunk]
+        left[1] -= 1
+        if not left[1]:
+            writes[bk.CF_READY][left[0]] = None
+            del self.chunk_left[chunk]
+
+    def _terminal(self, writes, seq: int, index: int, state: State, now_ms: int) -> None:
+        """The message turns terminal; with its segment's last, `segstate` and `expiry` are
+        written and the Ack entries that name only terminal segments go."""
+        self.state[seq][index], self.terminal_ms[seq][index] = state, now_ms
+        self.left[seq] -= 1
+        if self.left[seq]:
+            return
+        segstate = be.segstate_entry(bytes(self.state[seq]), self.terminal_ms[seq])
+        writes.setdefault(bk.CF_SEGSTATE, {})[bk.segment_key(seq)] = segstate
+        expiry = bk.expiry_key(now_ms + self.retention_ms, seq)
+        writes.setdefault(bk.CF_EXPIRY, {})[expiry] = b""
+        for ack in self.acks_of.pop(seq):
+            self.ack_live[ack].discard(seq)
+            if not self.ack_live[ack]:
+                writes.setdefault(bk.CF_ACKED, {})[bk.acked_key(ack)] = None
+                del self.ack_live[ack]

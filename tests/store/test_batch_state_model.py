@@ -1,0 +1,220 @@
+"""The state join (timerwheel.store.batch_state) against a plain model: hypothesis makes a
+sequence of version-2 operations (sends in segments, fire cursor advances, Acks, Cancels,
+purges, Reschedules, Nacks with a delay, sweeps), a writer stages them with the step-1
+codecs into real RocksDB (helpers.batch_v2), and after each operation every answer of
+the join (Get, the segment walk, List, Count) must equal a dictionary's that applied the
+same operations to each message's state directly."""
+
+from __future__ import annotations
+
+import tempfile
+from collections import Counter
+
+from helpers.batch_v2 import Writer, open_v2
+from helpers.budget import examples
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from timerwheel.common import State
+from timerwheel.store.batch_state import BatchStateReader, MessageState
+from timerwheel.store.segment_ids import parse_id
+
+RETENTION_MS = 2_000
+TOPICS = ("orders", "mail")
+
+advance = st.integers(0, 1_500)
+target = st.integers(0, 10_000)
+operations = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("send"),
+            st.lists(
+                st.tuples(st.sampled_from(TOPICS), st.integers(0, 3_000)), min_size=1, max_size=6
+            ),
+            advance,
+        ),
+        st.tuples(st.just("fire"), st.integers(1, 4), advance),
+        st.tuples(st.just("ack"), st.lists(target, min_size=1, max_size=4), advance),
+        st.tuples(st.just("cancel"), target, advance),
+        st.tuples(st.just("move"), st.tuples(target, st.integers(1, 3_000)), advance),
+        st.tuples(st.just("sweep"), st.none(), advance),
+    ),
+    max_size=30,
+)
+
+
+class Model:
+    """Each message's state, applied directly: what the join must answer."""
+
+    def __init__(self) -> None:
+        self.timers: dict[str, MessageState] = {}
+        self.sent: list[str] = []  # every id, swept or not: operations pick from these
+
+    def send(self, ids: list[str], messages: list[tuple[str, int]], now_ms: int) -> None:
+        for message_id, (topic, delay) in zip(ids, messages, strict=True):
+            parsed = parse_id(message_id)
+            self.timers[message_id] = MessageState(
+                message_id, parsed.segment, parsed.message_index, topic, State.SCHEDULED,
+                now_ms + delay,
+            )  # fmt: skip
+            self.sent.append(message_id)
+
+    def pick(self, n: int, *states: State) -> str | None:
+        found = self.timers.get(self.sent[n % len(self.sent)]) if self.sent else None
+        return found.message_id if found is not None and found.state in states else None
+
+    def fire(self, now_ms: int, limit: int) -> None:
+        due = [
+            t
+            for t in self.timers.values()
+            if t.state is State.SCHEDULED and t.deliver_at_ms <= now_ms
+        ]
+        due.sort(key=lambda t: (t.deliver_at_ms, t.segment, t.index))
+        for t in due[:limit]:
+            self.timers[t.message_id] = t._replace(state=State.FIRED, fired_at_ms=now_ms)
+
+    def settle(self, message_id: str, state: State, now_ms: int) -> None:
+        t = self.timers[message_id]._replace(state=state, fired_at_ms=0)
+        at = {"acked_at_ms": now_ms} if state is State.ACKED else {"cancelled_at_ms": now_ms}
+        self.timers[message_id] = t._replace(**at)
+
+    def move(self, message_id: str, deliver_ms: int) -> None:
+        t = self.timers[message_id]
+        self.timers[message_id] = t._replace(
+            state=State.SCHEDULED, deliver_at_ms=deliver_ms, fired_at_ms=0
+        )
+
+    def sweep(self, now_ms: int) -> None:
+        by_segment: dict[int, list[MessageState]] = {}
+        for t in self.timers.values():
+            by_segment.setdefault(t.segment, []).append(t)
+        for timers in by_segment.values():
+            if all(t.state in (State.ACKED, State.CANCELLED) for t in timers):
+                last = max(t.acked_at_ms or t.cancelled_at_ms for t in timers)
+                if last + RETENTION_MS <= now_ms:
+                    for t in timers:
+                        del self.timers[t.message_id]
+
+
+def apply(op, writer: Writer, model: Model, now_ms: int) -> None:
+    kind, arg, _ = op
+    if kind == "send":
+        model.send(writer.send(arg, now_ms), arg, now_ms)
+    elif kind == "fire":
+        writer.fire(now_ms, arg)
+        model.fire(now_ms, arg)
+    elif kind == "ack":
+        picked = {model.pick(n, State.FIRED) for n in arg} - {None}
+        if picked:
+            writer.ack(sorted(picked), now_ms)  # type: ignore[arg-type]
+            for message_id in picked:
+                model.settle(message_id, State.ACKED, now_ms)  # type: ignore[arg-type]
+    elif kind == "cancel":
+        message_id = model.pick(arg, State.SCHEDULED, State.FIRED)
+        if message_id is not None:
+            writer.cancel(message_id, now_ms)
+            model.settle(message_id, State.CANCELLED, now_ms)
+    elif kind == "move":
+        n, delay = arg
+        message_id = model.pick(n, State.SCHEDULED, State.FIRED)
+        if message_id is not None:
+            writer.move(message_id, now_ms + delay, delay)
+            model.move(message_id, now_ms + delay)
+    else:
+        writer.sweep(now_ms)
+        model.sweep(now_ms)
+
+
+def check(reader: BatchStateReader, model: Model) -> None:
+    for message_id in model.sent:
+        assert reader.get(message_id) == model.timers.get(message_id), message_id
+    walked = list(reader.scan())
+    assert walked == sorted(model.timers.values(), key=lambda t: (t.segment, t.index))
+    for topic in TOPICS:
+        assert reader.count_states(topic) == Counter(
+            t.state for t in model.timers.values() if t.topic == topic
+        )
+        scheduled = sorted(
+            (t for t in model.timers.values() if t.topic == topic and t.state is State.SCHEDULED),
+            key=lambda t: (t.deliver_at_ms, t.segment, t.index),
+        )
+        assert reader.list_scheduled(topic) == scheduled
+        if scheduled:
+            middle = scheduled[len(scheduled) // 2].deliver_at_ms
+            assert reader.count_scheduled(topic, middle, middle + 1_000) == sum(
+                middle <= t.deliver_at_ms < middle + 1_000 for t in scheduled
+            )
+
+
+def pages(reader: BatchStateReader, topic: str, size: int) -> list[MessageState]:
+    out: list[MessageState] = []
+    while True:
+        after = None if not out else (out[-1].deliver_at_ms, out[-1].segment, out[-1].index)
+        page = reader.list_scheduled(topic, limit=size, after=after)
+        out += page
+        if len(page) < size:
+            return out
+
+
+@settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(operations)
+def test_the_join_answers_what_the_operations_left(ops):
+    with tempfile.TemporaryDirectory() as path, open_v2(path) as store:
+        writer, model, reader = (
+            Writer(store, RETENTION_MS),
+            Model(),
+            BatchStateReader(store.families),
+        )
+        now_ms = 1_000_000
+        for op in ops:
+            now_ms += op[2]
+            apply(op, writer, model, now_ms)
+            check(reader, model)
+        for topic in TOPICS:
+            assert pages(reader, topic, 2) == reader.list_scheduled(topic)
+
+
+def test_a_long_run_fires_acks_and_sweeps_every_message():
+    """Without hypothesis' shrinking: many segments through their whole life."""
+    with tempfile.TemporaryDirectory() as path, open_v2(path) as store:
+        writer, model, reader = (
+            Writer(store, RETENTION_MS),
+            Model(),
+            BatchStateReader(store.families),
+        )
+        now_ms = 1_000_000
+        for round_ in range(12):
+            now_ms += 700
+            messages = [(TOPICS[i % 2], (i * 397) % 3_000) for i in range(40)]
+            model.send(writer.send(messages, now_ms), messages, now_ms)
+            writer.fire(now_ms, 25)
+            model.fire(now_ms, 25)
+            fired = [t.message_id for t in model.timers.values() if t.state is State.FIRED]
+            if round_ % 3 == 2 and fired:
+                writer.move(fired[0], now_ms + 50, 50)
+                model.move(fired[0], now_ms + 50)
+                fired = fired[1:]
+            if fired:
+                writer.ack(fired[: len(fired) // 2 + 1], now_ms)
+                for message_id in fired[: len(fired) // 2 + 1]:
+                    model.settle(message_id, State.ACKED, now_ms)
+            check(reader, model)
+        while any(t.state is not State.ACKED for t in model.timers.values()):
+            now_ms += 500
+            writer.fire(now_ms, 1_000)
+            model.fire(now_ms, 1_000)
+            fired = sorted(t.message_id for t in model.timers.values() if t.state is State.FIRED)
+            if fired:
+                writer.ack(fired, now_ms)
+                for message_id in fired:
+                    model.settle(message_id, State.ACKED, now_ms)
+        check(reader, model)
+        now_ms += RETENTION_MS
+        writer.sweep(now_ms)
+        model.sweep(now_ms)
+        assert model.timers == {}
+        check(reader, model)
+        assert all(
+            dict(store.families[name].items()) == {}
+            for name in ("segments", "acked", "ready", "segstate")
+        )
