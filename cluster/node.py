@@ -215,6 +215,8 @@ class ClusterNode(SeriesLog, Takeovers, NodeQueries):
             if taking:
                 continue
             owner = view.seen.value.holder.split("/", 1)[0] if view.seen is not None else None
+            if owner is not None:
+                self.placement.owner_seen(partition, owner)  # its warm standby takes it at once
             if self.placement.standby(partition, owner) == self.node.name:
                 mine.append(partition)
         return mine

@@ -2,11 +2,17 @@
 partition or should hand one on (docs/cluster.md, "What a node does now": Placement).
 
 A partition goes first to its preferred live node (rendezvous hashing: the highest crc32
-of "<node>:<partition>", `timerwheel.cluster.partitions.preferred_node`); another node
-takes it once it has been without an owner for the grace. An owner hands a partition to
-its preferred node once that node has been up for the grace, one partition per renewal
-interval, so a node that joins or restarts gets its share. Nodes register in the node
-bucket every renewal; the bucket's TTL drops a node that stopped.
+of "<node>:<partition>", `timerwheel.cluster.partitions.preferred_node`). When the node
+that lost it was its preferred node, its warm standby (`standby`, after that owner) takes
+it as soon as the lease is absent: the lost owner may still be listed for a while (the
+registry's TTL, or a registry that cannot be read during NATS's elections), and waiting on
+it is the grace. Any other node takes it once it has been without an owner for the grace.
+An owner hands a partition to its preferred node once that node has been up for the
+grace, one partition per renewal interval, so a node that joins or restarts gets its
+share; a node that took a partition from its preferred owner counts that owner as up only
+from a registry read after the take, so a lost owner still listed never gets it back.
+Nodes register in the node bucket every renewal; the bucket's TTL drops a node that
+stopped.
 
 Pure state over a monotonic clock the caller passes, except `register` (one put and one
 key listing on the node bucket).
@@ -32,6 +38,7 @@ class Placement:
         self._absent_since: dict[int, int] = {}  # partition -> when found without an owner
         self._last_hand_off_ms = NEVER_MS
         self._refused_until: dict[int, int] = {}  # partition -> not taken before (its snapshot)
+        self._last_owner: dict[int, str] = {}  # partition -> the node last seen holding it
 
     async def register(self, nodes_kv: Any, address: str, now_ms: int) -> None:
         """Put this node in the registry and read who else is there (failures ignored: the
@@ -63,6 +70,18 @@ class Placement:
         ranked = sorted(self.live_nodes, key=rank)
         return next((name for name in ranked if name != owner), self.name)
 
+    def owner_seen(self, partition: int, owner: str) -> None:
+        """A read of the partition's lease found `owner` holding it."""
+        self._last_owner[partition] = owner
+
+    def warm(self, partition: int) -> bool:
+        """Is this node the warm standby of a partition whose last owner seen is its
+        preferred node (the owner this node would otherwise wait the grace for)."""
+        last = self._last_owner.get(partition)
+        if last is None or last == self.name or last != self.preferred(partition):
+            return False
+        return self.standby(partition, last) == self.name
+
     def read(self, partition: int, owner_found: bool, now_ms: int) -> None:
         """A read of the partition's lease answered: the grace runs from the first read
         that found no owner."""
@@ -72,15 +91,23 @@ class Placement:
             self._absent_since.setdefault(partition, now_ms)
 
     def held(self, partition: int) -> None:
-        """This node holds the lease: the next absence starts anew."""
+        """This node holds the lease: the next absence starts anew. Taken from its
+        preferred node (which lost it: a hand-off goes only to the preferred node), that
+        node is not up until a registry read after now lists it again: its entry may
+        outlive it, and a hand-off back to it would leave the partition without an owner."""
         self._absent_since.pop(partition, None)
+        last = self._last_owner.get(partition)
+        if last is not None and last != self.name and last == self.preferred(partition):
+            self._seen_at.pop(last, None)
+        self._last_owner[partition] = self.name
 
     def may_take(self, partition: int, now_ms: int) -> bool:
-        """May this node create the partition's lease now: it is the preferred node, or
+        """May this node create the partition's lease now (it was found absent): it is the
+        preferred node, or the warm standby after the preferred node lost it (`warm`), or
         the partition has been without an owner for the grace; never while it refuses it."""
         if now_ms < self._refused_until.get(partition, now_ms):
             return False
-        if self.preferred(partition) == self.name:
+        if self.preferred(partition) == self.name or self.warm(partition):
             return True
         since = self._absent_since.get(partition, now_ms)
         return now_ms - since >= self.grace_ms
