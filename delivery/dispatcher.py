@@ -26,6 +26,9 @@ delivered (`hub.attempt_policy`, timerwheel.delivery.attempt_policy).
   tracked until the engine has made the ack durable, and go back in flight if it fails.
 * Several subscribers of one topic share one dispatcher: each message is in flight at one
   subscriber at a time; whoever has room takes the next batch.
+* A subscriber that a batch filled waits, while more is queued, until a quarter of its
+  window is free again (`holds_back`, `reopen_room`), not for each Ack's worth: TCP's
+  silly-window avoidance, so a consumer a window behind is handed large batches.
 """
 
 from __future__ import annotations
@@ -65,13 +68,26 @@ class Entry:
     deadline_ms: int = 0
 
 
+def reopen_room(max_in_flight: int, batch_max: int) -> int:
+    """The room a subscriber that was full waits for before its next batch (while that
+    many messages are waiting): a quarter of its window, at most a whole batch, at least
+    one. As TCP's silly-window avoidance: handed only what each Ack freed, a consumer
+    that reads one batch per Ack round trip, once a window behind, gets batches as small
+    as its acks for good and drains a backlog at a few messages a round trip."""
+    return min(batch_max, max(1, max_in_flight // 4))
+
+
 def unblocks(owner: Subscriber) -> bool:
-    """Whether one message leaving `owner`'s flight gives it room it had none of: only
-    then can its waiting stream take more than before. A wake that finds nothing to do
-    still costs two thread switches and a turn of the GIL, and at a steady rate most acks
-    free room in a flight that had room already: a wake on each of them was pure cost.
-    A draining owner (stopping) is woken by each: its stream ends once it holds none."""
-    return owner.in_flight >= owner.max_in_flight or owner.draining
+    """Whether one message leaving `owner`'s flight may let its waiting stream take more:
+    when it was full and this makes its free room reach `reopen_room` (`holds_back`).
+    A wake that finds nothing to do still costs two thread switches and a turn of the
+    GIL, and at a steady rate most acks free room in a flight that had room already, or
+    too little to be handed: a wake on each of them was pure cost. An owner with room
+    that was not full waits only when nothing is queued, which an ack does not change. A
+    draining owner (stopping) is woken by each: its stream ends once it holds none."""
+    if owner.draining:
+        return True
+    return owner.full and owner.max_in_flight - owner.in_flight + 1 == owner.reopen_room
 
 
 def _read_all_there_was(fetched: list[FiredRecord], limit: int, max_bytes: int) -> bool:
@@ -112,6 +128,41 @@ class TopicDispatcher:
         self.default_limit, self.default_retry = hub.attempt_policy.topic_defaults(name)
 
     # -- called with cond held ------------------------------------------------------------
+    def bind(self, subscriber: Subscriber) -> None:
+        """A new subscriber of this topic."""
+        self.subscribers += 1
+        subscriber._dispatcher = self
+        subscriber.reopen_room = reopen_room(
+            subscriber.max_in_flight, self.hub.settings.delivery_batch_max
+        )
+
+    def holds_back(self, subscriber: Subscriber, room: int) -> bool:
+        """Whether `subscriber`, with `room` free, waits for more room before its next
+        batch: only once a batch filled it (`full`, until it is handed the next one),
+        while its room is below its `reopen_room` and at least that many messages are
+        waiting to be handed out (read from the store first, as for a batch). So a full
+        consumer's batches stay large once a backlog formed, and nothing is held back
+        that nothing more would join: a first batch, one for a subscriber that was not
+        full, or one whose in_flight fell to 0 (its room is then its whole window) goes
+        out at once. The count looks at most `reopen_room` queue slots, and only for a
+        subscriber that was full and has little room: no work a message."""
+        need = subscriber.reopen_room
+        if room >= need or not subscriber.full:
+            return False
+        self.refill(need)
+        if len(self.redeliver) + len(self.fresh) < need:
+            return False
+        entries = self.entries
+        waiting = 0
+        for source in (self.redeliver, self.fresh):
+            for message_id in source:  # as `take` sees them: stale slots do not count
+                entry = entries.get(message_id)
+                if entry is not None and entry.owner is None:
+                    waiting += 1
+                    if waiting >= need:
+                        return True
+        return False
+
     def expire(self, now_ms: int) -> None:
         """Entries whose ack deadline passed have failed an attempt (and wait out their
         retry backoff); backoffs that ended go back to the front."""
@@ -232,6 +283,7 @@ class TopicDispatcher:
                 body_bytes += entry.body_bytes
         if ids:
             subscriber.in_flight += len(ids)
+            subscriber.full = subscriber.in_flight >= subscriber.max_in_flight
             # A tuple of strings: the cyclic GC stops tracking it, so the thousands of
             # batches awaiting their deadline cost full collections one object each.
             self.deadlines.append((deadline_ms, subscriber, tuple(ids)))
@@ -245,7 +297,7 @@ class TopicDispatcher:
         """An Ack for these arrived: those in flight leave their owner (its room is free
         again) but stay tracked, owned by nobody and in no queue, so neither an ack
         deadline nor the end of the stream fails them. Returns (id, owner) of each, and
-        whether a subscriber that had no room has some now (`unblocks`)."""
+        whether a subscriber that was full has room enough for a batch now (`unblocks`)."""
         settled = []
         unblocked = False
         for message_id in message_ids:
@@ -269,7 +321,7 @@ class TopicDispatcher:
 
     def forget(self, message_ids: list[str]) -> bool:
         """Acked: stop tracking (and free the owner's room). Returns whether a waiting
-        subscriber may now take more: one that had no room has some, or bodies left the
+        subscriber may now take more: one that was full has room enough, or bodies left the
         byte budget that the last `refill` stopped at. The bytes leave the hub's budget
         once for the whole Ack (its lock per message, as `track_many` says)."""
         wakes = False

@@ -133,8 +133,7 @@ class DeliveryHub(DeliveryApi[Subscriber]):
             self._streams[subscriber] = None
             dispatcher = self._topic(topic)
             with dispatcher.cond:  # under _lock: an idle dispatcher is not freed meanwhile
-                dispatcher.subscribers += 1
-                subscriber._dispatcher = dispatcher
+                dispatcher.bind(subscriber)
         return subscriber
 
     def next_batch(
@@ -146,7 +145,8 @@ class DeliveryHub(DeliveryApi[Subscriber]):
         subscriber is closed, or is draining (its consumer released messages: it is
         stopping) and holds nothing in flight; raises ShuttingDown when the hub is closed.
         Never returns more than the subscriber's room (max_in_flight minus what it has in
-        flight), and nothing to a draining one.
+        flight), nothing to a draining one, and, once it was full, no batch smaller than
+        its `reopen_room` while more is waiting (`TopicDispatcher.holds_back`).
 
         A draining stream ends by itself, in order after every batch it was sent, so a
         consumer that reads it to its end has seen each message it was given, released
@@ -187,7 +187,7 @@ class DeliveryHub(DeliveryApi[Subscriber]):
                     room = 0
                 else:
                     room = subscriber.max_in_flight - subscriber.in_flight
-                if room > 0:
+                if room > 0 and not dispatcher.holds_back(subscriber, room):
                     dispatcher.refill(room)
                     batch = dispatcher.take(subscriber, room, now_ms)
                     if batch:

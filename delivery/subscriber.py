@@ -48,6 +48,10 @@ class Subscriber:
     identity: str = ""  # who it counts against (timerwheel.security.limits.caller_identity)
     name: str = ""  # who it is in message traces (SubscribeRequest.consumer, or the peer)
     in_flight: int = 0
+    # Silly-window avoidance (`TopicDispatcher.holds_back`): once a batch filled its
+    # room (`full`), its next batch waits until `reopen_room` is free again.
+    full: bool = False
+    reopen_room: int = 1
     closed: bool = False
     # Its consumer released messages (a Nack with `release`): it is stopping, so it is
     # handed no more and its stream ends once it holds none (`DeliveryHub.next_batch`).
