@@ -74,7 +74,7 @@ class MessageState(NamedTuple):
 
     message_id: str
     segment: int
-    index: int
+    message_index: int  # in the segment (`index` would hide tuple.index)
     topic: str
     state: State
     deliver_at_ms: int
@@ -258,7 +258,8 @@ class BatchStateReader:
                     for t, i in zip(times, indexes, strict=True)
                     if from_ms <= t < to_ms and (after is None or (t, seq, i) > after)
                 )
-        live, segments = LiveEntries(self._cf), {}
+        live = LiveEntries(self._cf)
+        segments: dict[int, _Segment | None] = {}
         found: list[MessageState] = []
         for place in sorted(candidates):
             if len(found) >= limit:

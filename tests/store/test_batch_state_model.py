@@ -69,7 +69,7 @@ class Model:
             for t in self.timers.values()
             if t.state is State.SCHEDULED and t.deliver_at_ms <= now_ms
         ]
-        due.sort(key=lambda t: (t.deliver_at_ms, t.segment, t.index))
+        due.sort(key=lambda t: (t.deliver_at_ms, t.segment, t.message_index))
         for t in due[:limit]:
             self.timers[t.message_id] = t._replace(state=State.FIRED, fired_at_ms=now_ms)
 
@@ -129,14 +129,14 @@ def check(reader: BatchStateReader, model: Model) -> None:
     for message_id in model.sent:
         assert reader.get(message_id) == model.timers.get(message_id), message_id
     walked = list(reader.scan())
-    assert walked == sorted(model.timers.values(), key=lambda t: (t.segment, t.index))
+    assert walked == sorted(model.timers.values(), key=lambda t: (t.segment, t.message_index))
     for topic in TOPICS:
         assert reader.count_states(topic) == Counter(
             t.state for t in model.timers.values() if t.topic == topic
         )
         scheduled = sorted(
             (t for t in model.timers.values() if t.topic == topic and t.state is State.SCHEDULED),
-            key=lambda t: (t.deliver_at_ms, t.segment, t.index),
+            key=lambda t: (t.deliver_at_ms, t.segment, t.message_index),
         )
         assert reader.list_scheduled(topic) == scheduled
         if scheduled:
@@ -149,7 +149,7 @@ def check(reader: BatchStateReader, model: Model) -> None:
 def pages(reader: BatchStateReader, topic: str, size: int) -> list[MessageState]:
     out: list[MessageState] = []
     while True:
-        after = None if not out else (out[-1].deliver_at_ms, out[-1].segment, out[-1].index)
+        after = None if not out else (out[-1].deliver_at_ms, out[-1].segment, out[-1].message_index)
         page = reader.list_scheduled(topic, limit=size, after=after)
         out += page
         if len(page) < size:

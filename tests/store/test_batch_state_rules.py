@@ -176,12 +176,14 @@ def test_list_keeps_a_pair_only_while_it_is_the_message_s_place(entries):
     entries.override(1, deliver_ms=2_500)  # the old pair stays behind, the new one joins
     entries.put(CF_WHEEL["second"], bk.wheel_entry_key(2_000, SEQ), be.wheel_entry([2_500], [1]))
     listed = entries.reader.list_scheduled("orders")
-    assert [(m.index, m.deliver_at_ms) for m in listed] == [(2, 2_000), (1, 2_500)]
-    assert [m.index for m in entries.reader.list_scheduled("mail")] == [3]
-    assert [m.index for m in entries.reader.list_scheduled("orders", 2_100, 2_600)] == [1]
+    assert [(m.message_index, m.deliver_at_ms) for m in listed] == [(2, 2_000), (1, 2_500)]
+    assert [m.message_index for m in entries.reader.list_scheduled("mail")] == [3]
+    assert [m.message_index for m in entries.reader.list_scheduled("orders", 2_100, 2_600)] == [1]
     assert entries.reader.list_scheduled("orders", 0, 2_000) == []
-    assert [m.index for m in entries.reader.list_scheduled("orders", limit=1)] == [2]
-    assert [m.index for m in entries.reader.list_scheduled("orders", after=(2_000, SEQ, 2))] == [1]
+    assert [m.message_index for m in entries.reader.list_scheduled("orders", limit=1)] == [2]
+    assert [
+        m.message_index for m in entries.reader.list_scheduled("orders", after=(2_000, SEQ, 2))
+    ] == [1]
     assert entries.reader.count_scheduled("orders", 1_500, 3_000) == 2
     entries.cursor(2_000, SEQ, 2)
-    assert [m.index for m in entries.reader.list_scheduled("orders")] == [1]
+    assert [m.message_index for m in entries.reader.list_scheduled("orders")] == [1]
