@@ -73,6 +73,7 @@ def engine_gauges(engine, store, counts, unacked: UnackedByTopic, top_topics: in
         "writer_queue_ops": engine.queued_ops(),
         "fire_lag_ms": engine.admission.lag_ms,  # the writer's latest (wheels.admission)
         "admission_refusing": engine.admission.refusing,
+        "admission_due_load_pct": engine.admission.due.load_pct,  # the due-load projection
         "pending_by_wheel": {w: store.estimate_keys(keys.CF_WHEEL[w]) for w in WHEELS},
         "unacked_by_topic": unacked.top(top_topics),
         "due_within_ms": counts.due_within(engine.now_ms(), DUE_HORIZONS_MS),

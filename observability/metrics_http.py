@@ -8,7 +8,9 @@ below, read when Prometheus asks and never kept up to date on the firing path:
                                              or the engine process is unreachable)
     timerwheel_writer_queue_ops              operations waiting for the writer
     timerwheel_fire_lag_seconds              how late the writer's latest fires ran
-    timerwheel_admission_refusing            1 while sends are refused for that lag
+    timerwheel_admission_refusing            1 while sends are refused (fire lag or due load)
+    timerwheel_admission_due_load_percent    the projected CPU of the fires due ahead and
+                                             the sends, in % of what the process gets
     timerwheel_pending_timers{wheel}         RocksDB's estimate of keys in each wheel
     timerwheel_fired_unacked{topic}          top `metrics_top_topics` topics + "other"
     timerwheel_timers_due{within}            due in the next 1m / 10m / 60m (whole minutes)
@@ -170,8 +172,15 @@ def _engine_families(values: dict):
         values["fire_lag_ms"] / 1000,
     )  # fmt: skip
     yield _gauge(
-        "timerwheel_admission_refusing", "1 while sends are refused for the fires' lateness",
+        "timerwheel_admission_refusing",
+        "1 while sends are refused: the fires run late, or the due load ahead is over budget",
         int(values["admission_refusing"]),
+    )  # fmt: skip
+    yield _gauge(
+        "timerwheel_admission_due_load_percent",
+        "Projected CPU of the fires due ahead plus the sends, in % of the CPU the process "
+        "gets (admit_due_load_pct refuses above it)",
+        values["admission_due_load_pct"],
     )  # fmt: skip
     yield _labelled(
         "timerwheel_pending_timers", "Timers in each wheel (RocksDB's key estimate)", "wheel",

@@ -51,6 +51,11 @@ SETTING_FLAGS = {
         "admit_fire_lag_ms",
         "refuse sends while fires run this late; 0: never (default 20ms)",
     ),
+    "--admit-due-load": (
+        "admit_due_load_pct",
+        "refuse sends while the fires due ahead plus the sends would take more than this "
+        "%% of the CPU the process gets; 0: never (default 85)",
+    ),
     "--max-delay": ("max_delay_ms", "furthest delivery time accepted (default 400d)"),
     "--fire-tick": (
         "fire_tick_ms",

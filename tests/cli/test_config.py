@@ -192,3 +192,15 @@ def test_serve_refuses_bad_settings_before_starting(tmp_path, capsys):
     assert serve.run(args) == 2
     assert "port=99999" in capsys.readouterr().err
     assert not (tmp_path / "d").exists()  # nothing was opened
+
+
+def test_serve_admission_flags(tmp_path, capsys):
+    settings = serve.settings_from_args(
+        _serve_args("--admit-fire-lag", "50ms", "--admit-due-load", "70")
+    )
+    assert (settings.admit_fire_lag_ms, settings.admit_due_load_pct) == (50, 70)
+    assert serve.settings_from_args(_serve_args("--admit-due-load", "0")).admit_due_load_pct == 0
+    args = _serve_args("--data-dir", str(tmp_path / "d"), "--port", "0", "--admit-due-load", "1001")
+    assert serve.run(args) == 2
+    assert "admit_due_load_pct=1001" in capsys.readouterr().err
+    assert not (tmp_path / "d").exists()

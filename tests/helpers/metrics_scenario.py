@@ -114,6 +114,8 @@ def run_scenario(target: str, port: int, clock_offset_ms: int) -> None:
     assert value(after, "timerwheel_writer_up") == 1
     assert value(after, "timerwheel_writer_queue_ops") == 0
     assert value(after, "timerwheel_data_dir_free_bytes") > 0
+    assert value(after, "timerwheel_admission_refusing") == 0  # a light load is admitted
+    assert 0 <= value(after, "timerwheel_admission_due_load_percent") < 85
     cascades = "timerwheel_cascade_chunk_duration_seconds_count"
     assert value(after, cascades, wheel="minute") > value(before, cascades, wheel="minute")
     for name in ("rocksdb_live_data_bytes", "rocksdb_pending_compaction_bytes"):
