@@ -4,9 +4,11 @@ partition or should hand one on (docs/cluster.md, "What a node does now": Placem
 A partition goes first to its preferred live node (rendezvous hashing: the highest crc32
 of "<node>:<partition>", `timerwheel.cluster.partitions.preferred_node`). When the node
 that lost it was its preferred node, its warm standby (`standby`, after that owner) takes
-it as soon as the lease is absent: the lost owner may still be listed for a while (the
-registry's TTL, or a registry that cannot be read during NATS's elections), and waiting on
-it is the grace. Any other node takes it once it has been without an owner for the grace.
+it once the lease has been absent for a renewal interval: the lost owner may still be
+listed for a while (the registry's TTL, or a registry that cannot be read during NATS's
+elections), and waiting on it is the grace; an owner that is alive and only renewed late
+reads and creates again within a tick, so it keeps its partition rather than see it
+move. Any other node takes it once it has been without an owner for the grace.
 An owner hands a partition to its preferred node once that node has been up for the
 grace, one partition per renewal interval, so a node that joins or restarts gets its
 share; a node that took a partition from its preferred owner counts that owner as up only
@@ -103,13 +105,16 @@ class Placement:
 
     def may_take(self, partition: int, now_ms: int) -> bool:
         """May this node create the partition's lease now (it was found absent): it is the
-        preferred node, or the warm standby after the preferred node lost it (`warm`), or
-        the partition has been without an owner for the grace; never while it refuses it."""
+        preferred node; or the warm standby after the preferred node lost it (`warm`) and
+        the partition has been without an owner for a renewal interval; or it has been
+        without one for the grace. Never while it refuses it."""
         if now_ms < self._refused_until.get(partition, now_ms):
             return False
-        if self.preferred(partition) == self.name or self.warm(partition):
+        if self.preferred(partition) == self.name:
             return True
         since = self._absent_since.get(partition, now_ms)
+        if self.warm(partition):
+            return now_ms - since >= self.renew_every_ms
         return now_ms - since >= self.grace_ms
 
     def should_hand_off(self, partition: int, now_ms: int) -> bool:

@@ -1,5 +1,6 @@
 """Who takes a partition whose preferred owner lost its lease (cluster/placement.py): its
-warm standby at once, any other node after the grace; and no hand-off back to that owner
+warm standby after one renewal interval (the owner, if alive, retakes it within a tick),
+any other node after the grace; and no hand-off back to that owner
 while only a registry entry read before the take lists it. Pure: a fake clock and a fake
 node bucket, no NATS."""
 
@@ -53,7 +54,7 @@ def setting() -> tuple[int, str, str, str]:
     return partition, owner, standby, third
 
 
-def test_the_warm_standby_takes_at_once_when_the_preferred_owner_lost_it():
+def test_the_warm_standby_takes_after_a_renewal_when_the_preferred_owner_lost_it():
     partition, owner, standby, third = setting()
     registry = FakeNodes(NODES)
     warm, other = node(standby, registry), node(third, registry)
@@ -61,7 +62,9 @@ def test_the_warm_standby_takes_at_once_when_the_preferred_owner_lost_it():
         placement.owner_seen(partition, owner)  # read while the owner held it
         placement.read(partition, owner_found=False, now_ms=10_000)  # then it expired
     assert warm.preferred(partition) == owner  # the lost owner is still listed
-    assert warm.may_take(partition, 10_000)
+    assert not warm.may_take(partition, 10_000 + RENEW_MS - 1)  # the owner's turn first
+    assert warm.may_take(partition, 10_000 + RENEW_MS)
+    assert not other.may_take(partition, 10_000 + RENEW_MS)
     assert not other.may_take(partition, 10_000)
     assert not other.may_take(partition, 10_000 + GRACE_MS - 1)
     assert other.may_take(partition, 10_000 + GRACE_MS)
@@ -88,12 +91,13 @@ def test_a_node_that_handed_a_partition_off_does_not_take_it_back_warm():
     registry = FakeNodes(NODES)
     giver = node(standby, registry)
     giver.owner_seen(partition, owner)
-    assert giver.may_take(partition, 10_000)
+    giver.read(partition, owner_found=False, now_ms=10_000)
+    assert giver.may_take(partition, 11_000)
     giver.held(partition)
     giver.handing_off(20_000)
     giver.handed_off(partition, 20_000)
     giver.read(partition, owner_found=False, now_ms=20_000)
-    assert not giver.may_take(partition, 20_000)
+    assert not giver.may_take(partition, 20_000 + RENEW_MS)
     assert not giver.may_take(partition, 20_000 + GRACE_MS - 1)
 
 
@@ -103,12 +107,12 @@ def test_no_hand_off_back_to_a_lost_owner_its_stale_entry_still_lists():
     taker = node(standby, registry, now_ms=0)
     taker.owner_seen(partition, owner)
     taker.read(partition, owner_found=False, now_ms=10_000)
-    assert taker.may_take(partition, 10_000)
+    assert taker.may_take(partition, 11_000)
     taker.held(partition)
     # The owner has been listed since 0: before the take that made it "up" long ago.
-    assert not taker.should_hand_off(partition, 10_000)
+    assert not taker.should_hand_off(partition, 11_000)
     registry.failing = True  # NATS electing the bucket's leader: the old list stays
-    for now in range(10_000, 30_000, RENEW_MS):
+    for now in range(11_000, 30_000, RENEW_MS):
         register(taker, registry, now)
         assert taker.preferred(partition) == owner
         assert not taker.should_hand_off(partition, now), now
@@ -120,10 +124,10 @@ def test_a_lost_owner_gone_from_the_registry_never_gets_it_back():
     taker = node(standby, registry)
     taker.owner_seen(partition, owner)
     taker.read(partition, owner_found=False, now_ms=10_000)
-    assert taker.may_take(partition, 10_000)
+    assert taker.may_take(partition, 11_000)
     taker.held(partition)
     registry.names.discard(owner)  # its entry expired
-    for now in range(11_000, 30_000, RENEW_MS):
+    for now in range(12_000, 30_000, RENEW_MS):
         register(taker, registry, now)
         assert taker.preferred(partition) == standby
         assert not taker.should_hand_off(partition, now)
@@ -135,16 +139,30 @@ def test_an_owner_back_gets_its_partition_after_the_grace_once_listed_again():
     taker = node(standby, registry)
     taker.owner_seen(partition, owner)
     taker.read(partition, owner_found=False, now_ms=10_000)
-    assert taker.may_take(partition, 10_000)
+    assert taker.may_take(partition, 11_000)
     taker.held(partition)
-    register(taker, registry, 11_000)  # still listed (alive, or its entry not yet expired)
-    assert not taker.should_hand_off(partition, 11_000 + GRACE_MS - 1)
-    assert taker.should_hand_off(partition, 11_000 + GRACE_MS)
+    register(taker, registry, 12_000)  # still listed (alive, or its entry not yet expired)
+    assert not taker.should_hand_off(partition, 12_000 + GRACE_MS - 1)
+    assert taker.should_hand_off(partition, 12_000 + GRACE_MS)
+
+
+def test_an_owner_that_renewed_late_retakes_its_partition_first():
+    """Alive, the preferred owner reads the lease absent and creates it again within a
+    tick: before its standby may."""
+    partition, owner, standby, _ = setting()
+    registry = FakeNodes(NODES)
+    back, warm = node(owner, registry), node(standby, registry)
+    warm.owner_seen(partition, owner)
+    warm.read(partition, owner_found=False, now_ms=10_000)
+    back.read(partition, owner_found=False, now_ms=10_000)
+    assert back.may_take(partition, 10_000)
+    assert not warm.may_take(partition, 10_000 + RENEW_MS // 2)
 
 
 def test_a_take_from_a_lost_owner_does_not_ping_pong():
     """Three nodes in a fake clock: the owner dies with its entry still listed until 13 s.
-    The standby takes at once and keeps the partition; no hand-off goes to the dead node."""
+    The standby takes it a renewal after its lease expired and keeps it; no hand-off goes
+    to the dead node."""
     partition, owner, standby, third = setting()
     registry = FakeNodes(NODES)
     nodes = {name: node(name, registry) for name in (standby, third)}
@@ -175,4 +193,4 @@ def test_a_take_from_a_lost_owner_does_not_ping_pong():
                     moves.append((now, "handed off"))
             else:
                 placement.owner_seen(partition, holder)
-    assert moves == [(10_000, standby)]
+    assert moves == [(10_000 + RENEW_MS, standby)]
