@@ -11,7 +11,10 @@ the hub exactly. Properties checked after every step:
 - its attempt number is its failed attempts, plus one; a reopen fails what was in
   flight, and attempt counts carry on across it (from the traces: delivery/trace.py);
   one whose reopen used up its last attempt goes to its DLQ when its topic is next read;
-- a subscriber with room gets as many as it has room for, up to what is available;
+- a subscriber with room gets as many as it has room for, up to what is available,
+  except that one a batch filled (silly-window avoidance: delivery/dispatcher.py) gets
+  nothing while its room is below its reopen room (a quarter of its window, at most a
+  batch, at least one) and at least that many are available;
 - a message that fails its max_attempts-th attempt (nack, ack timeout, stream end)
   appears on its topic's DLQ exactly once, with that attempt count, and never again on
   its own topic; an ack of it on its old topic is refused;
@@ -80,6 +83,7 @@ class DeliveryModel(RuleBasedStateMachine):
         self._open()
         self.msgs: dict[str, Msg] = {}
         self.subs: dict[int, Subscriber] = {}
+        self.full: dict[int, bool] = {}  # a batch filled it, and none came since
         self.next_sub = 0
         self.dlq_cursor = dict.fromkeys(TOPICS, 0)
         self.dlq_seen: set[str] = set()
@@ -162,35 +166,74 @@ class DeliveryModel(RuleBasedStateMachine):
         self.msgs[result.message_id] = Msg(topic, result.deliver_at_ms, limit)
         self._fire_due()
 
+    @rule(topic=st.sampled_from(TOPICS), count=st.integers(8, 20))
+    def burst(self, topic: str, count: int) -> None:
+        """Many due at once: a window fills and a backlog waits behind it."""
+        specs = [SendSpec(topic, b"m", When(WhenKind.DELAY, 0)) for _ in range(count)]
+        for result in self.engine.send_batch(specs):
+            self.msgs[result.message_id] = Msg(topic, result.deliver_at_ms, 0)
+        self._fire_due()
+
     @rule(delta_ms=st.sampled_from([1, 300, 999, 1_000, 2_600, 5_000]))
     def advance(self, delta_ms: int) -> None:
         self.clock.advance(delta_ms)
         self._fire_due()
 
-    @rule(target=subscribers, topic=st.sampled_from(TOPICS), room=st.integers(1, 5))
+    @rule(target=subscribers, topic=st.sampled_from(TOPICS), room=st.integers(1, 12))
     def subscribe(self, topic: str, room: int) -> int:
         key = self.next_sub
         self.next_sub += 1
         self.subs[key] = self.hub.subscribe(topic, room)
+        self.full[key] = False
         return key
 
     @rule(sub_key=subscribers)
     def receive(self, sub_key: int) -> None:
+        self._receive(sub_key)
+
+    @rule(
+        target=subscribers, topic=st.sampled_from(TOPICS), window=st.sampled_from([8, 12]),
+        backlog=st.integers(0, 20), acks=st.integers(0, 4),
+    )  # fmt: skip
+    def read_on(self, topic: str, window: int, backlog: int, acks: int) -> int:
+        """`backlog` more fire at once; a new consumer reads batch after batch (its
+        window fills if enough fired), then acks one message at a time, reading after
+        each Ack; it stays."""
+        if backlog:
+            self.burst(topic, backlog)
+        sub_key = self.subscribe(topic, window)
+        while self._receive(sub_key):
+            pass
+        for _ in range(acks):
+            held = self._in_flight(sub_key)
+            if not held:
+                break
+            assert self.hub.ack(topic, held[:1]) == 1
+            self.msgs[held[0]].state, self.msgs[held[0]].holder = "acked", None
+            self._receive(sub_key)
+        return sub_key
+
+    def _receive(self, sub_key: int) -> int:
+        """One `next_batch`, checked against the model; how many it handed out."""
         subscriber = self.subs.get(sub_key)
         if subscriber is None:
-            return
+            return 0
         now_ms = self.clock.now_ms()
         for msg in self.msgs.values():  # the dispatcher expires ack deadlines first
             held = msg.topic == subscriber.topic and msg.holder is not None
             if held and msg.deadline_ms <= now_ms:
                 self._fail(msg, now_ms=now_ms)
-        room = subscriber.max_in_flight - len(self._in_flight(sub_key))
+        window = subscriber.max_in_flight
+        room = window - len(self._in_flight(sub_key))
         available = self._available(subscriber.topic, now_ms)
+        reopen_room = min(BATCH_MAX, max(1, window // 4))
+        held_back = self.full[sub_key] and room < reopen_room <= len(available)
         batch = self.hub.next_batch(subscriber, timeout_s=0)
         assert batch is not None
-        assert len(batch) == min(max(room, 0), BATCH_MAX, len(available)), (
-            len(batch), room, len(available),
-        )  # fmt: skip
+        expected = 0 if held_back else min(max(room, 0), BATCH_MAX, len(available))
+        assert len(batch) == expected, (len(batch), room, len(available), self.full[sub_key])
+        if batch:
+            self.full[sub_key] = len(batch) >= room
         for delivered in batch:
             mid = delivered.fired.message_id
             fired_at_ms = record_fired_at_ms(delivered.fired.record)
@@ -201,6 +244,7 @@ class DeliveryModel(RuleBasedStateMachine):
             msg.holder, msg.deadline_ms = sub_key, now_ms + ACK_TIMEOUT_MS
             available.remove(mid)
         self._check_dead_letters()
+        return len(batch)
 
     @precondition(lambda self: any(m.holder is not None for m in self.msgs.values()))
     @rule(data=st.data())
