@@ -95,9 +95,8 @@ class ClusterNode(SeriesLog, Takeovers, NodeQueries):
         self.standbys = Standbys({})  # the partitions this node would take next, kept warm
         self._gate = GateState(self.closed_reason, lambda: self.engine.ready_topics(), monotonic_ms)
         self._closing = False
-        # Held while the delivery gate retires fired rows of partitions given up, and while
-        # a takeover starts: rows that a restore makes fire must never be taken for rows of
-        # a partition given up (DeliveryGate.fetch_deliveries).
+        # Held while the gate retires fired rows of partitions given up, and while a takeover
+        # starts: a restore's rows are never taken for those (DeliveryGate.fetch_deliveries).
         self.retire_lock = threading.Lock()
         self.takeovers: list[Takeover] = []
         self._loop: LoopThread | None = None
@@ -261,14 +260,17 @@ class ClusterNode(SeriesLog, Takeovers, NodeQueries):
         if partition in self._owned and self._should_hand_off(partition, now):
             await self._hand_off(partition, now)
             return
+        if partition in self._owned and (view.held is None or view.needs_marker()):
+            # Lost; or its own lease read back (a renewal refused as an unanswered one had
+            # landed): never a takeover beside the live appender; given up, taken anew.
+            await self._lose(partition, "lease lost" if view.held is None else "lease re-read")
+            return
         if view.needs_marker() and partition not in self._taking and not view.releasing:
             with self.retire_lock:
                 self._taking.add(partition)
             task = asyncio.ensure_future(self._take_over(partition))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-        if view.held is None and partition in self._owned:
-            await self._lose(partition, "lease lost")
 
     def _should_hand_off(self, partition: int, now: int) -> bool:
         """Give a partition to its preferred node (`Placement.should_hand_off`), never
@@ -333,11 +335,10 @@ class ClusterNode(SeriesLog, Takeovers, NodeQueries):
         self._check_gate()
 
     def _purge(self, partition: int) -> None:
-        """Remove a partition's timers from the local engine (another node owns them now).
-        Until it is done the node neither delivers nor takes the partition again: a restore
-        running beside it would see its timers retired. Retried until it succeeds (a
-        writer refusing for a moment must not leave the partition's timers here), unless
-        the node is stopping (its engine closes; the next start begins empty)."""
+        """Remove a partition's timers from the local engine. Until done the node neither
+        delivers nor takes the partition again (a restore beside it would see its timers
+        retired). Retried until it succeeds (a writer refusing for a moment must not leave
+        them here), unless the node stops (its engine closes; the next start is empty)."""
         self._purging.add(partition)
         try:
             purge_until_done(
