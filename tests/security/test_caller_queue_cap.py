@@ -67,9 +67,16 @@ def test_a_caller_over_its_share_and_its_queue_is_refused_and_others_are_not():
 def test_without_a_cap_nothing_is_refused():
     pool = FairPool(workers=1, per_key=1, thread_name_prefix="t", key_of=by_first_arg)
     gate = threading.Event()
+    started = threading.Event()
+
+    def task(_key: str) -> bool:
+        started.set()
+        return gate.wait(WAIT_S)
+
     try:
-        futures = [pool.submit(lambda key: gate.wait(WAIT_S), "a") for _ in range(200)]
-        assert pool.queued("a") == 199
+        futures = [pool.submit(task, "a") for _ in range(200)]
+        assert started.wait(WAIT_S)  # the one thread took the first: the rest wait
+        assert pool.running("a") == 1 and pool.queued("a") == 199
         gate.set()
         assert all(f.result(WAIT_S) for f in futures)
     finally:
