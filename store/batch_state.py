@@ -53,14 +53,13 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
-from rocksdict import ReadOptions
-
 from timerwheel.common import State
 from timerwheel.store import batch_entries as be
 from timerwheel.store import batch_keys as bk
 from timerwheel.store.keys import CF_WHEEL, prefix_end, ready_prefix
 from timerwheel.store.segment_ids import parse_id
 from timerwheel.store.segments import SegmentView
+from timerwheel.store.timer_reads import TimerReads
 from timerwheel.wheels.wheel import LEVELS
 
 Place = tuple[int, int, int]  # (deliver ms, segment, index): the fire cursor's order
@@ -303,13 +302,5 @@ class BatchStateReader:
         return _Segment(view, self._cf[bk.CF_SEGSTATE].get(bk.segment_key(seq)), overrides, ids)
 
 
-def _items(family: Any, lo: bytes, hi: bytes | None) -> Iterator[tuple[bytes, bytes]]:
-    """(key, value) in [lo, hi), lazily. The ReadOptions lives in this frame for as long
-    as the iteration: rocksdict borrows its upper bound without keeping it alive (see
-    ``timerwheel.store.timer_reads.TimerReads._range``)."""
-    if hi is not None and hi <= lo:
-        return
-    read_options = ReadOptions()
-    if hi is not None:
-        read_options.set_iterate_upper_bound(hi)
-    yield from family.items(from_key=lo, read_opt=read_options)
+# The one range read of store/ (its docstring says which rocksdict traps it avoids).
+_items = TimerReads._range
