@@ -73,9 +73,11 @@ async def until_ready(attempt: Callable[[], Awaitable[T]], bound_s: float = 10.0
             await asyncio.sleep(0.05)
 
 
-async def placed(attempt: Callable[[], Awaitable[T]], bound_s: float = 10.0) -> T:
+async def placed(attempt: Callable[[], Awaitable[T]], bound_s: float = 30.0) -> T:
     """`attempt()` once the meta leader sees every peer: right after the cluster forms, or
-    under load, it may call one offline for a moment and refuse an R3 placement (10005)."""
+    under load, it may call one offline for a moment and refuse an R3 placement (10005), or
+    not answer within the client's timeout. The bound spans several attempts of the longest
+    timeout a test gives its client (10 s), so one slow answer is retried, not fatal."""
     deadline = time.monotonic() + bound_s
     while True:
         try:

@@ -128,7 +128,7 @@ def write(
 async def with_js(urls: list[str], work: Callable) -> object:
     client = await nats.connect(urls[0], connect_timeout=2, max_reconnect_attempts=0)
     try:
-        return await asyncio.wait_for(work(client.jetstream(timeout=10)), 60)
+        return await asyncio.wait_for(work(client.jetstream(timeout=10)), 90)
     finally:
         await client.close()
 
