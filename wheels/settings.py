@@ -1,7 +1,8 @@
 """All settings in one frozen dataclass, validated once when it is made.
 
 Loading them (flags, environment, TOML) is the server's job; this module only says what
-they are and whether a combination is sane. Every error message shows the bad value.
+they are, and `timerwheel.wheels.settings_checks` whether a combination is sane. Every
+error message shows the bad value.
 """
 
 from __future__ import annotations
@@ -11,14 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from timerwheel.durations import DAY_MS, HOUR_MS, MINUTE_MS, SECOND_MS
-from timerwheel.wheels.admission import admit_due_load_problem, admit_fire_lag_problem
-from timerwheel.wheels.retry import RetryKind, RetryPolicy, check_policy
-from timerwheel.wheels.topic_policy import TopicSettings, topics_problem
-
-MIN_CLOCK_STEP_MS = 10  # clock readings are whole ms: a smaller threshold would be noise
-MAX_GIL_SWITCH_INTERVAL_MS = 100  # beyond, a waiting thread could stall for a tenth of a second
-MAX_CASCADE_PACE_PERCENT = 90  # the last tenth of a lead is left to finish the slot in
-MAX_FIRE_TICK_MS = 1_000  # RocketMQ 5's default timer precision; coarser would not be "on time"
+from timerwheel.wheels.retry import RetryKind, RetryPolicy
+from timerwheel.wheels.settings_checks import settings_problem
+from timerwheel.wheels.topic_policy import TopicSettings
 
 # RocketMQ 4 default messageDelayLevel:
 # "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h".
@@ -215,97 +211,8 @@ class Settings:
     console_host: str = "127.0.0.1"
 
     def __post_init__(self) -> None:
-        _check_positive(self, _POSITIVE_FIELDS)
-        if not isinstance(self.workers, int) or not 0 <= self.workers <= 256:
-            raise SettingsError(f"workers={self.workers!r}: must be 0..256 (0: one process)")
-        if not isinstance(self.clock_offset_ms, int) or abs(self.clock_offset_ms) > DAY_MS:
-            raise SettingsError(
-                f"clock_offset_ms={self.clock_offset_ms!r}: must be an int within a day"
-            )
-        threshold = self.clock_step_threshold_ms
-        if type(threshold) is not int or not MIN_CLOCK_STEP_MS <= threshold <= HOUR_MS:
-            raise SettingsError(
-                f"clock_step_threshold_ms={threshold!r}: must be {MIN_CLOCK_STEP_MS}ms..1h "
-                "(readings are whole ms: smaller would be noise)"
-            )
-        interval = self.gil_switch_interval_ms
-        if type(interval) is not int or not 1 <= interval <= MAX_GIL_SWITCH_INTERVAL_MS:
-            raise SettingsError(
-                f"gil_switch_interval_ms={interval!r}: must be 1..{MAX_GIL_SWITCH_INTERVAL_MS}"
-            )
-        hold = self.first_delivery_hold_ms
-        if type(hold) is not int or not 0 <= hold <= MINUTE_MS:
-            raise SettingsError(
-                f"first_delivery_hold_ms={hold!r}: must be 0..1m (0: handed over at once)"
-            )
-        tick = self.fire_tick_ms
-        if type(tick) is not int or not 1 <= tick <= MAX_FIRE_TICK_MS:
-            raise SettingsError(
-                f"fire_tick_ms={tick!r}: must be 1..{MAX_FIRE_TICK_MS} "
-                "(how long timers due together may wait for one group commit)"
-            )
-        if not 0 <= self.port <= 65535:
-            raise SettingsError(f"port={self.port}: must be 0..65535")
-        _check_metrics(self)
-        _check_console(self)
-        if (problem := admit_fire_lag_problem(self.admit_fire_lag_ms)) is not None:
+        if (problem := settings_problem(self)) is not None:
             raise SettingsError(problem)
-        if (problem := admit_due_load_problem(self.admit_due_load_pct)) is not None:
-            raise SettingsError(problem)
-        if not self.data_dir:
-            raise SettingsError("data_dir='': must name a directory")
-        if not self.delay_levels_ms:
-            raise SettingsError("delay_levels_ms=(): at least one level is needed")
-        for i, level_ms in enumerate(self.delay_levels_ms, start=1):
-            if not isinstance(level_ms, int) or level_ms <= 0:
-                raise SettingsError(
-                    f"delay_levels_ms[level {i}]={level_ms!r}: must be a positive int"
-                )
-        if not isinstance(self.max_attempts, int) or self.max_attempts < 0:
-            raise SettingsError(
-                f"max_attempts={self.max_attempts!r}: must be 0 (unlimited) or more"
-            )
-        _check_retry(self)
-        problem = topics_problem(self)
-        if problem is not None:
-            raise SettingsError(problem)
-        if self.max_in_flight_default > self.max_in_flight_limit:
-            raise SettingsError(
-                f"max_in_flight_default={self.max_in_flight_default}: must not exceed "
-                f"max_in_flight_limit ({self.max_in_flight_limit})"
-            )
-        smallest_request = self.max_body_bytes + self.max_properties_bytes + 64 * 1024
-        if self.max_request_bytes < smallest_request:
-            raise SettingsError(
-                f"max_request_bytes={self.max_request_bytes}: must be at least "
-                f"{smallest_request} (max_body_bytes + max_properties_bytes + 64 KiB) "
-                "so one largest message fits in a request"
-            )
-        if self.max_inflight_request_bytes < self.max_request_bytes:
-            raise SettingsError(
-                f"max_inflight_request_bytes={self.max_inflight_request_bytes}: must be at "
-                f"least max_request_bytes ({self.max_request_bytes}) so the largest request "
-                "can be served"
-            )
-        if self.minute_cascade_lead_ms >= MINUTE_MS:
-            raise SettingsError(
-                f"minute_cascade_lead_ms={self.minute_cascade_lead_ms}: must be under one minute"
-            )
-        if not self.minute_cascade_lead_ms < self.hour_cascade_lead_ms < HOUR_MS:
-            raise SettingsError(
-                f"hour_cascade_lead_ms={self.hour_cascade_lead_ms}: must be above "
-                f"minute_cascade_lead_ms ({self.minute_cascade_lead_ms}) and under one hour"
-            )
-        _check_rpc_room(self)
-        share = self.caller_thread_share_percent
-        if type(share) is not int or not 1 <= share <= 100:
-            raise SettingsError(f"caller_thread_share_percent={share!r}: must be 1..100")
-        pace = self.cascade_pace_percent
-        if type(pace) is not int or not 0 <= pace <= MAX_CASCADE_PACE_PERCENT:
-            raise SettingsError(
-                f"cascade_pace_percent={pace!r}: must be 0..{MAX_CASCADE_PACE_PERCENT} "
-                "(0: no pacing)"
-            )
 
     def cascade_finish_ahead_ms(self) -> tuple[int, int]:
         """How long before its slot each cascade's pace ends, minute and hour: the rest of
@@ -327,99 +234,3 @@ class Settings:
     def replace(self, **changes: Any) -> Settings:
         """A copy with `changes`, validated again."""
         return dataclasses.replace(self, **changes)
-
-
-_POSITIVE_FIELDS = (
-    "max_delay_ms", "max_past_ms", "max_topic_len", "max_body_bytes", "max_properties",
-    "max_property_key_len", "max_property_value_len", "max_properties_bytes",
-    "max_batch_messages", "retention_ms", "minute_cascade_lead_ms", "hour_cascade_lead_ms",
-    "cascade_chunk", "fire_chunk", "sweep_chunk", "max_group_ops", "max_queued_ops",
-    "max_unacked", "ack_timeout_ms", "max_in_flight_default", "block_cache_bytes",
-    "write_buffer_bytes", "wheel_write_buffer_bytes", "max_in_flight_limit",
-    "delivery_batch_max", "delivery_batch_bytes", "grpc_workers", "settle_workers",
-    "max_subscribers",
-    "max_request_bytes", "shutdown_grace_ms", "fired_cache_bytes", "max_list_bytes",
-    "max_delivery_bytes",
-    "max_ack_ids", "max_inflight_request_bytes", "max_concurrent_rpcs",
-    "max_subscribers_per_peer", "max_health_checks", "max_health_watches",
-    "max_health_per_peer", "max_reflection_streams", "keepalive_time_ms",
-    "keepalive_timeout_ms", "keepalive_min_ping_interval_ms", "max_connection_idle_ms",
-)  # fmt: skip
-
-
-def _check_positive(settings: Settings, names: tuple[str, ...]) -> None:
-    for name in names:
-        value = getattr(settings, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise SettingsError(f"{name}={value!r}: must be a positive integer")
-
-
-def _check_rpc_room(settings: Settings) -> None:
-    """Every call the server's pools can run at once must fit under max_concurrent_rpcs:
-    grpcio refuses *every* call beyond it, so streams the server admits by design (or the
-    health and reflection calls anyone may make) must never be enough to reach it."""
-    if settings.max_health_per_peer > max(settings.max_health_checks, settings.max_health_watches):
-        raise SettingsError(
-            f"max_health_per_peer={settings.max_health_per_peer}: must not exceed "
-            f"max_health_checks ({settings.max_health_checks}) or max_health_watches "
-            f"({settings.max_health_watches})"
-        )
-    threads = (
-        2 * settings.grpc_workers + settings.max_subscribers + settings.settle_workers
-        + settings.max_health_checks + settings.max_health_watches
-        + settings.max_reflection_streams
-    )  # fmt: skip
-    if settings.max_concurrent_rpcs <= threads:
-        raise SettingsError(
-            f"max_concurrent_rpcs={settings.max_concurrent_rpcs}: must be above the {threads} "
-            "calls the server's threads can run at once (2 * grpc_workers + max_subscribers "
-            "+ settle_workers + max_health_checks + max_health_watches + "
-            "max_reflection_streams), or streams alone could make it refuse every call"
-        )
-
-
-def _check_retry(settings: Settings) -> None:
-    if settings.retry_backoff not in ("exponential", "fixed"):
-        raise SettingsError(
-            f"retry_backoff={settings.retry_backoff!r}: must be 'exponential' or 'fixed'"
-        )
-    for name in ("retry_initial_ms", "retry_max_ms", "retry_jitter_percent"):
-        value = getattr(settings, name)
-        if type(value) is not int:
-            raise SettingsError(f"{name}={value!r}: must be an integer")
-    multiplier = settings.retry_multiplier
-    if isinstance(multiplier, bool) or not isinstance(multiplier, int | float):
-        raise SettingsError(f"retry_multiplier={multiplier!r}: must be a number")
-    problem = check_policy(settings.retry_policy())
-    if problem is not None:
-        field, value, why = problem
-        raise SettingsError(f"retry_{field}={value!r}: {why}")
-
-
-def _check_console(settings: Settings) -> None:
-    port = settings.console_port
-    if not isinstance(port, int) or isinstance(port, bool) or not -1 <= port <= 65535:
-        raise SettingsError(f"console_port={port!r}: must be -1 (off), 0 (a free port) or 1..65535")
-    if not settings.console_host:
-        raise SettingsError("console_host='': must name an address (127.0.0.1: loopback)")
-    for name, other, host in (
-        ("port", settings.port, settings.host),
-        ("metrics_port", settings.metrics_port, settings.metrics_host),
-    ):  # fmt: skip
-        if port > 0 and port == other and host == settings.console_host:
-            raise SettingsError(f"console_port={port}: is the {name} too; give another")
-
-
-def _check_metrics(settings: Settings) -> None:
-    port = settings.metrics_port
-    if not isinstance(port, int) or isinstance(port, bool) or not -1 <= port <= 65535:
-        raise SettingsError(f"metrics_port={port!r}: must be -1 (off), 0 (a free port) or 1..65535")
-    if port > 0 and port == settings.port and settings.metrics_host == settings.host:
-        raise SettingsError(
-            f"metrics_port={port}: is the gRPC port ({settings.port}); give another"
-        )
-    if not settings.metrics_host:
-        raise SettingsError("metrics_host='': must name an address (127.0.0.1: loopback)")
-    top = settings.metrics_top_topics
-    if not isinstance(top, int) or isinstance(top, bool) or not 1 <= top <= 1000:
-        raise SettingsError(f"metrics_top_topics={top!r}: must be 1..1000")
