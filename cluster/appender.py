@@ -5,7 +5,12 @@ Callers on any thread hand entries in with `submit` and wait on the future it re
 completes with the record's stream sequence once a quorum has the record, or fails with
 `Fenced` (a newer epoch owns the partition) or `LogUnavailable` (no quorum answered before
 the owner's lease deadline). A timed-out publish is retried under the same `Nats-Msg-Id`
-(`<epoch>.<record number>`), so the stream stores it once however many times it is sent.
+(`<epoch>.<marker sequence>.<record number>`), so the stream stores it once however many
+times it is sent. The marker's sequence makes the id one appender's own: a partition given
+up and taken anew under the same lease gets a new marker and a new appender, whose
+records must never be taken for its predecessor's within the stream's duplicate window
+(JetStream would answer such a publish with the earlier record's sequence and store
+nothing). A first try answered as a duplicate is therefore refused, never acknowledged.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ class Appender:
     def __init__(
         self, log: PartitionLog, epoch: int, marker_sequence: int,
         loop: asyncio.AbstractEventLoop, deadline_ms: Callable[[], int | None],
-        monotonic_ms: Callable[[], int], on_fenced: Callable[[int], None],
+        monotonic_ms: Callable[[], int], on_fenced: Callable[[Appender], None],
     ) -> None:  # fmt: skip
         self.log = log
         self.epoch = epoch
@@ -107,7 +112,8 @@ class Appender:
 
     async def _append(self, data: bytes) -> int:
         self._records += 1
-        msg_id = f"{self.epoch}.{self._records}"
+        msg_id = f"{self.epoch}.{self.marker_sequence}.{self._records}"
+        tried = False
         while True:
             deadline = self._deadline_ms()
             if deadline is None or self._monotonic_ms() >= deadline:
@@ -116,16 +122,26 @@ class Appender:
                     "node's lease deadline"
                 )
             try:
-                return await asyncio.wait_for(
+                sequence, duplicate = await asyncio.wait_for(
                     self.log.append(data, self.marker_sequence, msg_id), PUBLISH_TIMEOUT_S
                 )
             except Fenced as fenced:
-                self._on_fenced(self.log.partition)
+                self._on_fenced(self)
                 raise fenced
             except (TimeoutError, OSError):
+                tried = True
                 await asyncio.sleep(0.05)  # same msg id: stored once if the first got in
+                continue
             except Exception:
+                tried = True
                 await asyncio.sleep(0.1)
+                continue
+            if duplicate and not tried:
+                raise LogUnavailable(
+                    f"partition {self.log.partition}: record id {msg_id} was taken for an "
+                    f"earlier record (stream sequence {sequence}); this one is not stored"
+                )
+            return sequence
 
 
 def monotonic_ms() -> int:

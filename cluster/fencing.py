@@ -72,18 +72,23 @@ def marker_headers(last_marker_sequence: int) -> dict[str, str]:
 
 
 class MarkerStep(Enum):
-    WRITE = "write"  # the last marker is older: write ours, asserting its sequence
-    CURRENT = "current"  # the last marker is ours (a write whose answer was lost): use it
-    DEPOSED = "deposed"  # a newer epoch has written its marker: give the lease up
+    WRITE = "write"  # the last marker is older, or this lease's own: write ours after it
+    DEPOSED = "deposed"  # a newer epoch (or another holder) has written its marker: give up
 
 
 def marker_step(own_epoch: int, holder: str, last: EpochMarker | None) -> MarkerStep:
     """What a node that won `own_epoch` does on finding `last` as the epoch subject's last
-    marker."""
+    marker.
+
+    A marker of its own epoch is written again, never adopted: it is either a write whose
+    answer was lost, or an earlier takeover by this very lease (a renewal refused, its own
+    lease read back, the partition given up and taken anew). In the second case that
+    earlier takeover's appender may still have a publish in flight under the old marker;
+    only a new marker fences it, so it cannot land after this takeover has read the log."""
     if last is None or last.epoch < own_epoch:
         return MarkerStep.WRITE
     if last.epoch == own_epoch and last.holder == holder:
-        return MarkerStep.CURRENT
+        return MarkerStep.WRITE
     return MarkerStep.DEPOSED
 
 

@@ -298,9 +298,10 @@ class PartitionLog:
             raise
         return int(ack.seq)
 
-    async def append(self, data: bytes, marker_sequence: int, msg_id: str) -> int:
-        """Append one record under the epoch whose marker is at `marker_sequence`; its
-        stream sequence. Raises Fenced when a newer marker is there."""
+    async def append(self, data: bytes, marker_sequence: int, msg_id: str) -> tuple[int, bool]:
+        """Append one record under the epoch whose marker is at `marker_sequence`: its
+        stream sequence, and whether the stream answered it as a duplicate of `msg_id`
+        (stored before, not again). Raises Fenced when a newer marker is there."""
         headers = {**fencing_headers(self.epoch_subject, marker_sequence), "Nats-Msg-Id": msg_id}
         try:
             ack = await self.js.publish(self.log_subject, data, headers=headers)
@@ -309,7 +310,7 @@ class PartitionLog:
             if actual is not None:
                 raise Fenced(actual) from error
             raise
-        return int(ack.seq)
+        return int(ack.seq), bool(ack.duplicate)
 
     async def last_sequence(self) -> int:
         info = await self.js.stream_info(self.stream)

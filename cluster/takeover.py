@@ -87,13 +87,12 @@ class Takeovers:
             if step is MarkerStep.DEPOSED:
                 self._views[partition] = view.deposed()
                 return
-            if step is MarkerStep.WRITE:
-                written = await partition_log.write_marker(
-                    EpochMarker(epoch, self.holder, self.address), last_seq
-                )
-                if written is None:
-                    return  # another marker got there: the next tick reads again
-                last_seq = written
+            written = await partition_log.write_marker(
+                EpochMarker(epoch, self.holder, self.address), last_seq
+            )
+            if written is None:
+                return  # another marker got there: the next tick reads again
+            last_seq = written
             try:
                 warm = await self.standbys.take(partition)
                 rebuilt = await self._snaps[partition].rebuild(warm)
@@ -165,8 +164,14 @@ class Takeovers:
             op = restore_op(chunk, not_before_ms, self.engine.now_ms())
             self.engine.submit_sends(op).result()
 
-    def _fenced(self, partition: int) -> None:
-        """An append was refused: a newer epoch owns it; give it up at once."""
+    def _fenced(self, appender: Appender) -> None:
+        """An append was refused: a newer marker is in; give the partition up at once. Not
+        when the refused appender is an earlier one of a partition taken anew under the
+        same lease: the newer marker is this node's own, and the partition stays."""
+        partition = appender.log.partition
+        if self._owned.get(partition) is not appender:
+            log.info("cluster_stale_append_fenced", partition=partition, epoch=appender.epoch)
+            return
         log.warning("cluster_partition_fenced", partition=partition)
         self._views[partition] = self._views[partition].deposed()
         self._set_gate(False)

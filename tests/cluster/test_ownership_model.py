@@ -18,10 +18,14 @@ Properties, checked after every step:
 1. At any instant at most one node's own verdict, on its own clock, is OWN for a partition
    (paused nodes included: their clocks run).
 2. Epochs strictly increase with each new owner: every epoch a node wins is above every
-   epoch won before for that partition, and the markers in each log have increasing epochs.
-3. Fencing: an append under a marker is refused exactly when a newer marker has been
+   epoch won before for that partition, and the markers in each log have non-decreasing
+   epochs, an epoch written again only by its own holder (a partition taken anew under the
+   same lease: `marker_step` writes a new marker rather than adopt its earlier one).
+3. Fencing: an append under a marker is refused exactly when a later marker has been
    written (the pure `append_allowed` rule); so a deposed owner's append with an old epoch
-   is refused, and an append by a node whose verdict is OWN is never refused.
+   is refused, so is a slow append of an earlier takeover under the same lease (its
+   marker no longer the last), and an append by a node whose verdict is OWN under its
+   current marker is never refused.
 4. Liveness: from any state with a node running, if the running nodes watch the key and
    tick every step, a running node owns each partition within ttl + renew interval,
    stretched by the drift bound (plus one step).
@@ -33,6 +37,7 @@ owners; closer than that, the whole-ms steps are too coarse to land in the gap.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 from helpers.budget import examples
@@ -52,6 +57,7 @@ from timerwheel.cluster.lease import (
     LeaseTerms,
     LeaseView,
     MemoryLeaseStore,
+    Renew,
     Verdict,
     call,
     run,
@@ -90,6 +96,7 @@ class Node:
         self.paused = False
         self.down = False  # crashed or stopped
         self.views = self._fresh_views()
+        self.markers_used: list[list[int]] = [[] for _ in range(PARTITIONS)]  # a takeover's
 
     @property
     def holder(self) -> str:
@@ -106,6 +113,7 @@ class Node:
         self.down = self.paused = False
         self.clock_ms = clock_ms  # a new process, maybe a rebooted machine: any origin
         self.views = self._fresh_views()
+        self.markers_used = [[] for _ in range(PARTITIONS)]  # the old process's died with it
 
     @property
     def running(self) -> bool:
@@ -163,12 +171,11 @@ class OwnershipModel(RuleBasedStateMachine):
         step = marker_step(view.held.epoch, node.holder, last)
         if step is MarkerStep.DEPOSED:
             self._set_view(node, partition, view.deposed())
-        elif step is MarkerStep.CURRENT:
-            self._set_view(node, partition, view.fenced(last_sequence))
         else:
             marker = EpochMarker(view.held.epoch, node.holder, view.address)
             written = log.write_marker(marker, last_sequence)
             if written is not None:
+                node.markers_used[partition].append(written)
                 self._set_view(node, partition, view.fenced(written))
 
     def _tick(self, node: Node) -> None:
@@ -234,6 +241,22 @@ class OwnershipModel(RuleBasedStateMachine):
         self._check_one_owner()
 
     @rule(index=node_ids, partition=partition_ids)
+    def renewal_answer_lost(self, index: int, partition: int) -> None:
+        """A renewal the store applied but whose answer was lost, then the node's tick: its
+        next renewal is refused (the revision moved on), it reads its own lease back, same
+        epoch, and takes the partition anew (cluster/node.py gives it up first). Then the
+        earlier takeover's appender, still retrying a publish, sends it."""
+        node = self.nodes[index]
+        view = node.views[partition]
+        request = view.plan(node.clock_ms) if node.running else None
+        if not isinstance(request, Renew):
+            return
+        call(self.store, request)
+        self._set_view(node, partition, view.unanswered(request))
+        self._tick(node)
+        self.append(index, partition, earlier=1)
+
+    @rule(index=node_ids, partition=partition_ids)
     def watch_wakes(self, index: int, partition: int) -> None:
         """The node's watch on the key fires (a renewal, an expiry): it reads at once."""
         node = self.nodes[index]
@@ -270,21 +293,30 @@ class OwnershipModel(RuleBasedStateMachine):
             self._set_view(node, partition, run(released, self.store, node.clock_ms))
         node.down = True
 
-    @rule(index=node_ids, partition=partition_ids)
-    def append(self, index: int, partition: int) -> None:
-        """An append under the node's marker, whatever its verdict (a slow one may still be
-        in flight after its sender was deposed)."""
+    @rule(index=node_ids, partition=partition_ids, earlier=st.integers(0, 3))
+    def append(self, index: int, partition: int, earlier: int) -> None:
+        """An append by one of this node's takeovers of the partition, under the marker it
+        fenced with, whatever its verdict: the latest (`earlier` 0), or an earlier one's (a
+        slow append still in flight after its sender was deposed, or after the node gave
+        the partition up and took it anew under the same lease). A later takeover reads
+        the log after fencing, so an earlier one's append must never land after that."""
         node = self.nodes[index]
-        held = node.views[partition].held
-        if node.down or held is None or held.marker_sequence is None:
+        used = node.markers_used[partition]
+        if node.down or not used:
             return
+        taken = max(0, len(used) - 1 - earlier)
+        marker_sequence = used[taken]
         log = self.logs[partition]
-        newer = any(marker.epoch > held.epoch for _, marker in log.markers)
-        was_owner = node.verdict(partition) is Verdict.OWN
-        accepted = log.append(held.marker_sequence) is not None
-        assert accepted != newer, f"epoch {held.epoch}: accepted={accepted}, newer marker={newer}"
+        later = any(sequence > marker_sequence for sequence, _ in log.markers)
+        held = node.views[partition].held
+        current = held is not None and held.marker_sequence == marker_sequence
+        was_owner = current and node.verdict(partition) is Verdict.OWN
+        accepted = log.append(marker_sequence) is not None
+        assert accepted != later, f"marker {marker_sequence}: accepted={accepted}, later={later}"
+        if taken < len(used) - 1:  # a later takeover by this node read the log after it
+            assert not accepted, f"{node.holder}: an earlier takeover's append was accepted"
         if was_owner:
-            assert accepted, f"{node.holder}, OWN under epoch {held.epoch}, was refused"
+            assert accepted, f"{node.holder}, OWN under marker {marker_sequence}, was refused"
 
     @precondition(lambda self: any(node.running for node in self.nodes))
     @rule(partition=partition_ids)
@@ -312,8 +344,12 @@ class OwnershipModel(RuleBasedStateMachine):
     @invariant()
     def markers_have_increasing_epochs(self) -> None:
         for log in self.logs:
-            epochs = [marker.epoch for _, marker in log.markers]
-            assert epochs == sorted(set(epochs)), epochs
+            markers = [marker for _, marker in log.markers]
+            epochs = [marker.epoch for marker in markers]
+            assert epochs == sorted(epochs), epochs
+            for before, after in itertools.pairwise(markers):
+                if before.epoch == after.epoch:
+                    assert before.holder == after.holder, (before, after)
 
 
 OwnershipModel.TestCase.settings = settings(
