@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 from helpers import budget
 from helpers.serve_process import ServeProcess
 from helpers.streams import Collector
@@ -48,6 +49,24 @@ def no_operator_target(monkeypatch) -> None:
     """A shell's TIMERWHEEL_TARGET would point commands that use the default at a server the
     operator runs (the README's on 7070): tests give --target, or test the default unset."""
     monkeypatch.delenv("TIMERWHEEL_TARGET", raising=False)
+
+
+# == each test leaves structlog's configuration as it found it ============================
+@pytest.fixture(autouse=True)
+def structlog_config_restored() -> Iterator[None]:
+    """A command run in this process (`main(["loadtest", ...])`, `main(["serve", ...])`) sets
+    up logging for the whole process, as it must when it is the process: `timerwheel loadtest`
+    filters below warning out. `capture_logs` swaps only the processors, so no later test
+    saw the info events it asserts on (tests/observability/test_log_isolation.py). The processors list is put back in place, as
+    `capture_logs` does, for loggers that hold it."""
+    saved = structlog.get_config()
+    processors = saved.pop("processors")
+    contents = list(processors)
+    try:
+        yield
+    finally:
+        processors[:] = contents
+        structlog.configure(processors=processors, **saved)
 
 
 # == the time of day a test runs at (helpers/time_of_day.py) ===============================
