@@ -57,8 +57,8 @@ def structlog_config_restored() -> Iterator[None]:
     """A command run in this process (`main(["loadtest", ...])`, `main(["serve", ...])`) sets
     up logging for the whole process, as it must when it is the process: `timerwheel loadtest`
     filters below warning out. `capture_logs` swaps only the processors, so no later test
-    saw the info events it asserts on (tests/observability/test_log_isolation.py). The processors list is put back in place, as
-    `capture_logs` does, for loggers that hold it."""
+    saw the info events it asserts on (tests/observability/test_log_isolation.py). The
+    processors list is put back in place, as `capture_logs` does, for loggers that hold it."""
     saved = structlog.get_config()
     processors = saved.pop("processors")
     contents = list(processors)
