@@ -1,8 +1,9 @@
 """Taking a partition over: the epoch marker, the partition's latest snapshot and the log
 above it restored into the node's engine, then an appender under the new epoch
 (docs/cluster.md, "What a node does now" and "The bounded log"). A partition whose
-snapshot is missing or damaged is refused: its lease goes back and the node leaves it for
-`REFUSED_MS`, rather than serve a part of its timers (decision 0011). `ClusterNode` mixes
+snapshot is missing or damaged, or whose log holds a record this build cannot read, is
+refused: its lease goes back and the node leaves it for `REFUSED_MS`, rather than serve a
+part of its timers (decision 0011). `ClusterNode` mixes
 this in; the lease loop starts `_take_over` as a task once a lease is won.
 """
 
@@ -97,7 +98,10 @@ class Takeovers:
                 warm = await self.standbys.take(partition)
                 rebuilt = await self._snaps[partition].rebuild(warm)
             except SnapshotInvalid as error:
-                await self._refuse(partition, str(error))
+                await self._refuse(partition, str(error), "cluster_snapshot_invalid")
+                return
+            except journal.BadRecord as error:
+                await self._refuse(partition, str(error), "cluster_log_unreadable")
                 return
             fold = rebuilt.fold
             not_before = self.engine.now_ms() - self.settings.max_past_ms + 60_000
@@ -139,11 +143,13 @@ class Takeovers:
             self._taking.discard(partition)
             self.series_dropped(partition)  # held changes not taken by an appender
 
-    async def _refuse(self, partition: int, reason: str) -> None:
-        """The partition's snapshot is missing or damaged (the log below it is purged):
-        give the lease back and leave the partition for REFUSED_MS rather than serve a
-        part of its timers. Calls on it answer UNAVAILABLE meanwhile."""
-        log.error("cluster_snapshot_invalid", partition=partition, error=reason)
+    async def _refuse(self, partition: int, reason: str, event: str) -> None:
+        """The partition's snapshot is missing or damaged (the log below it is purged), or
+        a record of its log is one this build cannot read (a newer version, an unknown
+        kind: docs/cluster.md, "Upgrading a cluster"): give the lease back and leave the
+        partition for REFUSED_MS rather than serve a part of its timers, so a node that
+        can read it takes it meanwhile. Calls on it answer UNAVAILABLE until one does."""
+        log.error(event, partition=partition, error=reason)
         self.placement.refuse(partition, monotonic_ms() + REFUSED_MS)
         view = self._views[partition]
         if view.held is None:

@@ -7,6 +7,8 @@ own engine on RocksDB:
   replaying only the log above the snapshot (fewer records than the threshold);
 - a snapshot missing from the object store, or not matching its pointer's digest, makes a
   node refuse the partition (its lease given back, nothing restored) until it is readable;
+- a log record this build cannot read (a newer version) makes a node refuse the partition
+  the same way, until the record is gone;
 - the NATS semantics this rests on: an R3 object store, and a purge by subject and
   sequence that leaves the other subjects alone.
 """
@@ -14,6 +16,7 @@ own engine on RocksDB:
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,7 +30,7 @@ from nats.js.api import StorageType, StreamConfig
 from timerwheel.cluster import takeover as takeover_module
 from timerwheel.cluster.api import ClusterApi
 from timerwheel.cluster.fencing import fencing_headers
-from timerwheel.cluster.nats_io import placed
+from timerwheel.cluster.nats_io import PartitionLog, placed
 from timerwheel.cluster.node import ClusterNode
 from timerwheel.cluster.partitions import epoch_subject, log_subject, stream_name
 from timerwheel.cluster.settings import NodeSettings, SnapshotTerms
@@ -328,3 +331,37 @@ def test_appends_asserting_one_epoch_marker_at_once_are_stored_or_refused_10164(
         print(f"\n20 appends at once: {len(refused)} refused with {IN_FLIGHT}")
 
     asyncio.run(with_js(cluster.urls, check))
+
+
+NEWER = json.dumps({"v": 99, "e": [["send", "x", "orders", "", {}, 1, ""]]}).encode()
+
+
+def test_a_log_record_of_a_newer_version_is_refused_until_gone(nodes, cluster, monkeypatch):
+    monkeypatch.setattr(takeover_module, "REFUSED_MS", 1_000)
+    run = nodes(SnapshotTerms(records=1_000, bytes=1 << 30, retry_ms=500))
+    first = run.start("a")
+    wait_for(lambda: first.owned() == [0], OWN_S, "node a owning partition 0")
+    live, _ = write(ClusterApi(first), 6, cancel_every=100)
+    first.close()
+
+    async def append_newer(js) -> int:
+        log = PartitionLog(js, 0, 3)
+        marker_sequence, _ = await log.last_marker()
+        sequence, _ = await log.append(NEWER, marker_sequence, "newer.1")
+        return sequence
+
+    newer_at = asyncio.run(with_js(cluster.urls, append_newer))
+
+    second = run.start("b")
+    wait_for(lambda: 0 in second.placement._refused_until, OWN_S, "a refusal")
+    first_refusal = second.placement._refused_until[0]
+    # given back and left for REFUSED_MS, then taken and refused again: never owned
+    wait_for(lambda: second.placement._refused_until[0] > first_refusal, OWN_S, "a second refusal")
+    assert second.owned() == [] and not second.takeovers
+
+    async def remove(js) -> None:
+        await js.delete_msg(PartitionLog(js, 0, 3).stream, newer_at)
+
+    asyncio.run(with_js(cluster.urls, remove))
+    wait_for(lambda: second.owned() == [0], OWN_S, "node b owning partition 0 once readable")
+    assert second.takeovers[-1].live == len(live)
