@@ -172,5 +172,13 @@ def check_request(
 
 
 def short_name(method: str) -> str:
-    """`/timerwheel.v1.TimerService/Send` -> `TimerService.Send`."""
+    """`/timerwheel.v1.TimerService/Send` -> `TimerService.Send`: what a refusal's message
+    names, so a caller of both services sees which one refused."""
     return method.rsplit(".", 1)[-1].replace("/", ".")
+
+
+def rpc_name(method: str) -> str:
+    """`/timerwheel.v1.TimerService/Send` -> `Send`: the `method` label of
+    `timerwheel_refusals_total`. The servicers' refusals (timerwheel.server.errors) and
+    `grpc_server_*{grpc_method}` name a call so; the two services share no method name."""
+    return method.rsplit("/", 1)[-1]

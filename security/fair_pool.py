@@ -51,7 +51,7 @@ from typing import Any
 import grpc
 
 from timerwheel.observability import metrics
-from timerwheel.security.access import short_name
+from timerwheel.security.access import rpc_name, short_name
 from timerwheel.security.limits import caller_of_context
 from timerwheel.wheels.domain import Overloaded
 
@@ -91,10 +91,11 @@ def refuse_call(fn: Callable[..., Any], args: tuple[Any, ...], reason: str) -> b
     if not isinstance(getattr(fn, "__self__", None), contextvars.Context) or len(args) != 7:
         return False
     in_pool, rpc_event, state, _behaviour, _thunk, deserializer, serializer = args
-    name = short_name(_method_of(rpc_event))
+    method = _method_of(rpc_event)
+    name = short_name(method)
 
     def refuse(_request: object, context: Any) -> None:
-        metrics.recorder().refused(name, "RESOURCE_EXHAUSTED")
+        metrics.recorder().refused(rpc_name(method), "RESOURCE_EXHAUSTED")
         context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{name}: {reason}")
 
     fn(in_pool, rpc_event, state, refuse, _Unread, deserializer, serializer)

@@ -47,6 +47,7 @@ from timerwheel.security.access import (
     TopicOfId,
     check_request,
     check_role,
+    rpc_name,
     rule_for,
     short_name,
 )
@@ -164,7 +165,7 @@ class RequestGuard(grpc.ServerInterceptor):
             try:
                 self._principal(method, details.invocation_metadata)
             except Denied as denied:
-                return _refusal(handler, denied, "reflection")
+                return _refusal(handler, denied, method)
             return handler
         if handler is None or not method.startswith(SERVICE_PREFIX):
             return handler  # unknown methods (UNIMPLEMENTED), health, reflection
@@ -173,7 +174,7 @@ class RequestGuard(grpc.ServerInterceptor):
         try:
             principal = self._authenticate(method, details.invocation_metadata)
         except Denied as denied:
-            return _refusal(handler, denied, short_name(method))
+            return _refusal(handler, denied, method)
         if principal is not None:  # in the call's context: whose turn it takes in the pool
             set_caller(principal.name)  # (timerwheel.security.fair_pool)
         check = self._request_check(principal, method)
@@ -244,12 +245,12 @@ def _wrapped(handler, method: str, check, principal: Principal | None) -> grpc.R
         if principal is not None:
             set_caller(principal.name)
             set_call_scope(principal.topics, principal.id_scope)
-        _refuse_undecodable(request, short_name(method), context)
+        _refuse_undecodable(request, method, context)
         if check is not None:
             try:
                 check(request)
             except Denied as denied:
-                metrics.recorder().refused(short_name(method), denied.code.name)
+                metrics.recorder().refused(rpc_name(method), denied.code.name)
                 context.abort(denied.code, str(denied))
 
     deserialize = tolerant(handler.request_deserializer)
@@ -301,9 +302,9 @@ def _admitted(
         if got is None:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{name}: expects one request")
         if isinstance(got, Refused):
-            metrics.recorder().refused(name, got.code.name)
+            metrics.recorder().refused(rpc_name(method), got.code.name)
             context.abort(got.code, got.reason)
-        _refuse_undecodable(got, name, context)
+        _refuse_undecodable(got, method, context)
         raise AssertionError(f"unexpected request {got!r}")  # pragma: no cover
 
     def admit(request, context) -> None:
@@ -311,7 +312,7 @@ def _admitted(
             try:
                 check(request)
             except Denied as denied:
-                metrics.recorder().refused(name, denied.code.name)
+                metrics.recorder().refused(rpc_name(method), denied.code.name)
                 context.abort(denied.code, str(denied))
 
     if handler.response_streaming:
@@ -343,12 +344,12 @@ def _admitted(
     return grpc.stream_unary_rpc_method_handler(unary, deserialize, handler.response_serializer)
 
 
-def _refuse_undecodable(request, name: str, context) -> None:
+def _refuse_undecodable(request, method: str, context) -> None:
     if isinstance(request, Undecodable):
-        metrics.recorder().refused(name, "INVALID_ARGUMENT")
+        metrics.recorder().refused(rpc_name(method), "INVALID_ARGUMENT")
         context.abort(
             grpc.StatusCode.INVALID_ARGUMENT,
-            f"{name}: the request does not decode ({request.reason}); "
+            f"{short_name(method)}: the request does not decode ({request.reason}); "
             "string fields must be valid UTF-8",
         )
 
@@ -359,7 +360,7 @@ def _refusal(handler, denied: Denied, method: str) -> grpc.RpcMethodHandler:
     is: grpcio hands such a behaviour the request iterator at once, which it leaves unread."""
 
     def refuse(_requests, context):
-        metrics.recorder().refused(method, denied.code.name)
+        metrics.recorder().refused(rpc_name(method), denied.code.name)
         context.abort(denied.code, str(denied))
 
     def ignore(_data: bytes) -> object:

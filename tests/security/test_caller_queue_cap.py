@@ -144,7 +144,7 @@ def test_a_flood_beyond_the_cap_is_refused_and_another_caller_is_served(
     )
 
     def refusals(samples) -> float:
-        labels = {"method": "TimerService.Send", "code": "RESOURCE_EXHAUSTED"}
+        labels = {"method": "Send", "code": "RESOURCE_EXHAUSTED"}
         return value(samples, "timerwheel_refusals_total", **labels)
 
     before = refusals(scrape(server.metrics.port))  # the metrics are the process's
