@@ -28,7 +28,6 @@ import asyncio
 import contextlib
 import secrets
 import threading
-from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -44,7 +43,6 @@ from timerwheel.cluster.lease import (
     Release,
     Renew,
     Request,
-    Verdict,
 )
 from timerwheel.cluster.nats_io import (
     ClusterConfig,
@@ -56,6 +54,7 @@ from timerwheel.cluster.nats_io import (
     lease_bucket,
     node_bucket,
 )
+from timerwheel.cluster.node_gate import NodeGate
 from timerwheel.cluster.node_queries import NodeQueries
 from timerwheel.cluster.placement import Placement
 from timerwheel.cluster.purge import purge_until_done
@@ -76,7 +75,7 @@ log = structlog.get_logger("timerwheel.cluster")
 CLOSE_STEP_S = 3.0  # each step of a node's stop (leases handed back, NATS closed) at most
 
 
-class ClusterNode(SeriesLog, Takeovers, NodeQueries):
+class ClusterNode(NodeGate, SeriesLog, Takeovers, NodeQueries):
     """`TimerApi` over the partitions this node owns (see the module docstring)."""
 
     def __init__(self, node: NodeSettings, engine: Engine) -> None:
@@ -186,19 +185,27 @@ class ClusterNode(SeriesLog, Takeovers, NodeQueries):
 
     # == the lease loop ===================================================================
     async def _lease_loop(self) -> None:
+        """Every tick until the node stops. Whatever a tick raises is logged and the next
+        tick runs: ended, the loop would renew no lease, silently."""
         registered_at = -(10**12)
         while not self._closing:
             now = monotonic_ms()
-            if now - registered_at >= self.node.lease.renew_every_ms:
-                registered_at = now
-                await self.placement.register(self._nodes_kv, self.address, monotonic_ms())
-            await asyncio.gather(*(self._step_safely(p, now) for p in list(self._views)))
-            self._check_gate()
-            self.replication.tick(now, self.held_partitions)  # off this path: a task
-            self.snapshots.tick(self._owned, self._snaps)  # off this path: tasks
-            if not self._closing:
-                self.standbys.keep(self._standing_by())  # off this path: tasks
+            try:
+                if now - registered_at >= self.node.lease.renew_every_ms:
+                    registered_at = now
+                    await self.placement.register(self._nodes_kv, self.address, monotonic_ms())
+                await self._tick(now)
+            except Exception as error:
+                log.error("cluster_lease_tick_failed", error=repr(error))
             await asyncio.sleep(self.node.tick_ms / 1000)
+
+    async def _tick(self, now: int) -> None:
+        await asyncio.gather(*(self._step_safely(p, now) for p in list(self._views)))
+        self._check_gate()
+        self.replication.tick(now, self.held_partitions)  # off this path: a task
+        self.snapshots.tick(self._owned, self._snaps)  # off this path: tasks
+        if not self._closing:
+            self.standbys.keep(self._standing_by())  # off this path: tasks
 
     def _standing_by(self) -> list[int]:
         """The partitions this node would take next and does not hold (timerwheel.cluster
@@ -346,55 +353,3 @@ class ClusterNode(SeriesLog, Takeovers, NodeQueries):
             )  # fmt: skip
         finally:
             self._purging.discard(partition)
-
-    # == the delivery gate ================================================================
-    def deliverable(self) -> bool:
-        """May this node deliver now: every lease it holds is OWN and no takeover is
-        restoring (a partition whose deadline passed must not deliver, and one engine
-        holds them all)."""
-        return self.closed_reason() is None
-
-    def closed_reason(self) -> str | None:
-        """Why this node may not deliver now (`deliverable`), or None."""
-        if self._closing:
-            return "closing"
-        if self._taking:
-            return "takeover restoring"
-        if self._purging:
-            return "partition leaving"
-        views = self._views
-        for partition in list(self._owned):
-            view = views.get(partition)
-            if view is not None and view.held is None:
-                # Its lease is gone (an answer showed another holder, say after a pause)
-                # but `_lose` has not taken it out yet: the lease loop may await in
-                # between, while its fired rows are still in the engine and listed held.
-                return "lease lost"
-        now = monotonic_ms()
-        for view in list(views.values()):
-            if view.held is not None and (verdict := view.verdict(now)) is not Verdict.OWN:
-                return "lease past its deadline" if verdict is Verdict.STOP else "lease moving"
-        return None
-
-    def _check_gate(self) -> None:
-        self._gate.check()
-
-    def starved(self) -> None:
-        """A fetch found the gate closed: the next tick that finds it open wakes the hub."""
-        self._gate.starved()
-
-    def _set_gate(self, open_: bool, reason: str = "") -> None:
-        self._gate.set(open_, reason)
-
-    @property
-    def gate_stats(self) -> dict:
-        """What the delivery gate did since the start (`GateState.stats`)."""
-        return {**self._gate.stats.as_dict(), "closed_now_ms": self._gate.closed_now_ms()}
-
-    @property
-    def gate_open(self) -> bool:
-        """Read at every fetch, on the lease clock (`GateState.open`)."""
-        return self._gate.open
-
-    def add_gate_listener(self, listener: Callable[[list[str]], None]) -> None:
-        self._gate.add_listener(listener)

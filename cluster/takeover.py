@@ -72,7 +72,7 @@ class Takeovers:
     def _check_gate(self) -> None:
         raise NotImplementedError
 
-    def _set_gate(self, open_: bool) -> None:
+    def _set_gate(self, open_: bool, reason: str = "") -> None:
         raise NotImplementedError
 
     async def _take_over(self, partition: int) -> None:

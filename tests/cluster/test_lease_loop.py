@@ -1,0 +1,58 @@
+"""The lease loop outlives whatever one tick raises (cluster/node.py `_lease_loop`): a
+failure outside a partition's step (the replication watch, the snapshot schedule, the
+standbys, the gate) is logged and the next tick runs, since a loop that ended would renew
+no lease and say nothing. No NATS: the node's steps and registry are replaced, the engine
+is real."""
+
+from __future__ import annotations
+
+import asyncio
+
+from helpers.engines import T0, engine_factory
+from structlog.testing import capture_logs
+
+from timerwheel.cluster.lease import LeaseView
+from timerwheel.cluster.node import ClusterNode
+from timerwheel.cluster.settings import NodeSettings
+from timerwheel.wheels.clock import VirtualClock
+
+
+class _Registry:
+    async def put(self, key: str, value: bytes) -> None:
+        return None
+
+    async def keys(self) -> list[str]:
+        return ["n1"]
+
+
+def test_a_tick_that_raises_is_logged_and_the_loop_goes_on(tmp_path):
+    with engine_factory(tmp_path, VirtualClock(T0)) as make:
+        node = ClusterNode(NodeSettings("n1", ("nats://127.0.0.1:1",), 2), make())
+        node._views = {p: LeaseView(p, node.holder, node.node.lease) for p in range(2)}
+        node._nodes_kv = _Registry()  # type: ignore[attr-defined]
+        node._snaps = {}
+        steps: list[int] = []
+        ticks = {"replication": 0}
+
+        async def step(partition: int, now: int) -> None:
+            steps.append(partition)
+            if len(steps) >= 6:
+                node._closing = True  # the third tick is the last
+
+        def replication_tick(now: int, held: object) -> None:
+            ticks["replication"] += 1
+            if ticks["replication"] == 1:
+                raise RuntimeError("replication watch broke")
+
+        kept: list[list[int]] = []
+        node._step_safely = step  # type: ignore[method-assign]
+        node.standbys.keep = kept.append  # type: ignore[method-assign]
+        node.replication.tick = replication_tick  # type: ignore[method-assign]
+
+        with capture_logs() as logs:
+            asyncio.run(asyncio.wait_for(node._lease_loop(), 30))
+
+        assert len(steps) == 6  # three ticks of two partitions: the failure ended none
+        assert len(kept) == 1  # the second tick ran whole (the third is the closing one)
+        failed = [e for e in logs if e["event"] == "cluster_lease_tick_failed"]
+        assert len(failed) == 1 and "replication watch broke" in failed[0]["error"]
