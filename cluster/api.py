@@ -26,7 +26,7 @@ from timerwheel.cluster.partitions import with_partition
 from timerwheel.common import SendResult, State
 from timerwheel.engine.ids import MessageIds
 from timerwheel.wheels.bulk import BulkResult, RedriveResult, TimerFilter
-from timerwheel.wheels.domain import SendSpec, Timer, When
+from timerwheel.wheels.domain import FailedPrecondition, SendSpec, Timer, When
 from timerwheel.wheels.lateness import LatenessMinute
 from timerwheel.wheels.settings import Settings
 from timerwheel.wheels.validation import validate_message_ref, validate_sends
@@ -56,6 +56,8 @@ class ClusterApi:
 
     def send_batch_async(self, specs: Iterable[SendSpec]) -> Future:
         specs = list(specs)
+        if any(spec.options is not None and spec.options.repeat is not None for spec in specs):
+            self._require_series_readers()
         deliver_times = self.check_sends(specs)
         owned = self.node.owned()
         named: list[SendSpec] = []
@@ -101,6 +103,19 @@ class ClusterApi:
 
         stored.add_done_callback(stored_done)
         return result
+
+    def _require_series_readers(self) -> None:
+        """A recurring series is logged in version-2 records, which a node of an older
+        build refuses: while one is live (a rolling upgrade not finished) a series is
+        refused rather than written where such a node may have to read it back."""
+        needed = journal.KIND_VERSION["series"]
+        older = self.node.placement.older_nodes(needed)
+        if older:
+            raise FailedPrecondition(
+                f"options.repeat: a recurring series needs every node at log version "
+                f"{needed}; {', '.join(older)} still run an older build: finish the rolling "
+                f"upgrade first (docs/cluster.md, 'Upgrading a cluster')"
+            )
 
     def _series_records(self, series_ids: Iterable[str]) -> list[Future]:
         """The records of these series' last changes not yet in the log (the node logs

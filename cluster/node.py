@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from timerwheel.cluster import journal
 from timerwheel.cluster.appender import Appender, monotonic_ms
 from timerwheel.cluster.gate_state import GateState
 from timerwheel.cluster.lease import (
@@ -193,7 +194,9 @@ class ClusterNode(NodeGate, SeriesLog, Takeovers, NodeQueries):
             try:
                 if now - registered_at >= self.node.lease.renew_every_ms:
                     registered_at = now
-                    await self.placement.register(self._nodes_kv, self.address, monotonic_ms())
+                    await self.placement.register(
+                        self._nodes_kv, self.address, monotonic_ms(), journal.VERSION
+                    )
                 await self._tick(now)
             except Exception as error:
                 log.error("cluster_lease_tick_failed", error=repr(error))

@@ -16,18 +16,42 @@ from a registry read after the take, so a lost owner still listed never gets it 
 Nodes register in the node bucket every renewal; the bucket's TTL drops a node that
 stopped.
 
-Pure state over a monotonic clock the caller passes, except `register` (one put and one
-key listing on the node bucket).
+Each node's registry entry also says the newest log version its build writes and reads
+(`registry_value`), so a node can refuse what older nodes could not read back: a
+recurring series (version 2) while any live node is still of version 1, mid-upgrade
+(docs/cluster.md, "Upgrading a cluster"). A build from before the entry had a version
+put its address alone: version 1.
+
+Pure state over a monotonic clock the caller passes, except `register` (one put, one key
+listing and one get a live node on the node bucket).
 """
 
 from __future__ import annotations
 
+import json
 import zlib
 from typing import Any
 
 from timerwheel.cluster.partitions import preferred_node
 
 NEVER_MS = -(10**12)
+
+
+def registry_value(address: str, log_version: int) -> bytes:
+    """What a node puts under its name in the node bucket."""
+    return json.dumps({"address": address, "log_version": log_version}).encode()
+
+
+def registry_version(data: bytes) -> int:
+    """The log version a registry entry names; 1 for an entry of a build that put its
+    address alone."""
+    try:
+        found = json.loads(data)
+    except ValueError:
+        return 1
+    if not isinstance(found, dict):
+        return 1
+    return int(found.get("log_version", 1))
 
 
 class Placement:
@@ -41,12 +65,15 @@ class Placement:
         self._last_hand_off_ms = NEVER_MS
         self._refused_until: dict[int, int] = {}  # partition -> not taken before (its snapshot)
         self._last_owner: dict[int, str] = {}  # partition -> the node last seen holding it
+        self.log_versions: dict[str, int] = {}  # live node -> its build's log version
 
-    async def register(self, nodes_kv: Any, address: str, now_ms: int) -> None:
-        """Put this node in the registry and read who else is there (failures ignored: the
-        next renewal tries again, and the last list read stays)."""
+    async def register(
+        self, nodes_kv: Any, address: str, now_ms: int, log_version: int = 1
+    ) -> None:
+        """Put this node in the registry and read who else is there, with each one's log
+        version (failures ignored: the next renewal tries again, and the last read stays)."""
         try:
-            await nodes_kv.put(self.name, address.encode())
+            await nodes_kv.put(self.name, registry_value(address, log_version))
             keys = await nodes_kv.keys()
             self.live_nodes = set(keys) | {self.name}
             for name in self.live_nodes:
@@ -54,8 +81,25 @@ class Placement:
             for name in list(self._seen_at):
                 if name not in self.live_nodes:
                     del self._seen_at[name]
+            self.log_versions = {
+                name: version
+                for name, version in self.log_versions.items()
+                if name in self.live_nodes
+            }
+            self.log_versions[self.name] = log_version
+            for name in sorted(self.live_nodes - {self.name}):
+                entry = await nodes_kv.get(name)
+                self.log_versions[name] = registry_version(entry.value or b"")
         except Exception:
             pass
+
+    def older_nodes(self, log_version: int) -> list[str]:
+        """The live nodes known to run a build whose log version is below `log_version`."""
+        return sorted(
+            name
+            for name, version in self.log_versions.items()
+            if name in self.live_nodes and version < log_version
+        )
 
     def preferred(self, partition: int) -> str:
         """The live node a partition goes to first (a node joining or leaving moves only
