@@ -34,6 +34,22 @@ grpcio refuses its own `maximum_concurrent_rpcs`): the call never reads its requ
 waits for a thread. Without the cap, one token's flood of waiting calls filled grpcio's
 `max_concurrent_rpcs`, past which grpcio refuses every caller's call.
 
+What all callers together may have in the pool is bounded too (`capacity`), and shared
+max-min: a call that finds the pool full takes the place of the newest waiting call of
+the caller holding the most calls (running and waiting), if that caller holds more than
+the newcomer's would with it; else the newcomer is refused. The call that gives way is
+answered RESOURCE_EXHAUSTED at once, as a capped one is. A call is thus refused only
+when no caller with calls waiting holds more than its caller would: with `capacity -
+workers` calls or more waiting among n callers, a caller holding fewer than
+(capacity - workers) / n - 1 calls is always admitted, however the others flood.
+grpcio's own `maximum_concurrent_rpcs` refuses every caller alike once reached; the
+server's pools have capacities that add up to less (timerwheel.wheels.call_room), so it
+never is.
+
+A call whose behaviour is marked `at_once` (the request guard's refusals, which neither
+read the request nor wait for anything) is answered on the thread that submits it,
+grpcio's poller: it takes no thread and no place in any bound.
+
 It passes for a `concurrent.futures.ThreadPoolExecutor` (grpcio takes the server's pool,
 and a behaviour's `experimental_thread_pool` only when it is one) but schedules its own
 threads: `submit`, `shutdown` and nothing else.
@@ -82,6 +98,12 @@ class _Unread:
     """What a refused call gets instead of its request, which is never read."""
 
 
+def answers_at_once(args: tuple[Any, ...]) -> bool:
+    """Whether a submitted gRPC call's behaviour (`args[3]`, as `refuse_call` unpacks
+    them) is one that answers without waiting: run where it is submitted."""
+    return len(args) == 7 and getattr(args[3], "at_once", False) is True
+
+
 def refuse_call(fn: Callable[..., Any], args: tuple[Any, ...], reason: str) -> bool:
     """Answer a call grpcio submitted (`submit(call_context.run, <grpcio's in-pool
     function>, rpc_event, state, behaviour, argument_thunk, deserializer, serializer)`)
@@ -115,21 +137,29 @@ def _method_of(rpc_event: Any) -> str:
 
 
 class FairPool(ThreadPoolExecutor):
-    """`workers` threads, taken by callers in turn, at most `per_key` by one caller, and
-    at most `per_key + max_queued` calls of one caller in the pool (None: no cap)."""
+    """`workers` threads, taken by callers in turn, at most `per_key` by one caller; at
+    most `per_key + max_queued` calls of one caller in the pool (None: no cap), and
+    `capacity` of all callers (None: no bound), shared max-min. `bound` says in a
+    refusal where the capacity comes from."""
 
     def __init__(
         self, workers: int, per_key: int, thread_name_prefix: str,
         key_of: Callable[[Callable[..., Any], tuple[Any, ...]], str] = call_key,
         max_queued: int | None = None,
         refuse: Callable[[Callable[..., Any], tuple[Any, ...], str], bool] = refuse_call,
+        capacity: int | None = None, bound: str = "",
     ) -> None:  # fmt: skip
         # ThreadPoolExecutor.__init__ is not called: none of its machinery is used.
         if not 1 <= per_key <= workers:
             raise ValueError(f"per_key={per_key}: must be 1..workers ({workers})")
         if max_queued is not None and max_queued < 1:
             raise ValueError(f"max_queued={max_queued}: must be 1 or more")
+        if capacity is not None and capacity < workers:
+            raise ValueError(f"capacity={capacity}: must be at least workers ({workers})")
         self.workers = workers
+        self.capacity = capacity
+        self._bound = f", {bound}" if bound else ""
+        self._total = 0  # calls in the pool: running and waiting
         self.per_key = per_key
         self.max_queued = max_queued
         self._refuse = refuse
@@ -153,25 +183,87 @@ class FairPool(ThreadPoolExecutor):
         with self._cond:
             return len(self._queues.get(key, ()))
 
+    def held(self, key: str) -> int:
+        """Calls of `key` in the pool, running and waiting."""
+        with self._cond:
+            return self._held(key)
+
+    @property
+    def total(self) -> int:
+        """Calls of all callers in the pool, running and waiting."""
+        with self._cond:
+            return self._total
+
     def submit(self, fn, /, *args, **kwargs):  # type: ignore[override]
-        key = self._key_of(fn, args)
         future: Future[Any] = Future()
+        if answers_at_once(args):  # a refusal: it waits for nothing, so it takes no place
+            future.set_running_or_notify_cancel()
+            try:
+                future.set_result(fn(*args, **kwargs))
+            except BaseException as exc:
+                future.set_exception(exc)
+            return future
+        key = self._key_of(fn, args)
+        evicted = None
         with self._cond:
             if self._shutdown:
                 raise RuntimeError("cannot schedule new futures after shutdown")
             reason = self._over_cap(key)
+            if reason is None and self.capacity is not None and self._total >= self.capacity:
+                evicted, reason = self._make_room(key)
             if reason is None:
                 self._queue(key, future, fn, args, kwargs)
-        if reason is not None:  # outside the lock: answering the call takes grpcio's locks
-            future.set_running_or_notify_cancel()
-            try:
-                if self._refuse(fn, args, reason):
-                    future.set_result(None)
-                else:
-                    future.set_exception(Overloaded(reason))
-            except BaseException as exc:  # the call is answered by grpcio's own path anyway
-                future.set_exception(exc)
+        # Outside the lock: answering a call takes grpcio's locks.
+        if evicted is not None:
+            self._answer(*evicted)
+        if reason is not None:
+            self._answer(future, fn, args, reason)
         return future
+
+    def _answer(self, future: Future[Any], fn, args, reason: str) -> None:
+        """A call that will not run, refused with `reason` (RESOURCE_EXHAUSTED)."""
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            if self._refuse(fn, args, reason):
+                future.set_result(None)
+            else:
+                future.set_exception(Overloaded(reason))
+        except BaseException as exc:  # the call is answered by grpcio's own path anyway
+            future.set_exception(exc)
+
+    def _held(self, key: str) -> int:
+        return self._running.get(key, 0) + len(self._queues.get(key, ()))
+
+    def _make_room(self, key: str):
+        """The pool is at its capacity (locked): the newest waiting call of the caller
+        holding the most gives way, if it holds at least two more than `key` would, as
+        (that call, why), None; else None, why `key`'s call is refused."""
+        would_hold = self._held(key) + 1
+        victim, most = None, would_hold
+        for other in self._queues:  # callers with calls waiting: only those can give way
+            held = self._held(other)
+            if other != key and held > most:
+                victim, most = other, held
+        full = f"the {self._name} pool, which is full ({self.capacity} calls{self._bound})"
+        if victim is None:
+            return None, (
+                f"{key} already has {would_hold - 1} calls in {full}, and no caller with "
+                "calls waiting has more; retry later"
+            )
+        queue = self._queues[victim]
+        future, fn, args, _kwargs = queue.pop()
+        if not queue:
+            del self._queues[victim]
+            if victim in self._in_ready:
+                self._in_ready.discard(victim)
+                self._ready.remove(victim)
+        self._total -= 1
+        why = (
+            f"{victim} has {most} calls in {full}, the most of any caller: its newest "
+            "waiting call gave way to a caller with fewer; retry later"
+        )
+        return (future, fn, args, why), None
 
     def _over_cap(self, key: str) -> str | None:
         """Why a new call of `key` is refused, or None (locked)."""
@@ -191,6 +283,7 @@ class FairPool(ThreadPoolExecutor):
         """Queue the call and wake (or start) a thread for it (locked)."""
         queue = self._queues.setdefault(key, deque())
         queue.append((future, fn, args, kwargs))
+        self._total += 1
         self._make_ready(key)
         if key in self._in_ready:
             self._cond.notify()  # an idle thread, if there is one
@@ -234,6 +327,7 @@ class FairPool(ThreadPoolExecutor):
                         future.set_exception(exc)
             finally:
                 with self._cond:
+                    self._total -= 1
                     count = self._running.pop(key) - 1
                     if count:
                         self._running[key] = count
@@ -251,6 +345,7 @@ class FairPool(ThreadPoolExecutor):
             self._shutdown = True
             if cancel_futures:
                 for queue in self._queues.values():
+                    self._total -= len(queue)
                     for future, *_ in queue:
                         future.cancel()
                 self._queues.clear()
@@ -265,9 +360,14 @@ class FairPool(ThreadPoolExecutor):
 
 
 def fair_pool(
-    workers: int, share_percent: int, thread_name_prefix: str, max_queued: int | None = None
-) -> FairPool:
+    workers: int, share_percent: int, thread_name_prefix: str, max_queued: int | None = None,
+    capacity: int | None = None, bound: str = "",
+) -> FairPool:  # fmt: skip
     """A pool of `workers` threads of which one caller may hold `share_percent` (one at
-    least), and have `max_queued` calls more waiting (None: no cap)."""
+    least), and have `max_queued` calls more waiting (None: no cap); `capacity` calls in
+    all (None: no bound)."""
     per_key = max(1, workers * share_percent // 100)
-    return FairPool(workers, per_key, thread_name_prefix, max_queued=max_queued)
+    return FairPool(
+        workers, per_key, thread_name_prefix, max_queued=max_queued, capacity=capacity,
+        bound=bound,
+    )  # fmt: skip

@@ -363,6 +363,10 @@ def _refusal(handler, denied: Denied, method: str) -> grpc.RpcMethodHandler:
         metrics.recorder().refused(rpc_name(method), denied.code.name)
         context.abort(denied.code, str(denied))
 
+    # It waits for nothing: answered on the thread grpcio submits it from, taking no
+    # thread and no place of a pool (timerwheel.security.fair_pool `at_once`).
+    refuse.at_once = True  # type: ignore[attr-defined]
+
     def ignore(_data: bytes) -> object:
         return denied  # not decoded; grpcio takes None for a failed decode, so not None
 

@@ -12,7 +12,9 @@ unary calls never run 288 at once. Ack and Nack run on `settle_workers` threads 
 own (timerwheel.server.settle_pool), so a consumer's acks never wait behind queued sends.
 Health and reflection, open to callers without a token, run on a small pool of their own
 within budgets (timerwheel.server.stream_pool `Probes`): they cannot take the threads
-Subscribe or unary calls need, nor bring grpcio's `maximum_concurrent_rpcs` within reach.
+Subscribe or unary calls need. Each pool takes at most its part of `max_concurrent_rpcs`
+(timerwheel.wheels.call_room), shared fairly between callers: grpcio, which refuses every
+caller once its own limit is reached, is given a limit above their sum.
 
 Shutdown (`stop`, run on SIGTERM by `timerwheel serve`): health goes NOT_SERVING; the
 delivery hub ends the Subscribe streams (un-acked messages stay in the store and are
@@ -45,7 +47,7 @@ from timerwheel.engine.engine import Engine
 from timerwheel.engine.system_clock import SystemClock
 from timerwheel.observability import metrics
 from timerwheel.observability.metrics_http import MetricsEndpoint, ScrapeGauges
-from timerwheel.security.fair_pool import fair_pool
+from timerwheel.security.fair_pool import FairPool, fair_pool
 from timerwheel.security.guard import RequestGuard
 from timerwheel.security.limits import ByteBudget, ReceiveGate, receive_gate
 from timerwheel.security.protection import (
@@ -73,6 +75,7 @@ from timerwheel.server.stream_pool import Probes, StreamPool
 from timerwheel.server.worker_health import WorkerHealth
 from timerwheel.v1 import timerwheel_pb2 as pb
 from timerwheel.v1 import timerwheel_pb2_grpc as pb_grpc
+from timerwheel.wheels.call_room import call_room, stream_threads
 from timerwheel.wheels.clock import Clock
 from timerwheel.wheels.settings import Settings
 
@@ -134,14 +137,22 @@ def build_grpc_server(
     return_freed_memory()  # freed request bytes leave the process (timerwheel.server.memory)
     # Callers take the unary and settle threads in turn, none more than its share
     # (timerwheel.security.fair_pool): another token's call never waits behind a queue.
+    # Each pool takes at most its part of max_concurrent_rpcs, and beyond refuses a call
+    # of the caller holding the most (timerwheel.wheels.call_room).
     share = settings.caller_thread_share_percent
     queued = protection.security.max_queued_calls_per_caller  # beyond: refused at once
-    unary_pool = fair_pool(settings.grpc_workers, share, "grpc-unary", queued)
+    room = call_room(settings)
+    bound = f"its part of max_concurrent_rpcs={settings.max_concurrent_rpcs}"
+    unary_pool = fair_pool(
+        settings.grpc_workers, share, "grpc-unary", queued, room.unary, bound
+    )  # fmt: skip
     # A stream beyond max_subscribers needs a thread too, to be refused on (the hub's
     # RESOURCE_EXHAUSTED): the streams' pool has grpc_workers threads more for those.
-    stream_threads = settings.max_subscribers + settings.grpc_workers
-    stream_pool = ThreadPoolExecutor(stream_threads, thread_name_prefix="grpc-stream")
-    settle_pool = fair_pool(settings.settle_workers, share, "grpc-settle", queued)
+    threads = stream_threads(settings)
+    stream_pool = FairPool(threads, threads, "grpc-stream", capacity=room.streams, bound=bound)
+    settle_pool = fair_pool(
+        settings.settle_workers, share, "grpc-settle", queued, room.settle, bound
+    )  # fmt: skip
     # Health and reflection, which callers without a token reach: a small pool and budgets
     # of their own, so they can never take a thread TimerService needs.
     probes = Probes.of(settings)
@@ -150,7 +161,9 @@ def build_grpc_server(
     budget = ByteBudget(settings.max_inflight_request_bytes, "max_inflight_request_bytes")
     server = grpc.server(
         unary_pool,
-        maximum_concurrent_rpcs=settings.max_concurrent_rpcs,  # beyond: RESOURCE_EXHAUSTED
+        # Never reached: the pools take at most max_concurrent_rpcs calls together, each
+        # refusing its own fairly beyond its part; grpcio's refuses every caller alike.
+        maximum_concurrent_rpcs=room.total + 1,
         options=[
             *receive_options(settings),  # what a request may hold before it is read
             *keepalive_options(settings),  # silent peers dropped (timerwheel.server.keepalive)

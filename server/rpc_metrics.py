@@ -60,7 +60,8 @@ def final_code(context, default: str) -> str:
 
 
 def measured(behaviour, instruments: RpcInstruments, response_streaming: bool):
-    """`behaviour`, counted and timed; keeps the thread pool another interceptor set."""
+    """`behaviour`, counted and timed; keeps the thread pool another interceptor set, and
+    the mark of a refusal answered at once (timerwheel.security.fair_pool)."""
     clock = time.perf_counter
     if response_streaming:
 
@@ -97,6 +98,8 @@ def measured(behaviour, instruments: RpcInstruments, response_streaming: bool):
     pool = getattr(behaviour, "experimental_thread_pool", None)
     if pool is not None:
         wrapped.experimental_thread_pool = pool  # type: ignore[attr-defined]
+    if getattr(behaviour, "at_once", False):  # a refusal, answered where it is submitted
+        wrapped.at_once = True  # type: ignore[attr-defined]
     return wrapped
 
 

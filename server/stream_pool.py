@@ -28,7 +28,9 @@ for anything, even its request: a caller that sends headers and never the reques
 a place of that budget, not a thread of anyone else's. The pool has a thread for every
 place and two more, so a call over its budget is refused at once (RESOURCE_EXHAUSTED,
 naming the setting) rather than queued, and health's calls can neither take the threads
-of TimerService nor pile up in a queue towards the server's global limit.
+of TimerService nor pile up in a queue towards the server's global limit: the pool takes
+at most its part of `max_concurrent_rpcs` (timerwheel.wheels.call_room), and refuses a
+call beyond, one of the connection holding the most (timerwheel.security.fair_pool).
 
 grpcio reads a request whole, up to `max_request_bytes`, before anyone can look at it, and
 a probe's request is a service name or a reflection query. So probes read theirs
@@ -43,14 +45,15 @@ from dataclasses import dataclass
 
 import grpc
 
+from timerwheel.security.fair_pool import FairPool
 from timerwheel.security.guard import REFLECTION_PREFIX
 from timerwheel.security.limits import CallBudget, ReceiveGate, connection_identity
+from timerwheel.wheels.call_room import call_room, probe_threads
 from timerwheel.wheels.domain import Overloaded
 from timerwheel.wheels.settings import Settings
 
 HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 HEALTH_WATCH = "/grpc.health.v1.Health/Watch"
-SPARE_PROBE_THREADS = 2  # threads no admitted call can hold: refusals run on them
 # A probe's request is a service name or a reflection query: a few bytes. grpcio reads any
 # request whole, up to max_request_bytes, before it can be looked at; so probes read theirs
 # PROBE_READS at once (one a connection), and one above PROBE_REQUEST_BYTES is refused
@@ -74,6 +77,7 @@ def on_pool(behaviour, pool: ThreadPoolExecutor):
 
     on_its_pool.experimental_thread_pool = pool
     on_its_pool.one_request = is_unary(behaviour)
+    on_its_pool.at_once = getattr(behaviour, "at_once", False)  # a refusal: answered at once
     return on_its_pool
 
 
@@ -107,7 +111,11 @@ class Probes:
         reflection = CallBudget(
             streams, "max_reflection_streams", streams, "max_reflection_streams"
         )
-        pool = ThreadPoolExecutor(probe_threads(settings), thread_name_prefix="grpc-probe")
+        threads = probe_threads(settings)
+        pool = FairPool(
+            threads, threads, "grpc-probe", capacity=call_room(settings).probes,
+            bound=f"its part of max_concurrent_rpcs={settings.max_concurrent_rpcs}",
+        )  # fmt: skip
         return cls(pool, checks, watches, reflection, ReceiveGate(PROBE_READS, 1))
 
     def budget_of(self, method: str) -> tuple[CallBudget, str] | None:
@@ -118,14 +126,6 @@ class Probes:
         if method.startswith(REFLECTION_PREFIX):
             return self.reflection, "reflection"
         return None
-
-
-def probe_threads(settings: Settings) -> int:
-    """A thread for every place of the probes' budgets, and spares for refusals."""
-    return (
-        settings.max_health_checks + settings.max_health_watches
-        + settings.max_reflection_streams + SPARE_PROBE_THREADS
-    )  # fmt: skip
 
 
 class TooBig:

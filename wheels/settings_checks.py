@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from timerwheel.durations import DAY_MS, HOUR_MS, MINUTE_MS
 from timerwheel.wheels.admission import admit_due_load_problem, admit_fire_lag_problem
+from timerwheel.wheels.call_room import fixed_calls
 from timerwheel.wheels.retry import check_policy
 from timerwheel.wheels.topic_policy import topics_problem
 
@@ -156,26 +157,22 @@ def _positive_problem(settings: Settings, names: tuple[str, ...]) -> str | None:
 
 
 def _rpc_room_problem(settings: Settings) -> str | None:
-    """Every call the server's pools can run at once must fit under max_concurrent_rpcs:
-    grpcio refuses *every* call beyond it, so streams the server admits by design (or the
-    health and reflection calls anyone may make) must never be enough to reach it."""
+    """max_concurrent_rpcs is shared between the server's pools (timerwheel.wheels.call_room):
+    the streams' and the probes' parts and the unary and settle threads must leave room
+    for calls waiting for a unary or settle thread, or those would be refused at once."""
     if settings.max_health_per_peer > max(settings.max_health_checks, settings.max_health_watches):
         return (
             f"max_health_per_peer={settings.max_health_per_peer}: must not exceed "
             f"max_health_checks ({settings.max_health_checks}) or max_health_watches "
             f"({settings.max_health_watches})"
         )
-    threads = (
-        2 * settings.grpc_workers + settings.max_subscribers + settings.settle_workers
-        + settings.max_health_checks + settings.max_health_watches
-        + settings.max_reflection_streams
-    )  # fmt: skip
-    if settings.max_concurrent_rpcs <= threads:
+    fixed = fixed_calls(settings)
+    if settings.max_concurrent_rpcs <= fixed:
         return (
-            f"max_concurrent_rpcs={settings.max_concurrent_rpcs}: must be above the {threads} "
-            "calls the server's threads can run at once (2 * grpc_workers + max_subscribers "
-            "+ settle_workers + max_health_checks + max_health_watches + "
-            "max_reflection_streams), or streams alone could make it refuse every call"
+            f"max_concurrent_rpcs={settings.max_concurrent_rpcs}: must be above the {fixed} "
+            "calls the server's pools take before any waits for a unary or settle thread "
+            "(3 * grpc_workers + max_subscribers + settle_workers + 2 * (max_health_checks "
+            "+ max_health_watches + max_reflection_streams + 2))"
         )
     return None
 

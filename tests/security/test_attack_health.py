@@ -184,7 +184,9 @@ def test_unauthenticated_health_floods_take_nothing_from_token_holders(secured):
         admitted = answers.count(SERVING)
         assert admitted == settings.max_health_watches
         assert len(refused) == WATCHES - admitted
-        limits = ("max_health_watches=", "max_health_per_peer=")
+        # (or their pool's part of max_concurrent_rpcs, when refusals arrive faster than
+        # its spare threads answer them: timerwheel.wheels.call_room)
+        limits = ("max_health_watches=", "max_health_per_peer=", "max_concurrent_rpcs=")
         assert all(any(name in details for name in limits) for details in refused), refused[:3]
     finally:
         for call in watches:
@@ -227,7 +229,7 @@ def test_a_call_budget_refuses_over_its_total_or_a_callers_share_and_frees_on_re
 
 
 def test_settings_refuse_a_global_rpc_limit_the_servers_own_threads_could_reach():
-    with pytest.raises(SettingsError, match=r"max_concurrent_rpcs=300: must be above the 346"):
+    with pytest.raises(SettingsError, match=r"max_concurrent_rpcs=300: must be above the 400"):
         Settings(max_concurrent_rpcs=300)
     with pytest.raises(SettingsError, match=r"max_health_per_peer=9"):
         Settings(max_health_per_peer=9)
