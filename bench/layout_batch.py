@@ -11,8 +11,9 @@ entry; the Ack entries of terminal segments go then. The sweep deletes the segme
 its `segstate`. A message is fired when its (deliver ms, segment, index) is at or before
 the fire cursor. A server-made id is the deliver time, the segment, the index and 80
 random bits: an Ack or a Get finds the segment from the id alone, with no per-message
-index entry. The codecs and keys are the production ones (`timerwheel.store.segments`,
-`batch_entries`, `batch_keys`, `segment_ids`): this module holds only the bookkeeping.
+index entry. The send is the product's (`timerwheel.store.segment_send`), and the codecs
+and keys are the production ones (`timerwheel.store.segments`, `batch_entries`,
+`batch_keys`, `segment_ids`): this module holds only the rest of the bookkeeping.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from timerwheel.store.batch_entries import (
     decode_wheel_entry,
     refs_entry,
     segstate_entry,
-    wheel_entries,
 )
 from timerwheel.store.batch_keys import (
     acked_key,
@@ -39,11 +39,12 @@ from timerwheel.store.batch_keys import (
     expiry_key,
     segment_key,
     slot_bound,
-    wheel_entry_key,
 )
+from timerwheel.store.batch_store import new_batch
 from timerwheel.store.keys import count_bucket_key
-from timerwheel.store.segment_ids import RANDOM_BYTES, id_places, segment_ids
-from timerwheel.store.segments import SegmentView, encode_segment
+from timerwheel.store.segment_ids import id_places
+from timerwheel.store.segment_send import NewSends, SegmentSender
+from timerwheel.store.segments import SegmentView
 
 _ACKED = int(State.ACKED)
 
@@ -67,8 +68,9 @@ class Batch:
     ) -> None:
         self.store = Counted(path, self.FAMILIES, sync)
         self.rng, self.retention_ms, self.fire_chunk = rng, retention_ms, fire_chunk
-        self.segment_max = segment_max  # sends a segment: what a Get by id reads at most
-        self.segment_seq = self.chunk_seq = self.ack_seq = 0
+        # Sends a segment at most (what a Get by id reads); the product's send makes them.
+        self.sender = SegmentSender(self.store.cf, segment_max, rng.randbytes)
+        self.chunk_seq = self.ack_seq = 0
         self.cursor = (0, 0, -1)  # (deliver ms, segment, index) fired through
         self.wheel: dict[bytes, tuple[array, array]] = {}  # decoded entries of due seconds
         # Segments the fire or an Ack touched, read in place: their topic table, and their
@@ -88,42 +90,23 @@ class Batch:
         self.fired: dict[str, list[tuple[int, list[int], list[int]]]] = {}  # the fired cache
 
     def send(self, topic: str, bodies: list[bytes], due: list[int], now_ms: int) -> list[bytes]:
-        """One group commit: a segment entry a `segment_max` sends, a wheel entry a
-        (second, segment), a counter a minute."""
-        staged: dict[str, dict[bytes, bytes | None]] = {
-            "segments": {},
-            "wheel_second": {},
-            "counts": {},
-        }
-        ids: list[bytes] = []
-        t = topic.encode()
-        for first in range(0, len(due), self.segment_max):
-            last = first + self.segment_max
-            ids += self._stage_segment(staged, t, bodies[first:last], due[first:last], now_ms)
-        staged["counts"] = {k: U64.pack(v) for k, v in staged["counts"].items()}  # type: ignore[arg-type]
-        self.store.commit(staged)
-        return ids
-
-    def _stage_segment(self, staged, t: bytes, bodies, due, now_ms: int) -> list[bytes]:
-        self.segment_seq += 1
-        seg = self.segment_seq
-        randoms = self.rng.randbytes(RANDOM_BYTES * len(due))
-        ids = segment_ids(due, seg, randoms)
-        staged["segments"][segment_key(seg)] = encode_segment(
-            now_ms, (t.decode(),), bytes(len(due)), due, bodies, randoms
-        )
-        # The wheel: one entry a (second, segment) with the (deliver ms, index) pairs in order.
-        counts = staged["counts"]
-        for second, entry in wheel_entries(due, 1000).items():
-            staged["wheel_second"][wheel_entry_key(second, seg)] = entry
-            minute = count_bucket_key(t, second - second % 60_000)
-            counts[minute] = counts.get(minute, 0) + len(entry) // 10
-        n = self.left[seg] = self.sizes[seg] = len(ids)
-        self.acked[seg] = bytearray(n)
-        self.chunk_of[seg] = array("I", bytes(4 * n))
-        self.ack_of[seg] = array("I", bytes(4 * n))
-        self.seg_acks[seg] = set()
-        return ids
+        """One group commit through the product's send (`timerwheel.store.segment_send`):
+        a segment entry a `segment_max` sends, a wheel entry a (second, segment), a
+        counter a minute; then this layout's memory of the new segments."""
+        n = len(due)
+        batch = new_batch()
+        sends = NewSends([topic] * n, bodies, due, ["second"] * n)
+        made = self.sender.stage(batch, sends, now_ms)
+        writes = {family: staged for family, staged in batch.writes.items() if staged}
+        writes["counts"] = {k: U64.pack(v) for k, v in batch.count_deltas.items()}
+        self.store.commit(writes)
+        for seg, positions in made.segments:
+            n = self.left[seg] = self.sizes[seg] = len(positions)
+            self.acked[seg] = bytearray(n)
+            self.chunk_of[seg] = array("I", bytes(4 * n))
+            self.ack_of[seg] = array("I", bytes(4 * n))
+            self.seg_acks[seg] = set()
+        return [message_id.encode() for message_id in made.ids]
 
     def _segment(self, seg: int) -> tuple[tuple[str, ...], list[bytes], list[bytes]]:
         """A segment's topics, ids and bodies."""

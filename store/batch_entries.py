@@ -34,6 +34,7 @@ from array import array
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from timerwheel.store.segment_ids import MAX_INDEX
 from timerwheel.store.segments import column, column_bytes
 
 _REFS_HEAD = struct.Struct("<qI")
@@ -43,6 +44,7 @@ _OVERRIDE_WHICH = struct.Struct("<B")
 _I64 = struct.Struct("<q")
 _U16 = struct.Struct("<H")
 _HAS_DELIVER, _HAS_CANCELLED, _HAS_TOPIC = 1, 2, 4
+_INDEXES = column_bytes("H", range(MAX_INDEX + 1))  # every index, as a wheel entry holds it
 
 
 def wheel_entry(times_ms: Sequence[int], indexes: Sequence[int]) -> bytes:
@@ -50,6 +52,16 @@ def wheel_entry(times_ms: Sequence[int], indexes: Sequence[int]) -> bytes:
     if len(times_ms) != len(indexes) or not times_ms:
         raise ValueError(f"{len(times_ms)} deliver times and {len(indexes)} indexes")
     return column_bytes("q", times_ms) + column_bytes("H", indexes)
+
+
+def wheel_entry_run(times_column: bytes, first: int, end: int) -> bytes:
+    """The wheel entry of the run [first, end) of a segment whose index order is its
+    deliver order (the send's): the pairs are that slice of its deliver column (packed
+    once, as `column_bytes("q", ...)`) and the indexes first..end-1, so nothing is
+    packed again a message."""
+    if not 0 <= first < end <= min(len(times_column) // 8, len(_INDEXES) // 2):
+        raise ValueError(f"run [{first}, {end}) of a column of {len(times_column) // 8}")
+    return times_column[8 * first : 8 * end] + _INDEXES[2 * first : 2 * end]
 
 
 def decode_wheel_entry(value: bytes) -> tuple[array, array]:

@@ -1,7 +1,8 @@
 """Key layout of the batch-level store, schema version 2 (planned; decision 0014).
 
-Not opened by ``timerwheel.store.rocks`` yet: the running system writes version 1
-(``timerwheel.store.keys``) until the send, the fire, the Ack and the upgrade land. As in
+Opened only by ``timerwheel.store.batch_store``, which a test or a bench calls by name: the
+server writes version 1 (``timerwheel.store.keys``) until the fire, the Ack and the
+upgrade land; the send (``timerwheel.store.segment_send``) has. As in
 version 1, integers in keys are fixed-width big-endian unsigned, so byte order is numeric
 order and a time range is a key range. Values: ``timerwheel.store.segments`` (segments),
 ``timerwheel.store.batch_entries`` (the rest).

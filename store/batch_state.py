@@ -44,7 +44,7 @@ override and an `acked` entry for one message reads CANCELLED (row 2 before row 
 Rows 1 to 3 are point reads (the segment, its `segstate`, the override) and the cursor;
 rows 4 and 5 read the live `acked` and `ready` entries, which the engine will hold in
 memory and `LiveEntries` here loads on first need, a call at a time. Reads are as of each
-read: nothing writes version 2 yet; the engine's readers will run on its snapshot.
+read: the engine's readers will run on its snapshot once it runs a version-2 store.
 """
 
 from __future__ import annotations
@@ -179,6 +179,17 @@ class BatchStateReader:
     def get(self, message_id: str) -> MessageState | None:
         """A server-made id's message (46 hex digits); None when row 0 holds. ValueError
         for what is not such an id."""
+        found = self.locate(message_id)
+        return None if found is None else found[1]
+
+    def get_client_id(self, client_id: str) -> MessageState | None:
+        """The message sent with a client-chosen id (scoped, decision 0012): its `ids` entry
+        says where it is; None when there is none or its segment is gone."""
+        found = self.locate_client_id(client_id)
+        return None if found is None else found[1]
+
+    def locate(self, message_id: str) -> tuple[SegmentView, MessageState] | None:
+        """`get`, with the segment read for it (a Get's body and properties are there)."""
         parsed = parse_id(message_id)
         seq, index = parsed.segment, parsed.message_index
         raw = self._cf[bk.CF_SEGMENTS].get(bk.segment_key(seq))
@@ -187,11 +198,10 @@ class BatchStateReader:
         view = SegmentView(raw)
         if not view.owns(parsed):
             return None
-        return self._one(message_id, seq, index, view)
+        return view, self._one(message_id, seq, index, view)
 
-    def get_client_id(self, client_id: str) -> MessageState | None:
-        """The message sent with a client-chosen id (scoped, decision 0012): its `ids` entry
-        says where it is; None when there is none or its segment is gone."""
+    def locate_client_id(self, client_id: str) -> tuple[SegmentView, MessageState] | None:
+        """`get_client_id`, with the segment read for it."""
         place = self._cf[bk.CF_IDS].get(bk.ids_key(client_id))
         if place is None:
             return None
@@ -202,7 +212,7 @@ class BatchStateReader:
         view = SegmentView(raw)
         if index >= view.n:
             raise ValueError(f"`ids` of {client_id!r} names index {index} of a segment of {view.n}")
-        return self._one(client_id, seq, index, view)
+        return view, self._one(client_id, seq, index, view)
 
     def _one(self, message_id: str, seq: int, index: int, view: SegmentView) -> MessageState:
         key = bk.segment_key(seq)

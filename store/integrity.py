@@ -33,7 +33,7 @@ from itertools import islice
 import structlog
 from rocksdict import AccessType, Options, Rdict
 
-from timerwheel.store import keys
+from timerwheel.store import batch_keys, keys
 from timerwheel.store.upgrade import upgradable
 from timerwheel.wheels.scheduler import CascadeState, SchedulerState, TimerKey
 from timerwheel.wheels.wheel import LEVELS
@@ -45,7 +45,12 @@ log = structlog.get_logger("timerwheel.store")
 REQUIRED_FAMILIES = (
     keys.CF_MESSAGES, *keys.CF_WHEEL.values(), keys.CF_READY, keys.CF_META,
 )  # fmt: skip
-KNOWN_FAMILIES = frozenset({"default", *keys.ALL_COLUMN_FAMILIES})
+# A version-2 store (decision 0014, `timerwheel.store.batch_store`) has families of its own;
+# its `meta` says which layout it is, and `decode_state` refuses it to a version-1 open.
+BATCH_REQUIRED_FAMILIES = (batch_keys.CF_SEGMENTS, *keys.CF_WHEEL.values(), keys.CF_META)
+KNOWN_FAMILIES = frozenset(
+    {"default", *keys.ALL_COLUMN_FAMILIES, *batch_keys.PLANNED_COLUMN_FAMILIES}
+)
 IGNORED_ENTRIES = frozenset({"lost+found"})  # the root of a fresh ext4 volume has it
 _RESTORE = "restore the data dir from a backup, or move it aside to start an empty store"
 
@@ -89,6 +94,8 @@ def check_data_dir(path: str) -> bool:
             f"be read ({exc}); it is not a usable timerwheel store: {_RESTORE}"
         ) from exc
     missing = [f for f in REQUIRED_FAMILIES if f not in families]
+    if missing and families.issuperset(BATCH_REQUIRED_FAMILIES):
+        missing = []  # a version-2 store
     foreign = sorted(families - KNOWN_FAMILIES)
     if missing or foreign:
         raise NotAStore(

@@ -52,8 +52,9 @@ placement bits of a record (timerwheel.store.records).
 Version 2 (planned, decision 0014): the batch-level layout's families and keys are in
 ``timerwheel.store.batch_keys`` (segments, per-batch wheel, ``ready``, ``acked``,
 ``segstate``, ``expiry``, ``overrides`` and ``ids`` entries), their values in
-``timerwheel.store.segments`` and ``timerwheel.store.batch_entries``. Nothing opens or
-writes them yet: this module's layout is the one stores are written in.
+``timerwheel.store.segments`` and ``timerwheel.store.batch_entries``. Only
+``timerwheel.store.batch_store`` opens them, for tests and benches: this module's layout
+is the one the server writes stores in.
 """
 
 from __future__ import annotations

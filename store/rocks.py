@@ -25,6 +25,7 @@ from rocksdict import (
     WriteOptions,
 )
 
+from timerwheel.store.batch_keys import CF_SEGMENTS
 from timerwheel.store.disk import is_disk_full
 from timerwheel.store.integrity import check_data_dir
 from timerwheel.store.keys import ALL_COLUMN_FAMILIES, CF_COUNTS, CF_MESSAGES, CF_WHEEL
@@ -37,6 +38,9 @@ L0_COMPACTION_TRIGGER = 8  # level-0 files that start a compaction (RocksDB's de
 # LOG.old file, and RocksDB keeps 1,000 of them: restarts and reopens after a full disk
 # would eat the very space a recovery needs.
 KEEP_LOG_FILES = 4
+# A version-2 family that is tuned as a version-1 one is: a segment is written once at the
+# send and read by the fire, as a record is (decision 0014).
+_OPTIONS_LIKE = {CF_SEGMENTS: CF_MESSAGES}
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,7 @@ class RocksTuning:
 
 def _options(tuning: RocksTuning, cache: Cache, family: str = "") -> Options:
     """Options for the database (no `family`) or for one column family."""
+    family = _OPTIONS_LIKE.get(family, family)
     options = Options(raw_mode=True)
     options.create_if_missing(True)
     options.create_missing_column_families(True)
@@ -155,6 +160,9 @@ class RocksDatabase:
     `families` and `handles` are the same dict objects for the life of this object, so
     whoever looks families up through them (counters, extras, gauges) follows a `reopen`.
 
+    `column_families`: the families of the store's layout; version 1's by default, the
+    batch-level layout's for a version-2 store (`timerwheel.store.batch_store`).
+
     `read_only`: opened for reading only, for a store on a disk too full to open it for
     writing (`timerwheel.store.open_store`): RocksDB replays the WAL into memory and
     writes nothing, so every acknowledged write is read; a write raises
@@ -162,8 +170,9 @@ class RocksDatabase:
     """
 
     def __init__(
-        self, path: str, tuning: RocksTuning | None = None, *, read_only: bool = False
-    ) -> None:
+        self, path: str, tuning: RocksTuning | None = None, *, read_only: bool = False,
+        column_families: tuple[str, ...] = ALL_COLUMN_FAMILIES,
+    ) -> None:  # fmt: skip
         self.tuning = tuning or RocksTuning()
         self.path = path
         # Before RocksDB's create_if_missing can write anything: a directory of other
@@ -178,15 +187,16 @@ class RocksDatabase:
         self._write_options.sync = False
         self.db: Rdict | None = None
         self.read_only = read_only
+        self.column_families = column_families
         self._open()
 
     def _open(self) -> None:
         options = _options(self.tuning, self._cache)
-        names = ALL_COLUMN_FAMILIES
+        names = self.column_families
         access = {}
         if self.read_only:  # only families that exist: a read-only open creates none
             present = set(Rdict.list_cf(self.path))
-            names = tuple(name for name in ALL_COLUMN_FAMILIES if name in present)
+            names = tuple(name for name in self.column_families if name in present)
             access = {"access_type": AccessType.read_only()}
         families = {name: _options(self.tuning, self._cache, name) for name in names}
         db = Rdict(self.path, options=options, column_families=families, **access)

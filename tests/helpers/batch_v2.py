@@ -1,8 +1,10 @@
 """A version-2 store written the way decision 0014 lays it out, for the state join's tests
-(`timerwheel.store.batch_state`): real RocksDB with store/rocks.py's options, and a small
-writer that stages sends, fires, Acks and overrides with the step-1 codecs. Nothing in
-the system writes version 2 yet; this writer trusts its caller to ask only what the
-engine would allow (an Ack of a FIRED message, a Cancel of a SCHEDULED one, ...).
+(`timerwheel.store.batch_state`): a store opened by the product's `open_batch_store`, sends
+staged by the product's writer (`timerwheel.store.segment_send`), and a small writer of
+what the product does not write yet (fires, Acks, overrides, sweeps: steps 3 and 4) with
+the step-1 codecs. That writer trusts its caller to ask only what the engine would allow
+(an Ack of a FIRED message, a Cancel of a SCHEDULED one, ...), and keeps no counters: the
+`counts` family holds what the sends added, as the fire's decrements come with step 3.
 """
 
 from __future__ import annotations
@@ -11,57 +13,53 @@ import random
 from contextlib import contextmanager
 from typing import NamedTuple
 
-from rocksdict import Cache, Rdict, ReadOptions, WriteBatch
+from rocksdict import ReadOptions, WriteBatch
 
 from timerwheel.common import State
 from timerwheel.store import batch_entries as be
 from timerwheel.store import batch_keys as bk
-from timerwheel.store.keys import CF_MESSAGES, CF_WHEEL
-from timerwheel.store.rocks import RocksTuning, _options
-from timerwheel.store.segment_ids import RANDOM_BYTES, parse_id, segment_ids
-from timerwheel.store.segments import encode_segment
-from timerwheel.wheels.wheel import LEVELS
-
-SLOT_MS = {wheel.name: wheel.slot_ms for wheel in LEVELS}
+from timerwheel.store.batch_store import BatchStore, new_batch, open_batch_store
+from timerwheel.store.keys import CF_WHEEL
+from timerwheel.store.rocks import RocksTuning
+from timerwheel.store.segment_ids import parse_id
+from timerwheel.store.segment_send import SLOT_MS, NewSends
 
 
 @contextmanager
-def open_v2(path: str):
-    """The version-2 families, each with the options of its version-1 namesake (a segment
-    those of `messages`, as bench/layout_batch.py does); yields {name: family}."""
-    tuning = RocksTuning(sync_writes=False)
-    cache = Cache(tuning.block_cache_bytes)
-    like = {bk.CF_SEGMENTS: CF_MESSAGES}
-    families = {
-        name: _options(tuning, cache, like.get(name, name)) for name in bk.PLANNED_COLUMN_FAMILIES
-    }
-    db = Rdict(path, options=_options(tuning, cache), column_families=families)
-    handles = {name: db.get_column_family_handle(name) for name in families}
-    cfs = {name: db.get_column_family(name) for name in families}
+def open_v2(path: str, segment_max: int | None = None, seed: int = 0):
+    """A version-2 store (`open_batch_store`, unsynced writes: tests); yields a `Store`.
+    Its send draws the ids' random parts from a seeded generator."""
+    more = {} if segment_max is None else {"segment_max": segment_max}
+    opened = open_batch_store(
+        path, RocksTuning(sync_writes=False), randbytes=random.Random(seed).randbytes, **more
+    )
     try:
-        yield Store(db, cfs, handles)
+        yield Store(opened)
     finally:
-        cfs.clear()
-        handles.clear()
-        db.close()
+        opened.close()
 
 
 class Store(NamedTuple):
-    db: Rdict
-    families: dict
-    handles: dict
+    opened: BatchStore
+
+    @property
+    def families(self):
+        return self.opened.database.families
+
+    @property
+    def handles(self):
+        return self.opened.database.handles
+
+    @property
+    def db(self):
+        return self.opened.database.db
 
     def write(self, puts: dict[str, dict[bytes, bytes | None]]) -> None:
         """One atomic batch: None deletes the key."""
-        batch = WriteBatch(raw_mode=True)
+        batch = new_batch()
         for family, writes in puts.items():
-            for key in sorted(writes):
-                value = writes[key]
-                if value is None:
-                    batch.delete(key, self.handles[family])
-                else:
-                    batch.put(key, value, self.handles[family])
-        self.db.write(batch)
+            batch.writes[family].update(writes)
+        self.opened.commit(batch, sync=False)
 
     def items(self, family: str, lo: bytes, hi: bytes) -> list[tuple[bytes, bytes]]:
         read_options = ReadOptions()
@@ -78,9 +76,9 @@ class Writer:
     """The engine's memory of a version-2 store (a state byte, a fire chunk and the Ack
     calls of each live message) and the entries each operation writes."""
 
-    def __init__(self, store: Store, retention_ms: int, seed: int = 0) -> None:
-        self.store, self.retention_ms, self.rng = store, retention_ms, random.Random(seed)
-        self.segment_seq = self.chunk_seq = self.ack_seq = 0
+    def __init__(self, store: Store, retention_ms: int) -> None:
+        self.store, self.retention_ms = store, retention_ms
+        self.chunk_seq = self.ack_seq = 0
         self.cursor: tuple[int, int, int] = (-1, 0, 0)
         self.state: dict[int, bytearray] = {}
         self.deliver: dict[int, list[int]] = {}
@@ -94,27 +92,25 @@ class Writer:
         self.overrides: dict[tuple[int, int], be.Override] = {}
 
     def send(self, messages: list[tuple[str, int]], now_ms: int) -> list[str]:
-        """One segment of (topic, delay ms) messages; their ids."""
-        self.segment_seq += 1
-        seq = self.segment_seq
-        topics = sorted({topic for topic, _ in messages})
+        """One group commit of (topic, delay ms) messages, through the product's send
+        (`timerwheel.store.segment_send`); their ids, in order."""
+        topics = [topic for topic, _ in messages]
         deliver = [now_ms + delay for _, delay in messages]
-        randoms = self.rng.randbytes(RANDOM_BYTES * len(messages))
-        value = encode_segment(
-            now_ms, topics, bytes(topics.index(t) for t, _ in messages), deliver,
-            [f"body {i}".encode() for i in range(len(messages))], randoms,
+        sends = NewSends(
+            topics, [f"body {i}".encode() for i in range(len(messages))], deliver,
+            [wheel_of(delay) for _, delay in messages],
         )  # fmt: skip
-        writes: dict[str, dict[bytes, bytes | None]] = {
-            bk.CF_SEGMENTS: {bk.segment_key(seq): value}
-        }
-        for index, (_, delay) in enumerate(messages):
-            self._place(writes, seq, index, deliver[index], wheel_of(delay))
-        self.store.write(writes)
-        self.state[seq] = bytearray([State.SCHEDULED]) * len(messages)
-        self.deliver[seq], self.topic[seq] = deliver, [t for t, _ in messages]
-        self.terminal_ms[seq], self.left[seq] = [0] * len(messages), len(messages)
-        self.acks_of[seq] = set()
-        return [raw.decode() for raw in segment_ids(deliver, seq, randoms)]
+        batch = new_batch()
+        staged = self.store.opened.sender.stage(batch, sends, now_ms)
+        self.store.opened.commit(batch, sync=False)
+        for seq, positions in staged.segments:
+            n = len(positions)
+            self.state[seq] = bytearray([State.SCHEDULED]) * n
+            self.deliver[seq] = [deliver[p] for p in positions]
+            self.topic[seq] = [topics[p] for p in positions]
+            self.terminal_ms[seq], self.left[seq] = [0] * n, n
+            self.acks_of[seq] = set()
+        return staged.ids
 
     def _place(self, writes, seq: int, index: int, deliver_ms: int, wheel: str) -> None:
         """Add one (deliver ms, index) pair to the segment's entry of its slot."""

@@ -24,6 +24,21 @@ def test_a_wheel_entry_round_trips(pairs):
     assert list(zip(*decoded, strict=True)) == pairs
 
 
+@given(st.lists(times, min_size=1, max_size=60), st.data())
+def test_a_run_of_a_sorted_column_is_the_wheel_entry_of_its_pairs(deliver, data):
+    deliver.sort()
+    first = data.draw(st.integers(0, len(deliver) - 1))
+    end = data.draw(st.integers(first + 1, len(deliver)))
+    run = be.wheel_entry_run(be.column_bytes("q", deliver), first, end)
+    assert run == be.wheel_entry(deliver[first:end], range(first, end))
+
+
+@pytest.mark.parametrize(("first", "end"), [(2, 2), (3, 2), (-1, 2), (0, 5)])
+def test_a_run_outside_its_column_is_refused(first, end):
+    with pytest.raises(ValueError, match="run"):
+        be.wheel_entry_run(be.column_bytes("q", [1, 2, 3, 4]), first, end)
+
+
 @given(st.lists(st.integers(0, 2**48), min_size=1, max_size=200), st.sampled_from([1000, 60_000]))
 def test_wheel_entries_hold_each_message_once_in_its_slot_sorted(deliver, slot_ms):
     entries = be.wheel_entries(deliver, slot_ms)
