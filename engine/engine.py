@@ -22,6 +22,7 @@ from timerwheel.engine.api import EngineApi
 from timerwheel.engine.backlog import Backlog
 from timerwheel.engine.bulk_calls import BulkCalls
 from timerwheel.engine.clock_watch import ClockWatch
+from timerwheel.engine.engine_views import EngineViews
 from timerwheel.engine.fired_cache import FiredCache
 from timerwheel.engine.ids import MessageIds
 from timerwheel.engine.lookups import TimerLookups
@@ -30,15 +31,12 @@ from timerwheel.engine.ops import AckOp, CancelOp
 from timerwheel.engine.prepare import prepare_sends
 from timerwheel.engine.send_op import SendOp
 from timerwheel.engine.series import PauseOp, SeriesPause
-from timerwheel.engine.store_health import StoreHealth
 from timerwheel.engine.trace_ops import DeliveryEvents, TraceBarrier, TraceOp
 from timerwheel.engine.writer import FiredListener, SeriesListener, Writer
 from timerwheel.observability import metrics
-from timerwheel.observability.gauges import engine_gauges
-from timerwheel.observability.thread_cpu import thread_cpu_seconds
 from timerwheel.store import keys, records
 from timerwheel.store.counts import PendingCounts
-from timerwheel.store.export_root import ExportSlot, check_space
+from timerwheel.store.export_root import ExportSlot
 from timerwheel.store.open_store import open_store
 from timerwheel.store.rocks import RocksTuning
 from timerwheel.store.timer_store import TimerStore
@@ -59,7 +57,7 @@ from timerwheel.wheels.domain import (
     Timer,
     When,
 )
-from timerwheel.wheels.lateness import LatenessMinute, RecentLateness
+from timerwheel.wheels.lateness import RecentLateness
 from timerwheel.wheels.scheduler import Scheduler
 from timerwheel.wheels.settings import Settings
 from timerwheel.wheels.validation import (
@@ -73,7 +71,7 @@ from timerwheel.wheels.validation import (
 log = structlog.get_logger("timerwheel.engine")
 
 
-class Engine(EngineApi):
+class Engine(EngineViews, EngineApi):
     def __init__(self, settings: Settings, clock: Clock, *, background: bool = True) -> None:
         self.settings = settings
         self._clock = clock
@@ -325,27 +323,6 @@ class Engine(EngineApi):
     def ready_topics(self) -> list[str]:
         return self._store.ready_topics()
 
-    def export(
-        self, out_dir: str, max_rows_per_file: int = 0, reserve_bytes: int = 0, progress=None,
-        **how,
-    ):  # fmt: skip
-        """Write a consistent cut of the live store as SST files (see timerwheel.store.export;
-        `how`: its `workers` and `parallel_min_rows`). A large store is written by worker
-        processes, so the export no longer holds this process's GIL row by row.
-
-        One at a time (a second call meanwhile is refused, Overloaded), and only when it
-        leaves `reserve_bytes` free on `out_dir`'s disk. Guarded here, in the engine's
-        process, so the gRPC workers of `serve --workers N` share the one slot.
-        """
-        from timerwheel.store.export import export_database
-
-        with self.export_slot.take():
-            check_space(out_dir, self.settings.data_dir, reserve_bytes)
-            return export_database(
-                self._database, out_dir, max_rows_per_file=max_rows_per_file,
-                progress=progress, now_ms=self.now_ms, **how,
-            )  # fmt: skip
-
     def add_fired_listener(self, listener: FiredListener) -> None:
         """`listener(topics)` is called on the writer thread after each commit that fired."""
         self._writer.add_listener(listener)
@@ -353,46 +330,6 @@ class Engine(EngineApi):
     def add_series_listener(self, listener: SeriesListener) -> None:
         """`listener(changes)`: on the writer thread after a commit that changed a series."""
         self._writer.add_series_listener(listener)
-
-    def writer_running(self) -> bool:
-        """False once a background writer has stopped (closed, or failed for good)."""
-        return self._writer.running
-
-    @property
-    def health(self) -> StoreHealth:
-        """The writer's fault state (timerwheel.engine.store_health): disk full, failed for good."""
-        return self._writer.health
-
-    def queued_ops(self) -> int:
-        return self._writer.queued_weight
-
-    def metrics_gauges(self, top_topics: int) -> dict:
-        """Scrape-time gauges (timerwheel.observability.gauges): in memory or RocksDB properties
-        only."""
-        return engine_gauges(self, self._store, self._counts, self._backlog.by_topic, top_topics)
-
-    def fire_lateness(self) -> list[LatenessMinute]:
-        """Fire lateness per minute over the last hour (timerwheel.wheels.lateness), oldest
-        first."""
-        return self._lateness.recent(self.now_ms())
-
-    def topics(self) -> list[tuple[str, int, int]]:
-        """(topic, pending, fired_unacked) of every topic with either, by name."""
-        pending = self._counts.totals()
-        unacked = self._backlog.by_topic.counts()
-        return [(t, pending.get(t, 0), unacked.get(t, 0)) for t in sorted({*pending, *unacked})]
-
-    def stats(self) -> dict:
-        """Counters of the engine, and its process's CPU by kind of thread (`thread_cpu_s`,
-        timerwheel.observability.thread_cpu: read in the process the writer runs in)."""
-        state = self._scheduler.state
-        counts = {f"keys_{n}": self._store.estimate_keys(n) for n in keys.ALL_COLUMN_FAMILIES}
-        queued = self._writer.queued_weight
-        return {
-            "now_ms": state.now_ms, "fire_seq": state.fire_seq, "queued_ops": queued, **counts,
-            **self._clock_watch.stats(), "thread_cpu_s": thread_cpu_seconds(),
-            **self._backlog.throughput(),
-        }  # fmt: skip
 
     @property
     def store(self) -> TimerStore:
