@@ -142,7 +142,12 @@ def test_overload_refused_sends_are_accounted_and_nothing_stored_is_lost(tmp_pat
     )  # fmt: skip
     table = capsys.readouterr().out
     acc, send = fig["accounting"], fig["send"]
-    assert code == 0, acc["problems"]
+    assert acc["problems"] == []
+    # Whether the fires met the 50 ms target depends on the machine's hour (a timed
+    # figure, never a unit-test assertion); that the exit code follows the verdict does not.
+    verdict = fig["overload"]
+    assert verdict is not None and verdict["p999_ms"] == fig["fire_lateness_ms"]["p999"]
+    assert code == (0 if verdict["met"] else 1)
     refused = send["errors"].get("send_RESOURCE_EXHAUSTED", 0)
     assert acc["sent"] + refused == send["planned"] == 12_000
     assert acc["lost"] == 0 and acc["acked"] == acc["sent"]
