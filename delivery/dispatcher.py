@@ -65,7 +65,7 @@ class Entry:
     retry: RetryPolicy | None = None
     attempt: int = 1  # the attempt number of its next (or current) delivery
     owner: Subscriber | None = None
-    deadline_ms: int = 0
+    deadline_ms: int = 0  # 0 until `take` first hands it out
 
 
 def reopen_room(max_in_flight: int, batch_max: int) -> int:
@@ -116,6 +116,8 @@ class TopicDispatcher:
         self.short_of_bytes = False  # the last refill stopped at the hub's byte budget
         self.entries: dict[str, Entry] = {}
         self.fresh: deque[str] = deque()
+        # A message left `entries` while it waited in `fresh`: its slot there is stale.
+        self.fresh_stale = False
         self.redeliver: deque[str] = deque()
         self.deadlines: deque[tuple[int, Subscriber, tuple[str, ...]]] = deque()
         self.delayed: list[tuple[int, str]] = []  # heap of (redeliver at ms, id): retry backoffs
@@ -190,9 +192,12 @@ class TopicDispatcher:
         read one message whatever its size). Reads go on while they return something,
         since a read cut at its byte budget leaves more behind, until a read comes back
         short (`_read_all_there_was`): the read that would find the store empty is left to
-        the subscriber's next call, so these messages are not held behind it."""
+        the subscriber's next call, so these messages are not held behind it. `fresh`
+        counts as what `take` will hand out, so its stale slots go first."""
         settings = self.hub.settings
         self.stop_waiting_for_bytes()
+        if self.fresh_stale:
+            self._drop_stale_fresh()
         while self.dirty and len(self.fresh) < wanted:
             room_bytes = self.hub.budget.room()
             if room_bytes <= 0 and self.entries:
@@ -227,6 +232,21 @@ class TopicDispatcher:
             if len(self.fresh) > fresh_before and _read_all_there_was(fetched, limit, max_bytes):
                 return
 
+    def _drop_stale_fresh(self) -> None:
+        """Drop the slots of `fresh` whose message was acked (or dead-lettered) while it
+        waited there: counted as queued, they made `refill` read less and the batch come
+        out short. Done once after such a removal (`fresh_stale`), not by counting the
+        live slots at each refill: a consumer acks a message it was never handed only
+        rarely, and a count is a lookup a queued message, a window's worth a batch."""
+        entries = self.entries
+        live = [
+            message_id for message_id in self.fresh
+            if (entry := entries.get(message_id)) is not None and entry.owner is None
+        ]  # fmt: skip
+        self.fresh.clear()
+        self.fresh.extend(live)
+        self.fresh_stale = False
+
     def _own_entry(self, fired: FiredRecord, limit: int | None, retry: RetryPolicy | None) -> Entry:
         """The Entry of a message with send options: each it set wins over the topic's."""
         return Entry(
@@ -257,6 +277,8 @@ class TopicDispatcher:
         """Stop tracking an entry (acked, dead, gone): its bytes leave the budget."""
         entry = self.entries.pop(message_id, None)
         if entry is not None:
+            if not entry.deadline_ms:  # never handed out: its slot in `fresh`, if any, is stale
+                self.fresh_stale = True
             size = entry.body_bytes
             self.held_bytes -= size
             self.hub.budget.hold(-size)
@@ -334,6 +356,8 @@ class TopicDispatcher:
                 if entry.owner is not None:
                     wakes = wakes or unblocks(entry.owner)
                     entry.owner.in_flight -= 1
+                elif not entry.deadline_ms:  # acked before it was ever handed out: ditto
+                    self.fresh_stale = True
         if freed:
             self.held_bytes -= freed
             self.hub.budget.hold(-freed)

@@ -90,3 +90,17 @@ def test_a_read_cut_at_its_byte_budget_reads_on_in_the_same_call(hubs):
     assert ids(hub.next_batch(subscriber, timeout_s=0)) == sent[4:]
     assert hub.next_batch(subscriber, timeout_s=0) == []
     assert reads == [2, 2, 1, 0]
+
+
+def test_queue_slots_acked_while_queued_do_not_count_as_read(hubs):
+    """Five of the ten queued messages are acked before anyone is handed them: their
+    slots are stale, so the window of ten is filled from the five still live and five
+    that fired since, not cut to the five the queue still holds."""
+    hub = hubs()
+    sent = fire(hub, 20)
+    subscriber = hub.subscribe("jobs", 10)
+    assert ids(hub.next_batch(subscriber, timeout_s=0)) == sent[:10]  # sent[10:] queued
+    assert hub.ack("jobs", sent[:10]) == 10
+    assert hub.ack("jobs", sent[10:15]) == 5  # acked while queued
+    more = fire(hub, 5)
+    assert ids(hub.next_batch(subscriber, timeout_s=0)) == sent[15:] + more
