@@ -20,9 +20,10 @@ Reading (with a byte budget and a receive gate: every server; unit tests of the 
 rules go without). An admitted call is handed on request-streaming, so grpcio runs it
 before reading its request; it reads the request itself within a place of the gate
 (timerwheel.security.limits.ReceiveGate: a few at once, in turns, one place fewer per
-caller: a token, else a connection), and
-the request's wire bytes are charged to `max_inflight_request_bytes` before protobuf
-decodes them (`charging`): over the budget it is refused RESOURCE_EXHAUSTED undecoded.
+caller: a token, else a connection), the call cancelled if it has not come within
+`request_read_timeout_ms` (timerwheel.security.read_timeout), and the request's wire
+bytes are charged to `max_inflight_request_bytes` before protobuf decodes them
+(`charging`): over the budget it is refused RESOURCE_EXHAUSTED undecoded.
 The charge is given back when the call ends. The caller a call counts against (its
 token's name) is set for the call (`set_caller`), for Subscribe's per-token limit.
 
@@ -52,6 +53,7 @@ from timerwheel.security.access import (
     short_name,
 )
 from timerwheel.security.limits import ByteBudget, ReceiveGate, set_caller, share_identity
+from timerwheel.security.read_timeout import ReadTimer, next_request
 from timerwheel.security.scopes import set_call_scope
 from timerwheel.security.tokens import Principal, TokenTable
 from timerwheel.wheels.domain import Overloaded
@@ -145,17 +147,20 @@ def charging(
 class RequestGuard(grpc.ServerInterceptor):
     """`budget`: the process's bytes of calls in progress (`max_inflight_request_bytes`),
     charged with each request's bytes before it is decoded; `gate`: how many requests are
-    read at once (timerwheel.security.limits.ReceiveGate). Without them (unit tests of the
-    access rules) requests are read and decoded as grpcio does."""
+    read at once (timerwheel.security.limits.ReceiveGate); `reads`: how long a read may
+    take (timerwheel.security.read_timeout; None: as long as the call lasts). Without a
+    budget and a gate (unit tests of the access rules) requests are read as grpcio does."""
 
     def __init__(
         self, tokens: TokenTable | None, topic_of_id: TopicOfId,
         budget: ByteBudget | None = None, gate: ReceiveGate | None = None,
+        reads: ReadTimer | None = None,
     ) -> None:  # fmt: skip
         self._tokens = tokens
         self._topic_of_id = topic_of_id
         self._budget = budget
         self._gate = gate
+        self._reads = reads
 
     def intercept_service(self, continuation, details):
         handler = continuation(details)
@@ -180,7 +185,9 @@ class RequestGuard(grpc.ServerInterceptor):
         check = self._request_check(principal, method)
         if self._budget is None or self._gate is None:
             return _wrapped(handler, method, check, principal)
-        return _admitted(handler, method, check, principal, self._budget, self._gate)
+        return _admitted(
+            handler, method, check, principal, self._budget, self._gate, self._reads
+        )  # fmt: skip
 
     def _authenticate(self, method: str, metadata) -> Principal | None:
         """The caller's principal (None when the server has no tokens); Denied if refused."""
@@ -275,7 +282,7 @@ def _wrapped(handler, method: str, check, principal: Principal | None) -> grpc.R
 
 def _admitted(
     handler, method: str, check, principal: Principal | None, budget: ByteBudget,
-    gate: ReceiveGate,
+    gate: ReceiveGate, reads: ReadTimer | None,
 ) -> grpc.RpcMethodHandler:  # fmt: skip
     """The handler as one that reads its own request: within a place of `gate`, charged to
     `budget` before it is decoded (`charging`), then checked as `_wrapped` does. Returned
@@ -294,7 +301,7 @@ def _admitted(
                 grpc.StatusCode.CANCELLED, f"{name}: the call ended before its request was read"
             )
         try:
-            got = next(requests, None)
+            got = next_request(requests, context, reads, name, rpc_name(method))
         finally:
             gate.release(key)
         if isinstance(got, Charged):

@@ -57,6 +57,7 @@ from timerwheel.security.protection import (
     load_protection,
     log_protection,
 )
+from timerwheel.security.read_timeout import ReadTimer
 from timerwheel.security.settings import SecuritySettings
 from timerwheel.server import reflection
 from timerwheel.server.admin_service import TimerAdmin
@@ -178,6 +179,7 @@ def build_grpc_server(
             probes,
             budget,
             receive_gate(settings),
+            ReadTimer(settings.request_read_timeout_ms),  # a request that never comes
             owners,
             peer_credentials,
         ),
@@ -198,7 +200,8 @@ def interceptors(
     engine: TimerApi, protection: Protection,
     stream_pool: ThreadPoolExecutor, settle_pool: ThreadPoolExecutor, probes: Probes,
     budget: ByteBudget | None = None, gate: ReceiveGate | None = None,
-    owners: ClusterView | None = None, peer_credentials: grpc.ChannelCredentials | None = None,
+    reads: ReadTimer | None = None, owners: ClusterView | None = None,
+    peer_credentials: grpc.ChannelCredentials | None = None,
 ) -> list[grpc.ServerInterceptor]:  # fmt: skip
     """Outermost first. The pools before the guard: they wrap what the guard returns, so
     the pool they set is seen. The RPC metrics (only while metrics are on) before all:
@@ -206,7 +209,7 @@ def interceptors(
     chain: list[grpc.ServerInterceptor] = [
         StreamPool(stream_pool, probes),
         SettlePool(settle_pool),
-        RequestGuard(protection.tokens, engine.topic_of, budget, gate),
+        RequestGuard(protection.tokens, engine.topic_of, budget, gate, reads),
     ]
     if owners is not None:
         check_sends = getattr(engine, "check_sends", None)  # ClusterApi's

@@ -35,7 +35,11 @@ call beyond, one of the connection holding the most (timerwheel.security.fair_po
 grpcio reads a request whole, up to `max_request_bytes`, before anyone can look at it, and
 a probe's request is a service name or a reflection query. So probes read theirs
 `PROBE_READS` at once (one a connection), and one above `PROBE_REQUEST_BYTES` is refused
-INVALID_ARGUMENT undecoded: an open Watch no longer keeps a 15 MiB service name.
+INVALID_ARGUMENT undecoded: an open Watch no longer keeps a 15 MiB service name. A call
+whose request has not come within `request_read_timeout_ms` of its read starting is
+cancelled (timerwheel.security.read_timeout), so stalled Checks hold their places that
+long at most; a reflection stream, which waits for its next query holding a place, is
+cancelled when idle that long.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ import grpc
 from timerwheel.security.fair_pool import FairPool
 from timerwheel.security.guard import REFLECTION_PREFIX
 from timerwheel.security.limits import CallBudget, ReceiveGate, connection_identity
+from timerwheel.security.read_timeout import ReadTimer, next_request
 from timerwheel.wheels.call_room import call_room, probe_threads
 from timerwheel.wheels.domain import Overloaded
 from timerwheel.wheels.settings import Settings
@@ -97,6 +102,7 @@ class Probes:
     watches: CallBudget
     reflection: CallBudget
     reads: ReceiveGate  # requests being read (below)
+    read_timer: ReadTimer  # how long a read may take
 
     @classmethod
     def of(cls, settings: Settings) -> Probes:
@@ -116,7 +122,8 @@ class Probes:
             threads, threads, "grpc-probe", capacity=call_room(settings).probes,
             bound=f"its part of max_concurrent_rpcs={settings.max_concurrent_rpcs}",
         )  # fmt: skip
-        return cls(pool, checks, watches, reflection, ReceiveGate(PROBE_READS, 1))
+        timer = ReadTimer(settings.request_read_timeout_ms)
+        return cls(pool, checks, watches, reflection, ReceiveGate(PROBE_READS, 1), timer)
 
     def budget_of(self, method: str) -> tuple[CallBudget, str] | None:
         if method == HEALTH_CHECK:
@@ -147,8 +154,9 @@ def capped(deserializer):
 
 
 def admitted(
-    handler: grpc.RpcMethodHandler, budget: CallBudget, what: str, pool, reads: ReceiveGate
-):
+    handler: grpc.RpcMethodHandler, budget: CallBudget, what: str, pool, reads: ReceiveGate,
+    timer: ReadTimer,
+):  # fmt: skip
     """`handler` on `pool`, each call admitted by `budget` before anything else.
 
     The handler returned reads its request itself (grpcio gives a request-streaming
@@ -172,7 +180,7 @@ def admitted(
             if not reads.acquire(key, context.is_active):
                 context.abort(grpc.StatusCode.CANCELLED, f"{what}: the call ended")
             try:
-                request = next(requests, None)
+                request = next_request(requests, context, timer, what)
             finally:
                 reads.release(key)
             if request is None:
@@ -242,7 +250,8 @@ class StreamPool(grpc.ServerInterceptor):
             return handler
         probe = self._probes.budget_of(details.method) if self._probes else None
         if probe is not None:
-            return admitted(handler, *probe, self._probes.pool, self._probes.reads)
+            probes = self._probes
+            return admitted(handler, *probe, probes.pool, probes.reads, probes.read_timer)
         if not (handler.request_streaming or handler.response_streaming):
             return handler
         factory, attribute = _HANDLER_OF[handler.request_streaming, handler.response_streaming]

@@ -197,6 +197,10 @@ class Settings:
     keepalive_timeout_ms: int = 5 * SECOND_MS
     keepalive_min_ping_interval_ms: int = 10 * SECOND_MS
     max_connection_idle_ms: int = 5 * MINUTE_MS  # no call that long: closed (GOAWAY)
+    # A call whose request has not arrived this long after the server starts reading it is
+    # cancelled, freeing its thread and its place to read (timerwheel.security.read_timeout):
+    # without it, headers sent and the request never held both for as long as the call.
+    request_read_timeout_ms: int = 10 * SECOND_MS
 
     # Prometheus metrics (docs/metrics.md): /metrics over HTTP on metrics_host:metrics_port.
     # Off by default (-1): an endpoint without TLS or tokens is opened only when asked for;

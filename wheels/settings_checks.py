@@ -41,6 +41,7 @@ _POSITIVE_FIELDS = (
     "max_subscribers_per_peer", "max_health_checks", "max_health_watches",
     "max_health_per_peer", "max_reflection_streams", "keepalive_time_ms",
     "keepalive_timeout_ms", "keepalive_min_ping_interval_ms", "max_connection_idle_ms",
+    "request_read_timeout_ms",
 )  # fmt: skip
 
 
