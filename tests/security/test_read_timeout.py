@@ -13,13 +13,14 @@ from __future__ import annotations
 import secrets
 import threading
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from helpers.waits import WAIT_S, until
 
-from timerwheel.security.read_timeout import ReadTimer
+from timerwheel.security.read_timeout import ReadTimer, next_request
 from timerwheel.security.settings import SecuritySettings
 from timerwheel.security.tokens import sha256_hex
 from timerwheel.v1 import timerwheel_pb2 as pb
@@ -71,6 +72,46 @@ def test_the_read_timeout_is_a_validated_setting():
             Settings(request_read_timeout_ms=bad)
     with pytest.raises(ValueError, match="request_read_timeout_ms=0"):
         ReadTimer(0)
+
+
+def test_a_cancelled_read_frees_its_thread_and_its_client_gets_cancelled():
+    """What the bound relies on in grpcio, public API only: a request-streaming handler
+    runs before its request comes, and `ServicerContext.cancel()` from another thread ends
+    the call and the handler's wait in `next()`. If grpcio stopped doing either, the
+    handler below would wait until the client's deadline and this would fail."""
+    timer = ReadTimer(200)
+    ended: list[str] = []
+
+    def handler(requests, context):
+        try:
+            next_request(requests, context, timer, "Test.Read", None)
+        finally:
+            ended.append(threading.current_thread().name)
+        return b""
+
+    server = grpc.server(ThreadPoolExecutor(2, thread_name_prefix="read-test"))
+    method = grpc.stream_unary_rpc_method_handler(handler)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("t", {"M": method}),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    release = threading.Event()
+
+    def never():
+        release.wait(WAIT_S * 3)
+        return
+        yield
+
+    try:
+        with own_channel(f"127.0.0.1:{port}") as channel:
+            call = channel.stream_unary("/t/M").future(never(), timeout=WAIT_S * 3)
+            with pytest.raises(grpc.RpcError):
+                call.result(WAIT_S)  # cut at 0.2 s, long before its deadline
+            assert call.code() is grpc.StatusCode.CANCELLED
+        until(lambda: ended, "the handler's thread is free once its read is cut")
+        assert ended[0].startswith("read-test") and timer.timing == 0
+    finally:
+        release.set()
+        server.stop(0).wait(WAIT_S)
 
 
 class Stalls:
