@@ -11,9 +11,10 @@ entry; the Ack entries of terminal segments go then. The sweep deletes the segme
 its `segstate`. A message is fired when its (deliver ms, segment, index) is at or before
 the fire cursor. A server-made id is the deliver time, the segment, the index and 80
 random bits: an Ack or a Get finds the segment from the id alone, with no per-message
-index entry. The send is the product's (`timerwheel.store.segment_send`), and the codecs
-and keys are the production ones (`timerwheel.store.segments`, `batch_entries`,
-`batch_keys`, `segment_ids`): this module holds only the rest of the bookkeeping.
+index entry. The send and the fire are the product's (`timerwheel.store.segment_send`,
+`segment_fire`), and the codecs and keys are the production ones
+(`timerwheel.store.segments`, `batch_entries`, `batch_keys`, `segment_ids`): this module
+holds only the rest of the bookkeeping.
 """
 
 from __future__ import annotations
@@ -25,23 +26,17 @@ from rocksdict import WriteBatch
 
 from bench.layout_permessage import U64, Counted
 from timerwheel.common import State
-from timerwheel.store.batch_entries import (
-    cursor_value,
-    decode_wheel_entry,
-    refs_entry,
-    segstate_entry,
-)
+from timerwheel.store.batch import StagedBatch
+from timerwheel.store.batch_entries import refs_entry, segstate_entry
 from timerwheel.store.batch_keys import (
     acked_key,
-    chunk_key,
     decode_expiry_key,
-    decode_wheel_entry_key,
     expiry_key,
     segment_key,
     slot_bound,
 )
 from timerwheel.store.batch_store import new_batch
-from timerwheel.store.keys import count_bucket_key
+from timerwheel.store.segment_fire import SegmentFirer
 from timerwheel.store.segment_ids import id_places
 from timerwheel.store.segment_send import NewSends, SegmentSender
 from timerwheel.store.segments import SegmentView
@@ -55,6 +50,9 @@ class Batch:
     FAMILIES = {
         "segments": "messages",
         "wheel_second": "wheel_second",
+        "wheel_minute": "wheel_minute",
+        "wheel_hour": "wheel_hour",
+        "overrides": "expiry",
         "ready": "ready",
         "acked": "expiry",
         "segstate": "expiry",
@@ -69,10 +67,10 @@ class Batch:
         self.store = Counted(path, self.FAMILIES, sync)
         self.rng, self.retention_ms, self.fire_chunk = rng, retention_ms, fire_chunk
         # Sends a segment at most (what a Get by id reads); the product's send makes them.
-        self.sender = SegmentSender(self.store.cf, segment_max, rng.randbytes)
-        self.chunk_seq = self.ack_seq = 0
-        self.cursor = (0, 0, -1)  # (deliver ms, segment, index) fired through
-        self.wheel: dict[bytes, tuple[array, array]] = {}  # decoded entries of due seconds
+        # The product's fire, cascade and cursor, its reads counted as this layout's are.
+        self.firer = SegmentFirer(_CountedReads(self.store))
+        self.sender = SegmentSender(self.store.cf, segment_max, rng.randbytes, self.firer.placed)
+        self.ack_seq = 0
         # Segments the fire or an Ack touched, read in place: their topic table, and their
         # ids and bodies each made once (the burst hands out and acks every message).
         self.segments: dict[int, tuple[tuple[str, ...], list[bytes], list[bytes]]] = {}
@@ -97,9 +95,7 @@ class Batch:
         batch = new_batch()
         sends = NewSends([topic] * n, bodies, due, ["second"] * n)
         made = self.sender.stage(batch, sends, now_ms)
-        writes = {family: staged for family, staged in batch.writes.items() if staged}
-        writes["counts"] = {k: U64.pack(v) for k, v in batch.count_deltas.items()}
-        self.store.commit(writes)
+        self.store.commit(_writes(batch))
         for seg, positions in made.segments:
             n = self.left[seg] = self.sizes[seg] = len(positions)
             self.acked[seg] = bytearray(n)
@@ -122,53 +118,21 @@ class Batch:
         return found
 
     def fire(self, now_ms: int) -> int:
-        cursor = self.cursor
-        first = slot_bound(cursor[0] - cursor[0] % 1000)
-        # Keys only: an entry's value is read and decoded once, when its second comes due.
-        keys = self.store.walk_keys("wheel_second", first, slot_bound(now_ms + 1))
-        due = []  # (ms, seg, index) through now, after the cursor
-        emptied = []
-        for key in keys:
-            entry = self.wheel.get(key)
-            if entry is None:
-                entry = self.wheel[key] = decode_wheel_entry(self.store.cf["wheel_second"][key])
-            times, indexes = entry
-            seg = decode_wheel_entry_key(key)[1]
-            start = bisect_right(times, cursor[0] - 1)
-            end = bisect_right(times, now_ms)
-            due.extend(
-                (times[i], seg, indexes[i])
-                for i in range(start, end)
-                if (times[i], seg, indexes[i]) > cursor
-            )
-            if end == len(times):
-                emptied.append(key)
-        if not due:
+        """One fire chunk through the product's fire: its `ready` entries, cursor, wheel
+        deletes and counters in one commit; then this layout's memory of the chunks."""
+        batch = new_batch()
+        fired = self.firer.stage(batch, now_ms, self.fire_chunk)
+        if not any(batch.writes.values()):
             return 0
-        due.sort()
-        due = due[: self.fire_chunk]
-        self.cursor = due[-1]
-        wheel = {k: None for k in emptied if self.wheel[k][0][-1] <= self.cursor[0]}
-        for key in wheel:
-            del self.wheel[key]
-        self.chunk_seq += 1
-        chunk = self.chunk_seq
-        segs = [d[1] for d in due]
-        idxs = [d[2] for d in due]
-        topic = self._segment(due[0][1])[0][0]  # one topic in the burst: a chunk per topic
-        ready_key = chunk_key(topic, chunk)
-        self.chunk_left[chunk] = [ready_key, len(due)]
-        chunk_of = self.chunk_of
-        for _, seg, i in due:
-            chunk_of[seg][i] = chunk
-        self.fired.setdefault(topic, []).append((chunk, segs, idxs))
-        meta = {b"cursor": cursor_value(*self.cursor), b"chunk_seq": U64.pack(chunk)}
-        ready = {ready_key: refs_entry(now_ms, segs, idxs)}
-        minute = count_bucket_key(topic.encode(), now_ms - now_ms % 60_000)
-        self.store.commit(
-            {"ready": ready, "wheel_second": wheel, "meta": meta, "counts": {minute: U64.pack(0)}}
-        )
-        return len(due)
+        self.store.commit(_writes(batch))
+        chunk_left, chunk_of = self.chunk_left, self.chunk_of
+        for chunk in fired.chunks:
+            segs, idxs = chunk.segments, chunk.indexes
+            chunk_left[chunk.seq] = [chunk.key, len(segs)]
+            for seg, i in zip(segs, idxs, strict=True):
+                chunk_of[seg][i] = chunk.seq
+            self.fired.setdefault(chunk.topic, []).append((chunk.seq, segs, idxs))
+        return batch.fired
 
     def fetch(self, topic: str, after_seq: int, limit: int) -> list[tuple[int, bytes, bytes]]:
         """(seq, id, body) after `after_seq`; a message's seq is its chunk's, then its place."""
@@ -251,3 +215,48 @@ class Batch:
 
     def close(self) -> None:
         self.store.close()
+
+
+def _writes(batch: StagedBatch) -> dict[str, dict[bytes, bytes | None]]:
+    """A batch's writes for `Counted.commit`. The counters are this prototype's stand-in
+    for `PendingCounts`: one put a minute the batch changes (what the product writes),
+    its delta's size as the value, since no totals are kept here."""
+    writes = {family: staged for family, staged in batch.writes.items() if staged}
+    deltas = batch.count_deltas
+    if deltas:
+        writes["counts"] = dict(zip(deltas, map(U64.pack, map(abs, deltas.values())), strict=True))
+    return writes
+
+
+class _CountedReads:
+    """The store's families as the product's fire reads them, each entry read counted in
+    `Counted.read`, as `Counted.walk` counts the reads of this layout's own code."""
+
+    def __init__(self, store: Counted) -> None:
+        self._families = {name: _CountedFamily(store, cf) for name, cf in store.cf.items()}
+
+    def __getitem__(self, name: str) -> _CountedFamily:
+        return self._families[name]
+
+
+class _CountedFamily:
+    def __init__(self, store: Counted, cf) -> None:
+        self._store, self._cf = store, cf
+
+    def get(self, key: bytes) -> bytes | None:
+        self._store.read += 1
+        return self._cf.get(key)
+
+    def __getitem__(self, key: bytes) -> bytes:
+        self._store.read += 1
+        return self._cf[key]
+
+    def keys(self, from_key: bytes, read_opt) -> list[bytes]:
+        found = list(self._cf.keys(from_key=from_key, read_opt=read_opt))
+        self._store.read += len(found)
+        return found
+
+    def items(self, from_key: bytes, read_opt):
+        for item in self._cf.items(from_key=from_key, read_opt=read_opt):
+            self._store.read += 1
+            yield item

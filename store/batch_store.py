@@ -3,8 +3,9 @@
 Version 1 stays the default: `timerwheel.store.open_store` opens and creates only version-1
 stores, and refuses a version-2 one (its `meta` is not a version-1 scheduler state).
 A version-2 store is created only by `open_batch_store`, which a test or a bench calls
-by name: the engine can send into one (`BatchStore.send`) and read it (`BatchStore.reads`),
-but its fire, Ack and sweep come with steps 3 and 4, so no server setting creates one yet.
+by name: the engine can send into one (`BatchStore.send`), fire it (`BatchStore.firer`) and
+read it (`BatchStore.reads`), but its Ack and sweep come with step 4, so no server setting
+creates one yet.
 
 A new version-2 store gets its `meta` at once: the schema version, and the `counts`
 marker that says the counters cover every wheel entry (`timerwheel.store.counts`
@@ -26,6 +27,7 @@ from timerwheel.store.batch_reads import BatchTimerReads
 from timerwheel.store.counts import PendingCounts
 from timerwheel.store.integrity import StoreDamaged, StoreRefused, check_data_dir, is_empty
 from timerwheel.store.rocks import RocksDatabase, RocksTuning
+from timerwheel.store.segment_fire import SegmentFirer
 from timerwheel.store.segment_send import NewSends, SegmentSender, StagedSends
 from timerwheel.store.segments import SEGMENT_MAX
 
@@ -39,7 +41,8 @@ def new_batch() -> StagedBatch:
 
 class BatchStore:
     """A version-2 store open for its one writer thread: reads for any thread (`reads`),
-    the send's staging (`sender`) and the commit that keeps the counters."""
+    the send's and the fire's staging (`sender`, `firer`) and the commit that keeps the
+    counters."""
 
     def __init__(
         self, database: RocksDatabase, segment_max: int = SEGMENT_MAX,
@@ -47,7 +50,8 @@ class BatchStore:
     ) -> None:  # fmt: skip
         self.database = database
         self.reads = BatchTimerReads(database.families)
-        self.sender = SegmentSender(database.families, segment_max, randbytes)
+        self.firer = SegmentFirer(database.families)
+        self.sender = SegmentSender(database.families, segment_max, randbytes, self.firer.placed)
         self.counts = PendingCounts(database)
 
     def send(self, sends: NewSends, created_ms: int, sync: bool = True) -> StagedSends:

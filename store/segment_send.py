@@ -23,10 +23,14 @@ What it stages for the sends of one group commit:
   version-1 send stages them.
 - **`meta`**: the last segment seq, so a reopened store continues above it.
 
+The fire (`timerwheel.store.segment_fire`) is told of each upper-wheel entry staged
+(`placed`), so that it walks an upper wheel only when a slot has started or an entry came.
+
 A send's deliver time must be at or after the fire cursor's, which the state join's rule
 needs (`timerwheel.store.batch_state`): a new segment's seq is above every fired one, so
 its places then follow the cursor. A send already due is placed by its caller in the
-second wheel; firing it at once, as version 1 does, comes with the fire (step 3).
+second wheel; a fire staged after it into the same batch fires it in that commit, as
+version 1 fires it at once (`timerwheel.store.segment_fire` reads what the batch stages).
 """
 
 from __future__ import annotations
@@ -90,10 +94,12 @@ class SegmentSender:
     def __init__(
         self, families: Mapping[str, Any], segment_max: int = SEGMENT_MAX,
         randbytes: Callable[[int], bytes] = os.urandom,
+        placed: Callable[[str, int], None] | None = None,
     ) -> None:  # fmt: skip
         if not 0 < segment_max <= SEGMENT_MAX:
             raise ValueError(f"segment_max must be 1..{SEGMENT_MAX}, not {segment_max}")
         self._cf, self.segment_max, self._randbytes = families, segment_max, randbytes
+        self._placed = placed  # (wheel, earliest slot start ms) of each upper entry staged
         raw = families[bk.CF_META].get(bk.META_SEGMENT_SEQ)
         self.segment_seq = 0 if raw is None else keys.decode_u64(raw)
 
@@ -138,8 +144,10 @@ class SegmentSender:
             seq = self.segment_seq
             value, deliver, randoms = self._segment(sends, positions, created_ms)
             writes[bk.CF_SEGMENTS][bk.segment_key(seq)] = value
-            _stage_wheel(writes[bk.CF_WHEEL[sends.wheels[positions[0]]]], seq, deliver,
-                         SLOT_MS[sends.wheels[positions[0]]])  # fmt: skip
+            wheel = sends.wheels[positions[0]]
+            _stage_wheel(writes[bk.CF_WHEEL[wheel]], seq, deliver, SLOT_MS[wheel])
+            if self._placed is not None and wheel != "second":
+                self._placed(wheel, deliver[0] - deliver[0] % SLOT_MS[wheel])
             for position, raw in zip(positions, segment_ids(deliver, seq, randoms), strict=True):
                 ids[position] = raw.decode()
             made.append(SentSegment(seq, positions))

@@ -1,10 +1,12 @@
 """A version-2 store written the way decision 0014 lays it out, for the state join's tests
 (`timerwheel.store.batch_state`): a store opened by the product's `open_batch_store`, sends
-staged by the product's writer (`timerwheel.store.segment_send`), and a small writer of
-what the product does not write yet (fires, Acks, overrides, sweeps: steps 3 and 4) with
-the step-1 codecs. That writer trusts its caller to ask only what the engine would allow
-(an Ack of a FIRED message, a Cancel of a SCHEDULED one, ...), and keeps no counters: the
-`counts` family holds what the sends added, as the fire's decrements come with step 3.
+staged by the product's writer (`timerwheel.store.segment_send`), fires and cascades by
+the product's (`timerwheel.store.segment_fire`), and a small writer of what the product
+does not write yet (Acks, overrides, sweeps: step 4) with the step-1 codecs. That writer
+trusts its caller to ask only what the engine would allow (an Ack of a FIRED message, a
+Cancel of a SCHEDULED one, ...). It keeps the pending counters as the product's send and
+fire do: a Cancel of a SCHEDULED message leaves its minute, a move leaves the old one (if
+SCHEDULED) and joins the new one.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from timerwheel.common import State
 from timerwheel.store import batch_entries as be
 from timerwheel.store import batch_keys as bk
 from timerwheel.store.batch_store import BatchStore, new_batch, open_batch_store
-from timerwheel.store.keys import CF_WHEEL
+from timerwheel.store.keys import CF_WHEEL, count_bucket_key
 from timerwheel.store.rocks import RocksTuning
 from timerwheel.store.segment_ids import parse_id
 from timerwheel.store.segment_send import SLOT_MS, NewSends
@@ -54,11 +56,14 @@ class Store(NamedTuple):
     def db(self):
         return self.opened.database.db
 
-    def write(self, puts: dict[str, dict[bytes, bytes | None]]) -> None:
-        """One atomic batch: None deletes the key."""
+    def write(
+        self, puts: dict[str, dict[bytes, bytes | None]], deltas: dict[bytes, int] | None = None
+    ) -> None:
+        """One atomic batch: None deletes the key; `deltas` change the pending counters."""
         batch = new_batch()
         for family, writes in puts.items():
             batch.writes[family].update(writes)
+        batch.count_deltas.update(deltas or {})
         self.opened.commit(batch, sync=False)
 
     def items(self, family: str, lo: bytes, hi: bytes) -> list[tuple[bytes, bytes]]:
@@ -68,7 +73,8 @@ class Store(NamedTuple):
 
 
 def wheel_of(delay_ms: int) -> str:
-    """Where this writer places a message (no cascades: the fire walks all three)."""
+    """Where this writer places a message: the product's fire cascades the upper wheels'
+    entries when their slot starts, so a short delay in the hour wheel is cascaded twice."""
     return "second" if delay_ms < 1000 else "minute" if delay_ms < 2500 else "hour"
 
 
@@ -78,8 +84,9 @@ class Writer:
 
     def __init__(self, store: Store, retention_ms: int) -> None:
         self.store, self.retention_ms = store, retention_ms
-        self.chunk_seq = self.ack_seq = 0
-        self.cursor: tuple[int, int, int] = (-1, 0, 0)
+        self.ack_seq = 0
+        self.firer = store.opened.firer
+        self.cursor = self.firer.cursor()
         self.state: dict[int, bytearray] = {}
         self.deliver: dict[int, list[int]] = {}
         self.topic: dict[int, list[str]] = {}
@@ -121,46 +128,33 @@ class Writer:
         pairs = set() if old is None else set(zip(*be.decode_wheel_entry(old), strict=True))
         pairs = sorted(pairs | {(deliver_ms, index)})
         staged[key] = be.wheel_entry([p[0] for p in pairs], [p[1] for p in pairs])
+        self.firer.placed(wheel, deliver_ms - deliver_ms % SLOT_MS[wheel])
 
-    def fire(self, now_ms: int, limit: int) -> None:
-        """Fire through `now_ms` in cursor order, at most `limit` live messages: one
-        `ready` chunk a topic, the cursor, the wheel entries it passed deleted."""
-        candidates: set[tuple[int, int, int]] = set()
-        entries = []  # (family, key, last place)
-        for family in CF_WHEEL.values():
-            for key, value in self.store.items(family, b"", bk.slot_bound(now_ms + 1)):
-                seq = bk.decode_wheel_entry_key(key)[1]
-                times, indexes = be.decode_wheel_entry(value)
-                entries.append((family, key, (times[-1], seq, indexes[-1])))
-                candidates.update(
-                    (t, seq, i) for t, i in zip(times, indexes, strict=True)
-                    if t <= now_ms and (t, seq, i) > self.cursor
-                )  # fmt: skip
-        if not candidates:
-            return
-        fired: dict[str, list[tuple[int, int]]] = {}
-        taken = 0
-        for place in sorted(candidates):
-            if taken == limit:
-                break
-            t, seq, index = place
-            self.cursor = place
-            if self.state[seq][index] == State.SCHEDULED and self.deliver[seq][index] == t:
-                fired.setdefault(self.topic[seq][index], []).append((seq, index))
+    def fire(self, now_ms: int, limit: int) -> bool:
+        """Fire through `now_ms` in cursor order, at most `limit` live messages, through the
+        product's fire (its cascade first); True when it left due work."""
+        batch = new_batch()
+        fired = self.firer.stage(batch, now_ms, limit)
+        self.store.opened.commit(batch, sync=False)
+        self.cursor = fired.cursor
+        for chunk in fired.chunks:
+            refs = list(zip(chunk.segments, chunk.indexes, strict=True))
+            for seq, index in refs:
+                if (
+                    self.state[seq][index] != State.SCHEDULED
+                    or self.topic_of(seq, index) != chunk.topic
+                ):
+                    raise AssertionError(
+                        f"fired {seq}/{index} of {chunk.topic}: {self.state[seq][index]!r}"
+                    )
                 self.state[seq][index] = State.FIRED
-                taken += 1
-        writes: dict[str, dict[bytes, bytes | None]] = {bk.CF_READY: {}, bk.CF_META: {}}
-        for topic, refs in fired.items():
-            self.chunk_seq += 1
-            key = bk.chunk_key(topic, self.chunk_seq)
-            writes[bk.CF_READY][key] = be.refs_entry(now_ms, *zip(*refs, strict=True))
-            self.chunk_left[self.chunk_seq] = [key, len(refs)]
-            self.chunk_of.update(dict.fromkeys(refs, self.chunk_seq))
-        writes[bk.CF_META][bk.META_FIRE_CURSOR] = be.cursor_value(*self.cursor)
-        for family, key, last in entries:
-            if last <= self.cursor:
-                writes.setdefault(family, {})[key] = None
-        self.store.write(writes)
+            self.chunk_left[chunk.seq] = [chunk.key, len(refs)]
+            self.chunk_of.update(dict.fromkeys(refs, chunk.seq))
+        return fired.more
+
+    def topic_of(self, seq: int, index: int) -> str:
+        found = self.overrides.get((seq, index))
+        return self.topic[seq][index] if found is None or found.topic is None else found.topic
 
     def ack(self, message_ids: list[str], now_ms: int) -> None:
         """One Ack call of FIRED messages: one `acked` entry."""
@@ -183,11 +177,14 @@ class Writer:
         parsed = parse_id(message_id)
         seq, index = parsed.segment, parsed.message_index
         writes: dict[str, dict[bytes, bytes | None]] = {bk.CF_READY: {}}
+        deltas = {}
         if self.state[seq][index] == State.FIRED:
             self._retire(writes, seq, index)
+        else:
+            deltas[self._minute(seq, index)] = -1
         self._override(writes, seq, index, cancelled_at_ms=now_ms)
         self._terminal(writes, seq, index, State.CANCELLED, now_ms)
-        self.store.write(writes)
+        self.store.write(writes, deltas)
 
     def move(self, message_id: str, deliver_ms: int, delay_ms: int) -> None:
         """Reschedule a SCHEDULED message or Nack a FIRED one with a delay: an override
@@ -197,13 +194,18 @@ class Writer:
         parsed = parse_id(message_id)
         seq, index = parsed.segment, parsed.message_index
         writes: dict[str, dict[bytes, bytes | None]] = {bk.CF_READY: {}}
+        deltas = {}
         if self.state[seq][index] == State.FIRED:
             self._retire(writes, seq, index)
             self.state[seq][index] = State.SCHEDULED
+        else:
+            deltas[self._minute(seq, index)] = -1
         self._override(writes, seq, index, deliver_ms=deliver_ms)
         self.deliver[seq][index] = deliver_ms
+        new = self._minute(seq, index)
+        deltas[new] = deltas.get(new, 0) + 1
         self._place(writes, seq, index, deliver_ms, wheel_of(delay_ms))
-        self.store.write(writes)
+        self.store.write(writes, deltas)
 
     def sweep(self, now_ms: int) -> None:
         """Every segment whose expiry has come: its segment, `segstate`, `expiry` and
@@ -218,11 +220,21 @@ class Writer:
             batch.delete(key, handles[bk.CF_EXPIRY])
             batch.delete_range(*bk.segment_range(seq), handles[bk.CF_OVERRIDES])
         self.store.db.write(batch)
+        for key, _ in due:
+            self.firer.forget(bk.decode_expiry_key(key)[1])
 
     def _override(self, writes, seq: int, index: int, **changed) -> None:
         found = self.overrides.get((seq, index), be.Override())._replace(**changed)
         self.overrides[seq, index] = found
+        self.firer.overridden(seq, index, found)
         writes.setdefault(bk.CF_OVERRIDES, {})[bk.place_key(seq, index)] = be.override_value(found)
+
+    def _minute(self, seq: int, index: int) -> bytes:
+        """The pending counter of the message's topic and deliver minute."""
+        deliver_ms = self.deliver[seq][index]
+        return count_bucket_key(
+            self.topic_of(seq, index).encode(), deliver_ms - deliver_ms % 60_000
+        )
 
     def _retire(self, writes, seq: int, index: int) -> None:
         """The message leaves its fire chunk; the chunk's `ready` entry goes with its last."""

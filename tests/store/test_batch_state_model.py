@@ -1,9 +1,10 @@
 """The state join (timerwheel.store.batch_state) against a plain model: hypothesis makes a
-sequence of version-2 operations (sends in segments, fire cursor advances, Acks, Cancels,
-purges, Reschedules, Nacks with a delay, sweeps), a writer stages them with the step-1
-codecs into real RocksDB (helpers.batch_v2), and after each operation every answer of
-the join (Get, the segment walk, List, Count) must equal a dictionary's that applied the
-same operations to each message's state directly."""
+sequence of version-2 operations (sends in segments, fires with their cascades, Acks,
+Cancels, purges, Reschedules, Nacks with a delay, sweeps), the product's send and fire and
+a test writer of the rest stage them into real RocksDB (helpers.batch_v2), and after each
+operation every answer of the join (Get, the segment walk, List, Count) and the pending
+counters must equal a dictionary's that applied the same operations to each message's
+state directly."""
 
 from __future__ import annotations
 
@@ -146,6 +147,22 @@ def check(reader: BatchStateReader, model: Model) -> None:
             )
 
 
+def check_counts(store, model: Model) -> None:
+    """The counters the send, the fire and the writer keep: SCHEDULED messages a topic,
+    and a minute (the busiest)."""
+    counts = store.opened.counts
+    for topic in TOPICS:
+        scheduled = [
+            t.deliver_at_ms
+            for t in model.timers.values()
+            if t.topic == topic and t.state is State.SCHEDULED
+        ]
+        assert counts.total(topic) == len(scheduled), topic
+        if scheduled:
+            minute = max(Counter(ms - ms % 60_000 for ms in scheduled).items(), key=lambda m: m[1])
+            assert counts.in_range(topic, minute[0], minute[0] + 60_000)[0] == minute[1]
+
+
 def pages(reader: BatchStateReader, topic: str, size: int) -> list[MessageState]:
     out: list[MessageState] = []
     while True:
@@ -170,6 +187,7 @@ def test_the_join_answers_what_the_operations_left(ops):
             now_ms += op[2]
             apply(op, writer, model, now_ms)
             check(reader, model)
+            check_counts(store, model)
         for topic in TOPICS:
             assert pages(reader, topic, 2) == reader.list_scheduled(topic)
 
@@ -190,15 +208,21 @@ def test_a_long_run_fires_acks_and_sweeps_every_message():
             writer.fire(now_ms, 25)
             model.fire(now_ms, 25)
             fired = [t.message_id for t in model.timers.values() if t.state is State.FIRED]
-            if round_ % 3 == 2 and fired:
-                writer.move(fired[0], now_ms + 50, 50)
-                model.move(fired[0], now_ms + 50)
+            if round_ % 3 == 2 and fired:  # a Nack's delay: the second or the minute wheel
+                delay = 50 if round_ % 2 else 1_200
+                writer.move(fired[0], now_ms + delay, delay)
+                model.move(fired[0], now_ms + delay)
                 fired = fired[1:]
             if fired:
                 writer.ack(fired[: len(fired) // 2 + 1], now_ms)
                 for message_id in fired[: len(fired) // 2 + 1]:
                     model.settle(message_id, State.ACKED, now_ms)
             check(reader, model)
+        # Into the minute wheel once no send comes after: only the move's word to the fire
+        # (`SegmentFirer.placed`) has the minute it fell in walked again.
+        moving = next(t.message_id for t in model.timers.values() if t.state is State.FIRED)
+        writer.move(moving, now_ms + 1_200, 1_200)
+        model.move(moving, now_ms + 1_200)
         while any(t.state is not State.ACKED for t in model.timers.values()):
             now_ms += 500
             writer.fire(now_ms, 1_000)
@@ -209,6 +233,7 @@ def test_a_long_run_fires_acks_and_sweeps_every_message():
                 for message_id in fired:
                     model.settle(message_id, State.ACKED, now_ms)
         check(reader, model)
+        check_counts(store, model)
         now_ms += RETENTION_MS
         writer.sweep(now_ms)
         model.sweep(now_ms)
