@@ -31,7 +31,18 @@ The verdicts
   has not passed. It may fire, deliver and append.
 - STOP: held the lease, but the deadline passed. It fires and delivers nothing and keeps
   renewing: a compare-and-set that still succeeds proves nobody took the lease meanwhile
-  (it is OWN again, same epoch); one that fails means it lost it (STANDBY).
+  (it is OWN again, same epoch); one that fails means it lost it (STANDBY), unless the
+  read that follows finds its own write there (below).
+
+A refused renewal
+-----------------
+A compare-and-set is refused when the key's revision is not the one asserted: another
+node took the lease, or it expired, or this node's own earlier renewal landed though its
+answer was lost (or is still being committed: JetStream's 10164). So a refused renewal
+is not yet a loss: the view keeps its lease, with the deadline where the last known
+success put it (so it stops firing in time whatever the answer), and reads the key next.
+The read decides: its own write, same epoch, is adopted with its marker, and the lease
+goes on without a break; anything else (absent, another holder) is the loss.
 - STANDBY: holds no lease (or has not fenced yet, or is releasing). It applies the stream
   and acquires when the key is absent.
 """
@@ -210,6 +221,7 @@ class LeaseView:
     read_at_ms: int | None = None  # when the last read was sent
     absent: bool = False  # the last read found no live key: create next
     releasing: bool = False
+    refused: bool = False  # a renewal was refused: read the key before anything else
 
     @property
     def key(self) -> str:
@@ -239,6 +251,8 @@ class LeaseView:
         held = self.held
         if self.releasing:
             return None if held is None else Release(self.key, held.revision)
+        if held is not None and self.refused:
+            return Read(self.key, now_ms)
         if held is not None:
             if now_ms - held.renewed_at_ms < self.terms.renew_every_ms:
                 return None
@@ -263,8 +277,8 @@ class LeaseView:
             return replace(self, held=held, absent=False, seen=LeaseEntry(request.value, answer))
         if isinstance(request, Renew):
             assert answer is None or isinstance(answer, int)
-            if answer is None:  # the key moved on or expired: the lease is lost
-                return replace(self, held=None, absent=False, seen=None, read_at_ms=None)
+            if answer is None:  # the key moved on: to whom, the read decides
+                return replace(self, refused=True, absent=False, seen=None, read_at_ms=None)
             assert self.held is not None
             held = replace(self.held, revision=answer, renewed_at_ms=request.value.sent_at_ms)
             return replace(self, held=held, seen=LeaseEntry(request.value, answer))
@@ -280,7 +294,9 @@ class LeaseView:
         return self
 
     def _read(self, request: Read, entry: LeaseEntry | None) -> LeaseView:
-        view = replace(self, seen=entry, read_at_ms=request.sent_at_ms, absent=entry is None)
+        view = replace(
+            self, seen=entry, read_at_ms=request.sent_at_ms, absent=entry is None, refused=False
+        )
         if entry is None:
             return replace(view, held=None)
         if entry.value.holder != self.holder:
@@ -309,7 +325,7 @@ class LeaseView:
 
     def deposed(self) -> LeaseView:
         """A newer epoch's marker is in the stream: whatever the store said, give it up."""
-        return replace(self, held=None, seen=None, read_at_ms=None, absent=False)
+        return replace(self, held=None, seen=None, read_at_ms=None, absent=False, refused=False)
 
     def release(self) -> LeaseView:
         """Stop firing now (the verdict is STANDBY from here) and hand the lease back."""

@@ -1,8 +1,12 @@
-"""A renewal whose answer was lost but which landed makes the next renewal refused; the
-read after it finds the node's own lease, same epoch, and adopts it without its marker
-(cluster/lease.py `_read`). The node must then give the partition up (close its appender,
-purge its rows) and take it over anew, never start a takeover beside the live appender:
-that overwrote the appender unclosed and lost acknowledged timers in network-cut runs.
+"""A renewal refused because the node's own unanswered renewal had landed (its answer
+lost, or still being committed: JetStream's 10164). The read that follows finds the
+node's own lease, same epoch, one revision on: the view adopts that write with its
+marker (cluster/lease.py, "A refused renewal") and the partition stays owned: its
+appender, its timers and its delivery untouched. Giving it up and taking it anew instead
+(what 89fe807 did) was safe only with a new marker and fresh record ids, and each such
+cycle purged and restored the partition. A refused renewal whose read finds another
+holder is the loss. Own lease read back at another epoch (no marker known for it) is
+still given up first and taken anew, never a takeover beside the live appender.
 No NATS: `ClusterNode._step` over scripted lease answers, and a real engine on RocksDB."""
 
 from __future__ import annotations
@@ -11,7 +15,15 @@ import asyncio
 
 from helpers.engines import T0, engine_factory
 
-from timerwheel.cluster.lease import Held, LeaseEntry, LeaseValue, LeaseView, Read, Renew
+from timerwheel.cluster.lease import (
+    Held,
+    LeaseEntry,
+    LeaseValue,
+    LeaseView,
+    Read,
+    Renew,
+    Verdict,
+)
 from timerwheel.cluster.node import ClusterNode
 from timerwheel.cluster.settings import NodeSettings
 from timerwheel.wheels.clock import VirtualClock
@@ -27,9 +39,9 @@ class _Appender:
         self.closed = True
 
 
-def _scripted(node: ClusterNode, now_ms: int):
-    """Renewals refused (the key moved on: our own unanswered write landed); reads find
-    our own entry, one revision on, same epoch."""
+def _scripted(node: ClusterNode, now_ms: int, holder: str | None = None, epoch: int = EPOCH):
+    """Renewals refused (the key moved on); reads find `holder`'s entry (ours by default),
+    one revision on, sent 500 ms ago."""
     asked = []
 
     async def call(request):
@@ -37,7 +49,8 @@ def _scripted(node: ClusterNode, now_ms: int):
         if isinstance(request, Renew):
             return None
         assert isinstance(request, Read)
-        return LeaseEntry(LeaseValue(node.holder, EPOCH, now_ms - 500, node.address), 8)
+        value = LeaseValue(holder or node.holder, epoch, now_ms - 500, node.address)
+        return LeaseEntry(value, 8)
 
     return call, asked
 
@@ -54,7 +67,7 @@ def _node(engine) -> tuple[ClusterNode, _Appender, list[int]]:
     return node, appender, purged
 
 
-def test_a_re_read_own_lease_gives_the_partition_up_before_any_takeover(tmp_path):
+def test_a_refused_renewal_that_finds_its_own_write_keeps_the_partition(tmp_path):
     with engine_factory(tmp_path, VirtualClock(T0)) as make:
         node, appender, purged = _node(make())
         now_ms = node.node.lease.renew_every_ms + 10
@@ -64,16 +77,31 @@ def test_a_re_read_own_lease_gives_the_partition_up_before_any_takeover(tmp_path
 
         assert asked == ["Renew", "Read"]
         view = node._views[PARTITION]
-        assert view.held is not None and view.held.epoch == EPOCH and view.needs_marker()
-        assert appender.closed and PARTITION not in node._owned and purged == [PARTITION]
-        assert PARTITION not in node._taking  # no takeover beside the old appender
+        assert view.held == Held(EPOCH, 8, now_ms - 500, marker_sequence=3)
+        assert view.verdict(now_ms) is Verdict.OWN
+        assert node._owned[PARTITION] is appender and not appender.closed
+        assert purged == [] and PARTITION not in node._taking
 
 
-def test_after_giving_it_up_the_next_step_takes_it_over(tmp_path):
+def test_a_refused_renewal_that_finds_another_holder_loses_the_partition(tmp_path):
     with engine_factory(tmp_path, VirtualClock(T0)) as make:
-        node, _appender, _purged = _node(make())
+        node, appender, purged = _node(make())
         now_ms = node.node.lease.renew_every_ms + 10
-        node._call, _asked = _scripted(node, now_ms)  # type: ignore[method-assign]
+        other = "n2/beef"
+        node._call, asked = _scripted(node, now_ms, other, EPOCH + 1)  # type: ignore[method-assign]
+
+        asyncio.run(node._step(PARTITION, now_ms))
+
+        assert asked == ["Renew", "Read"]
+        assert node._views[PARTITION].held is None
+        assert appender.closed and PARTITION not in node._owned and purged == [PARTITION]
+
+
+def test_its_own_lease_at_another_epoch_is_given_up_then_taken_anew(tmp_path):
+    with engine_factory(tmp_path, VirtualClock(T0)) as make:
+        node, appender, purged = _node(make())
+        now_ms = node.node.lease.renew_every_ms + 10
+        node._call, _asked = _scripted(node, now_ms, epoch=EPOCH + 3)  # type: ignore[method-assign]
         started: list[int] = []
 
         async def take_over(partition: int) -> None:
@@ -83,7 +111,10 @@ def test_after_giving_it_up_the_next_step_takes_it_over(tmp_path):
 
         async def two_steps() -> None:
             await node._step(PARTITION, now_ms)
-            assert started == []
+            view = node._views[PARTITION]
+            assert view.held is not None and view.needs_marker()
+            assert appender.closed and PARTITION not in node._owned and purged == [PARTITION]
+            assert started == []  # never beside the live appender
             await node._step(PARTITION, now_ms + 1)
             await asyncio.sleep(0)  # let the takeover task run its first step
 
