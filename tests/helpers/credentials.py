@@ -141,3 +141,13 @@ def write_tokens(path: Path, plain: tuple[str, ...] = ()) -> dict[str, str]:
         lines.append("")
     path.write_text("\n".join(lines))
     return tokens
+
+
+def producer_tokens(path: Path, names: list[str]) -> dict[str, str]:
+    """A token file of producers named `names`, each token stored hashed; the tokens."""
+    tokens = {name: secrets.token_hex(32) for name in names}
+    path.write_text("".join(
+        f'[[tokens]]\nname = "{name}"\nrole = "producer"\nsha256 = "{sha256_hex(token)}"\n\n'
+        for name, token in tokens.items()
+    ))  # fmt: skip
+    return tokens

@@ -12,7 +12,6 @@ a caller with few calls in flight is admitted whoever floods.
 
 from __future__ import annotations
 
-import secrets
 import threading
 import time
 from collections import Counter
@@ -20,11 +19,11 @@ from collections import Counter
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from helpers.credentials import producer_tokens
 from helpers.waits import WAIT_S, until
 
 from timerwheel.security.fair_pool import FairPool
 from timerwheel.security.settings import SecuritySettings
-from timerwheel.security.tokens import sha256_hex
 from timerwheel.v1 import timerwheel_pb2 as pb
 from timerwheel.v1 import timerwheel_pb2_grpc as pb_grpc
 from timerwheel.wheels.call_room import call_room
@@ -201,15 +200,6 @@ class Flood:
         self.channel.close()
 
 
-def token_file(path, names: list[str]) -> dict[str, str]:
-    tokens = {name: secrets.token_hex(32) for name in names}
-    path.write_text("".join(
-        f'[[tokens]]\nname = "{name}"\nrole = "producer"\nsha256 = "{sha256_hex(token)}"\n\n'
-        for name, token in tokens.items()
-    ))  # fmt: skip
-    return tokens
-
-
 def p99_ms(latencies: list[float]) -> float:
     ordered = sorted(latencies)
     return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000
@@ -225,7 +215,7 @@ def test_a_light_caller_is_served_while_others_flood_past_grpcios_limit(
     flight) and health Checks without a token are all served; no call is ever refused by
     grpcio's own limit; the flood is shed by its pool, naming max_concurrent_rpcs."""
     names = [f"flood-{i}" for i in range(FLOODERS)] + ["light"]
-    secret = token_file(tmp_path / "tokens.toml", names) if tokens else {}
+    secret = producer_tokens(tmp_path / "tokens.toml", names) if tokens else {}
     security = SecuritySettings(auth_tokens_file=str(tmp_path / "tokens.toml") if tokens else "")
     server = make_server(security=security, **SMALL)
     target = server.target

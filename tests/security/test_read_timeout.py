@@ -10,7 +10,6 @@ bound cancels its call, and the thread and the place come free.
 
 from __future__ import annotations
 
-import secrets
 import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -18,11 +17,11 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from helpers.credentials import producer_tokens
 from helpers.waits import WAIT_S, until
 
 from timerwheel.security.read_timeout import ReadTimer, next_request
 from timerwheel.security.settings import SecuritySettings
-from timerwheel.security.tokens import sha256_hex
 from timerwheel.v1 import timerwheel_pb2 as pb
 from timerwheel.v1 import timerwheel_pb2_grpc as pb_grpc
 from timerwheel.wheels.settings import Settings, SettingsError
@@ -38,15 +37,6 @@ def own_channel(target: str) -> grpc.Channel:
 
 def bearer(token: str | None):
     return (("authorization", f"Bearer {token}"),) if token else None
-
-
-def token_file(path, names: list[str]) -> dict[str, str]:
-    tokens = {name: secrets.token_hex(32) for name in names}
-    path.write_text("".join(
-        f'[[tokens]]\nname = "{name}"\nrole = "producer"\nsha256 = "{sha256_hex(token)}"\n\n'
-        for name, token in tokens.items()
-    ))  # fmt: skip
-    return tokens
 
 
 def test_a_read_not_ended_in_time_is_cancelled_and_one_ended_is_not():
@@ -163,7 +153,7 @@ def test_two_tenants_stalling_every_thread_leave_a_third_tenants_calls_served(
     and a place, which the pool and the gate give in turns: token c's Sends and Gets are
     all served. Without the bound they waited until their own deadline (a and b's calls
     were never cut)."""
-    secret = token_file(tmp_path / "tokens.toml", ["a", "b", "c"])
+    secret = producer_tokens(tmp_path / "tokens.toml", ["a", "b", "c"])
     security = SecuritySettings(auth_tokens_file=str(tmp_path / "tokens.toml"))
     server = make_server(
         security=security, grpc_workers=4, caller_thread_share_percent=75,
