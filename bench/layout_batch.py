@@ -11,37 +11,26 @@ entry; the Ack entries of terminal segments go then. The sweep deletes the segme
 its `segstate`. A message is fired when its (deliver ms, segment, index) is at or before
 the fire cursor. A server-made id is the deliver time, the segment, the index and 80
 random bits: an Ack or a Get finds the segment from the id alone, with no per-message
-index entry. The send and the fire are the product's (`timerwheel.store.segment_send`,
-`segment_fire`), and the codecs and keys are the production ones
+index entry. The send, the fire, the Ack and the sweep are the product's
+(`timerwheel.store.segment_send`, `segment_fire`, `segment_ack`, over the memory of the
+live segments in `segment_life`), and the codecs and keys are the production ones
 (`timerwheel.store.segments`, `batch_entries`, `batch_keys`, `segment_ids`): this module
-holds only the rest of the bookkeeping.
+holds only the fired cache, the fetch and the tallies.
 """
 
 from __future__ import annotations
 
-from array import array
 from bisect import bisect_right
 
-from rocksdict import WriteBatch
-
 from bench.layout_permessage import U64, Counted
-from timerwheel.common import State
 from timerwheel.store.batch import StagedBatch
-from timerwheel.store.batch_entries import refs_entry, segstate_entry
-from timerwheel.store.batch_keys import (
-    acked_key,
-    decode_expiry_key,
-    expiry_key,
-    segment_key,
-    slot_bound,
-)
+from timerwheel.store.batch_keys import segment_key
 from timerwheel.store.batch_store import new_batch
+from timerwheel.store.segment_ack import SegmentAcker
 from timerwheel.store.segment_fire import SegmentFirer
-from timerwheel.store.segment_ids import id_places
+from timerwheel.store.segment_life import LiveSegments
 from timerwheel.store.segment_send import NewSends, SegmentSender
 from timerwheel.store.segments import SegmentView
-
-_ACKED = int(State.ACKED)
 
 
 class Batch:
@@ -66,72 +55,54 @@ class Batch:
     ) -> None:
         self.store = Counted(path, self.FAMILIES, sync)
         self.rng, self.retention_ms, self.fire_chunk = rng, retention_ms, fire_chunk
-        # Sends a segment at most (what a Get by id reads); the product's send makes them.
-        # The product's fire, cascade and cursor, its reads counted as this layout's are.
-        self.firer = SegmentFirer(_CountedReads(self.store))
+        # The product's send, fire, cascade, cursor, Ack and sweep over one memory of the
+        # live segments, their reads counted as this layout's own are.
+        reads = _CountedReads(self.store)
+        self.firer = SegmentFirer(reads)
         self.sender = SegmentSender(self.store.cf, segment_max, rng.randbytes, self.firer.placed)
-        self.ack_seq = 0
-        # Segments the fire or an Ack touched, read in place: their topic table, and their
-        # ids and bodies each made once (the burst hands out and acks every message).
-        self.segments: dict[int, tuple[tuple[str, ...], list[bytes], list[bytes]]] = {}
-        # A live segment's state in memory (rebuilt at open from the live `ready` and
-        # `acked` entries and the fire cursor): messages not terminal; a message's state
-        # byte (1: acked), its fire chunk and its Ack call: 9 bytes a message.
-        self.left: dict[int, int] = {}
-        self.sizes: dict[int, int] = {}
-        self.acked: dict[int, bytearray] = {}  # a segment's state bytes (0: not terminal)
-        self.chunk_of: dict[int, array] = {}
-        self.ack_of: dict[int, array] = {}
-        self.chunk_left: dict[int, list] = {}  # a live fire chunk: [its ready key, un-acked]
-        self.ack_open: dict[int, list[int]] = {}  # a live Ack entry: [acked at, live segments]
-        self.seg_acks: dict[int, set[int]] = {}  # a live segment's Ack entries
+        self.life = LiveSegments(reads, retention_ms)
+        self.acker = SegmentAcker(reads, self.firer, self.life)
+        self.sizes: dict[int, int] = {}  # messages a segment not swept: the sweep's tally
+        # Segments the fetch read, while live: their ids (the product's, made once for the
+        # fetch and the Ack) and bodies.
+        self.segments: dict[int, tuple[list[bytes], list[bytes]]] = {}
         self.fired: dict[str, list[tuple[int, list[int], list[int]]]] = {}  # the fired cache
 
     def send(self, topic: str, bodies: list[bytes], due: list[int], now_ms: int) -> list[bytes]:
         """One group commit through the product's send (`timerwheel.store.segment_send`):
         a segment entry a `segment_max` sends, a wheel entry a (second, segment), a
-        counter a minute; then this layout's memory of the new segments."""
+        counter a minute."""
         n = len(due)
         batch = new_batch()
         sends = NewSends([topic] * n, bodies, due, ["second"] * n)
         made = self.sender.stage(batch, sends, now_ms)
         self.store.commit(_writes(batch))
         for seg, positions in made.segments:
-            n = self.left[seg] = self.sizes[seg] = len(positions)
-            self.acked[seg] = bytearray(n)
-            self.chunk_of[seg] = array("I", bytes(4 * n))
-            self.ack_of[seg] = array("I", bytes(4 * n))
-            self.seg_acks[seg] = set()
+            self.sizes[seg] = len(positions)
         return [message_id.encode() for message_id in made.ids]
 
-    def _segment(self, seg: int) -> tuple[tuple[str, ...], list[bytes], list[bytes]]:
-        """A segment's topics, ids and bodies."""
+    def _segment(self, seg: int) -> tuple[list[bytes], list[bytes]]:
+        """A live segment's ids and bodies."""
         found = self.segments.get(seg)
         if found is None:
             view = SegmentView(self.store.cf["segments"][segment_key(seg)])
             self.store.read += 1
-            found = self.segments[seg] = (
-                view.topics,
-                view.message_ids(seg),
-                view.bodies(range(view.n)),
-            )
+            found = self.segments[seg] = (self.life.ids(seg, view), view.bodies(range(view.n)))
         return found
 
     def fire(self, now_ms: int) -> int:
-        """One fire chunk through the product's fire: its `ready` entries, cursor, wheel
-        deletes and counters in one commit; then this layout's memory of the chunks."""
+        """One fire chunk through the product's fire (`SegmentAcker.stage_fire`): its
+        `ready` entries, cursor, wheel deletes and counters in one commit; the fired
+        cache of its references."""
         batch = new_batch()
-        fired = self.firer.stage(batch, now_ms, self.fire_chunk)
+        fired = self.acker.stage_fire(batch, now_ms, self.fire_chunk)
         if not any(batch.writes.values()):
             return 0
         self.store.commit(_writes(batch))
-        chunk_left, chunk_of = self.chunk_left, self.chunk_of
         for chunk in fired.chunks:
-            segs, idxs = chunk.segments, chunk.indexes
-            chunk_left[chunk.seq] = [chunk.key, len(segs)]
-            for seg, i in zip(segs, idxs, strict=True):
-                chunk_of[seg][i] = chunk.seq
-            self.fired.setdefault(chunk.topic, []).append((chunk.seq, segs, idxs))
+            self.fired.setdefault(chunk.topic, []).append(
+                (chunk.seq, chunk.segments, chunk.indexes)
+            )
         return batch.fired
 
     def fetch(self, topic: str, after_seq: int, limit: int) -> list[tuple[int, bytes, bytes]]:
@@ -142,7 +113,7 @@ class Batch:
         for chunk, segs, idxs in chunks[first:]:
             base = chunk << 16
             for place in range(max(0, after_seq + 1 - base), len(segs)):
-                _, ids, bodies = self._segment(segs[place])
+                ids, bodies = self._segment(segs[place])
                 i = idxs[place]
                 out.append((base + place, ids[i], bodies[i]))
                 if len(out) >= limit:
@@ -150,68 +121,27 @@ class Batch:
         return out
 
     def ack(self, topic: str, ids: list[bytes], now_ms: int) -> int:
-        """One `acked` entry an Ack call: the (segment, index) pairs it retired."""
-        self.ack_seq += 1
-        seq = self.ack_seq
-        staged: dict[str, dict[bytes, bytes | None]] = {
-            "acked": {},
-            "expiry": {},
-            "ready": {},
-            "segstate": {},
-        }
-        segs: list[int] = []
-        idxs: list[int] = []
-        chunk_left, done = self.chunk_left, []
-        for mid, seg, i in zip(ids, *id_places(ids), strict=True):
-            acked = self.acked.get(seg)
-            if acked is None or i >= len(acked) or acked[i] or self._segment(seg)[1][i] != mid:
-                continue  # unknown, acked already, or not this segment's id
-            acked[i] = _ACKED
-            self.ack_of[seg][i] = seq
-            segs.append(seg)
-            idxs.append(i)
-            chunk = chunk_left[self.chunk_of[seg][i]]
-            chunk[1] -= 1
-            if not chunk[1]:  # the fire chunk's `ready` entry goes with its last ack
-                staged["ready"][chunk[0]] = None
-                del chunk_left[self.chunk_of[seg][i]]
-            self.left[seg] -= 1
-            self.seg_acks[seg].add(seq)
-            if not self.left[seg]:
-                done.append(seg)
-        if segs:
-            staged["acked"][acked_key(seq)] = refs_entry(now_ms, segs, idxs)
-            self.ack_open[seq] = [now_ms, len(set(segs))]
-        for seg in done:  # all terminal: its states in one entry, its Ack entries may go
-            acked_at = self.ack_open
-            times = [acked_at[a][0] for a in self.ack_of.pop(seg)]
-            staged["segstate"][segment_key(seg)] = segstate_entry(self.acked.pop(seg), times)
-            staged["expiry"][expiry_key(now_ms + self.retention_ms, seg)] = b""
-            for a in self.seg_acks.pop(seg):
-                acked_at[a][1] -= 1
-                if not acked_at[a][1]:
-                    staged["acked"][acked_key(a)] = None
-                    del acked_at[a]
-            del self.segments[seg], self.chunk_of[seg]
-        self.store.commit(staged)
-        return len(segs)
+        """One Ack call through the product's (`SegmentAcker.stage_ack`): one `acked`
+        entry, a chunk's `ready` delete with its last ack, a segment's `segstate` and
+        `expiry` with its last."""
+        batch = new_batch()
+        acked = self.acker.stage_ack(batch, ids, now_ms)
+        if acked.acked:
+            self.store.commit(_writes(batch))
+        live = self.life.segments
+        for seg in [seg for seg in self.segments if seg not in live]:
+            del self.segments[seg]  # terminal: no fetch hands it out again
+        return acked.acked
 
     def sweep(self, now_ms: int, chunk: int) -> int:
-        due = self.store.walk("expiry", b"", slot_bound(now_ms + 1), chunk)
-        batch = WriteBatch(raw_mode=True)
-        swept = 0
-        for key, _ in due:
-            seq = decode_expiry_key(key)[1]
-            batch.delete(segment_key(seq), self.store.handles["segments"])
-            batch.delete(segment_key(seq), self.store.handles["segstate"])
-            batch.delete(key, self.store.handles["expiry"])
-            swept += self.sizes.pop(seq)
-            del self.left[seq]
-        self.store.written += 3 * len(due)
-        self.store.db.write(batch)
-        if self.store.sync:
-            self.store.db.flush_wal(True)
-        return swept
+        """Segments whose expiry has come, at most `chunk`, through the product's sweep."""
+        batch = new_batch()
+        swept = self.acker.stage_sweep(batch, now_ms, chunk)
+        if not swept:
+            return 0
+        self.store.commit(_writes(batch))
+        self.acker.swept(swept)
+        return sum(map(self.sizes.pop, swept))
 
     def close(self) -> None:
         self.store.close()

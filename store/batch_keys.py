@@ -1,10 +1,11 @@
 """Key layout of the batch-level store, schema version 2 (planned; decision 0014).
 
 Opened only by ``timerwheel.store.batch_store``, which a test or a bench calls by name: the
-server writes version 1 (``timerwheel.store.keys``) until the fire, the Ack and the
-upgrade land; the send (``timerwheel.store.segment_send``) has. As in
-version 1, integers in keys are fixed-width big-endian unsigned, so byte order is numeric
-order and a time range is a key range. Values: ``timerwheel.store.segments`` (segments),
+server writes version 1 (``timerwheel.store.keys``) until the engine runs version 2 and
+the upgrade lands; the writers of the send, the fire, the Ack, the sweep and the overrides
+are in store/ (``timerwheel.store.segment_*``). As in version 1, integers in keys are
+fixed-width big-endian unsigned, so byte order is numeric order and a time range is a key
+range. Values: ``timerwheel.store.segments`` (segments),
 ``timerwheel.store.batch_entries`` (the rest).
 
 ================  ================================================  =======================
@@ -72,7 +73,6 @@ PLANNED_COLUMN_FAMILIES = (
 META_FIRE_CURSOR = b"fire.cursor"  # batch_entries.cursor_value
 META_SEGMENT_SEQ = b"segment.seq"  # the last segment's seq
 META_CHUNK_SEQ = b"fire.chunk_seq"  # the last fire chunk's seq
-META_ACK_SEQ = b"ack.seq"  # the last Ack call's seq
 
 _SEQ = struct.Struct(">Q")
 _PAIR = struct.Struct(">QQ")

@@ -3,9 +3,10 @@
 Version 1 stays the default: `timerwheel.store.open_store` opens and creates only version-1
 stores, and refuses a version-2 one (its `meta` is not a version-1 scheduler state).
 A version-2 store is created only by `open_batch_store`, which a test or a bench calls
-by name: the engine can send into one (`BatchStore.send`), fire it (`BatchStore.firer`) and
-read it (`BatchStore.reads`), but its Ack and sweep come with step 4, so no server setting
-creates one yet.
+by name: the engine can send into one (`BatchStore.send`), fire it and keep what the Ack
+needs (`BatchStore.acker`), Ack, sweep, Cancel and move its messages (`acker`,
+`overrides`) and read it (`BatchStore.reads`), but the engine does not call them yet, so
+no server setting creates one.
 
 A new version-2 store gets its `meta` at once: the schema version, and the `counts`
 marker that says the counters cover every wheel entry (`timerwheel.store.counts`
@@ -20,6 +21,7 @@ from typing import Any
 
 from rocksdict import Rdict
 
+from timerwheel.durations import DAY_MS
 from timerwheel.store import batch_keys as bk
 from timerwheel.store import keys
 from timerwheel.store.batch import StagedBatch
@@ -27,11 +29,15 @@ from timerwheel.store.batch_reads import BatchTimerReads
 from timerwheel.store.counts import PendingCounts
 from timerwheel.store.integrity import StoreDamaged, StoreRefused, check_data_dir, is_empty
 from timerwheel.store.rocks import RocksDatabase, RocksTuning
+from timerwheel.store.segment_ack import SegmentAcker
 from timerwheel.store.segment_fire import SegmentFirer
+from timerwheel.store.segment_life import LiveSegments
+from timerwheel.store.segment_override import SegmentOverrides
 from timerwheel.store.segment_send import NewSends, SegmentSender, StagedSends
 from timerwheel.store.segments import SEGMENT_MAX
 
 SCHEMA_VERSION = bk.PLANNED_SCHEMA_VERSION
+RETENTION_MS = 3 * DAY_MS  # as version 1's default (`timerwheel.wheels.settings`)
 
 
 def new_batch() -> StagedBatch:
@@ -41,17 +47,22 @@ def new_batch() -> StagedBatch:
 
 class BatchStore:
     """A version-2 store open for its one writer thread: reads for any thread (`reads`),
-    the send's and the fire's staging (`sender`, `firer`) and the commit that keeps the
-    counters."""
+    the staging of the send, the fire, the Ack, the sweep and the overrides (`sender`,
+    `firer`, `acker`, `overrides`, over one memory of the live segments, `life`) and the
+    commit that keeps the counters."""
 
     def __init__(
         self, database: RocksDatabase, segment_max: int = SEGMENT_MAX,
-        randbytes: Callable[[int], bytes] = os.urandom,
+        randbytes: Callable[[int], bytes] = os.urandom, retention_ms: int = RETENTION_MS,
     ) -> None:  # fmt: skip
         self.database = database
-        self.reads = BatchTimerReads(database.families)
-        self.firer = SegmentFirer(database.families)
-        self.sender = SegmentSender(database.families, segment_max, randbytes, self.firer.placed)
+        families = database.families
+        self.reads = BatchTimerReads(families)
+        self.firer = SegmentFirer(families)
+        self.sender = SegmentSender(families, segment_max, randbytes, self.firer.placed)
+        self.life = LiveSegments(families, retention_ms)
+        self.acker = SegmentAcker(families, self.firer, self.life)
+        self.overrides = SegmentOverrides(families, self.firer, self.life)
         self.counts = PendingCounts(database)
 
     def send(self, sends: NewSends, created_ms: int, sync: bool = True) -> StagedSends:
@@ -75,7 +86,7 @@ class BatchStore:
 
 def open_batch_store(
     data_dir: str, tuning: RocksTuning | None = None, *, segment_max: int = SEGMENT_MAX,
-    randbytes: Callable[[int], bytes] = os.urandom,
+    randbytes: Callable[[int], bytes] = os.urandom, retention_ms: int = RETENTION_MS,
 ) -> BatchStore:  # fmt: skip
     """The version-2 store in `data_dir`, created when the directory is new or empty.
     A version-1 store raises `timerwheel.store.integrity.StoreRefused` and is left as it
@@ -95,7 +106,7 @@ def open_batch_store(
             })  # fmt: skip
             database.write(batch.to_write_batch(database.handles))
         _check_meta(database)
-        return BatchStore(database, segment_max, randbytes)
+        return BatchStore(database, segment_max, randbytes, retention_ms)
     except BaseException:
         database.close()
         raise

@@ -125,10 +125,21 @@ class SegmentFirer:
             del self._entries[key]
 
     def forget(self, seq: int) -> None:
-        """Segment `seq` is swept (committed): its overrides and topics leave memory."""
+        """Segment `seq` is swept (committed): its overrides, topics and decoded entries
+        leave memory."""
         self._overrides.pop(seq, None)
         self._topics.pop(seq, None)
         self._topics_before.pop(seq, None)
+        for key in [k for k, entry in self._entries.items() if entry[1] == seq]:
+            del self._entries[key]
+
+    def override(self, seq: int, index: int) -> be.Override | None:
+        """The message's override as the writers left it, if it has one."""
+        return self._overrides.get(seq, {}).get(index)
+
+    def overrides_of(self, seq: int) -> dict[int, be.Override]:
+        """Segment `seq`'s overrides by index (a copy; empty when it has none)."""
+        return dict(self._overrides.get(seq, {}))
 
     def cursor(self) -> Place:
         """Fired through this place, as the last batch staged leaves it; before every

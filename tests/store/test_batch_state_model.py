@@ -1,7 +1,7 @@
 """The state join (timerwheel.store.batch_state) against a plain model: hypothesis makes a
 sequence of version-2 operations (sends in segments, fires with their cascades, Acks,
-Cancels, purges, Reschedules, Nacks with a delay, sweeps), the product's send and fire and
-a test writer of the rest stage them into real RocksDB (helpers.batch_v2), and after each
+Cancels, purges, Reschedules, Nacks with a delay, sweeps), the product's writers stage
+them into real RocksDB (helpers.batch_v2 drives them), and after each
 operation every answer of the join (Get, the segment walk, List, Count) and the pending
 counters must equal a dictionary's that applied the same operations to each message's
 state directly."""
@@ -176,9 +176,9 @@ def pages(reader: BatchStateReader, topic: str, size: int) -> list[MessageState]
 @settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(operations)
 def test_the_join_answers_what_the_operations_left(ops):
-    with tempfile.TemporaryDirectory() as path, open_v2(path) as store:
+    with tempfile.TemporaryDirectory() as path, open_v2(path, retention_ms=RETENTION_MS) as store:
         writer, model, reader = (
-            Writer(store, RETENTION_MS),
+            Writer(store),
             Model(),
             BatchStateReader(store.families),
         )
@@ -194,9 +194,9 @@ def test_the_join_answers_what_the_operations_left(ops):
 
 def test_a_long_run_fires_acks_and_sweeps_every_message():
     """Without hypothesis' shrinking: many segments through their whole life."""
-    with tempfile.TemporaryDirectory() as path, open_v2(path) as store:
+    with tempfile.TemporaryDirectory() as path, open_v2(path, retention_ms=RETENTION_MS) as store:
         writer, model, reader = (
-            Writer(store, RETENTION_MS),
+            Writer(store),
             Model(),
             BatchStateReader(store.families),
         )
