@@ -70,18 +70,24 @@ class LiveSegments:
         self.ack_seq = 0
         self._rebuild()
 
-    def segment(self, seq: int, view: SegmentView | None = None) -> LiveSegment | None:
+    def segment(
+        self, seq: int, view: SegmentView | None = None, batch: StagedBatch | None = None
+    ) -> LiveSegment | None:
         """The live segment `seq`, entering memory now if it is neither terminal nor swept
-        (None then); `view` spares the read of a segment the caller holds."""
+        (None then), as `batch` leaves it if given: an Ack earlier in the same group
+        commit may have closed it. `view` spares the read of a segment the caller holds."""
         found = self.segments.get(seq)
         if found is not None:
             return found
+        key = bk.segment_key(seq)
         if view is None:
-            raw = self._cf[bk.CF_SEGMENTS].get(bk.segment_key(seq))
+            raw = self._cf[bk.CF_SEGMENTS].get(key)
             if raw is None:
                 return None
             view = SegmentView(raw)
-        if self._cf[bk.CF_SEGSTATE].get(bk.segment_key(seq)) is not None:
+        staged = {} if batch is None else batch.writes[bk.CF_SEGSTATE]
+        terminal = staged[key] if key in staged else self._cf[bk.CF_SEGSTATE].get(key)
+        if terminal is not None:
             return None
         found = self.segments[seq] = LiveSegment(view.n)
         return found

@@ -132,7 +132,7 @@ class SegmentOverrides:
         view = SegmentView(raw)
         if (parsed is not None and not view.owns(parsed)) or index >= view.n:
             return None
-        segment = self.life.segment(seq, view)
+        segment = self.life.segment(seq, view, batch)
         if segment is None or segment.states[index]:
             return None
         return seq, index, view, segment

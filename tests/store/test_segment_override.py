@@ -147,3 +147,16 @@ def test_a_move_to_the_cursor_or_an_unknown_wheel_is_refused(tmp_path):
             commit(store, overrides.stage_move, ids[1], NOW + 500, "day")
         assert override(store, ids[1]) is None
         assert store.opened.counts.total("orders") == 1
+
+
+def test_a_message_an_ack_made_terminal_earlier_in_the_batch_is_not_cancelled(tmp_path):
+    with open_v2(str(tmp_path / "s")) as store:
+        ids = send(store, [NOW + 100])
+        fire(store, NOW + 200)
+        batch = new_batch()
+        assert store.opened.acker.stage_ack(batch, [ids[0].encode()], NOW + 300).acked == 1
+        assert store.opened.overrides.stage_cancel(batch, ids[0], NOW + 300) is None
+        assert store.opened.overrides.stage_move(batch, ids[0], NOW + 900, "second") is None
+        store.opened.commit(batch, sync=False)
+        assert dict(store.families[bk.CF_OVERRIDES].items()) == {}
+        assert store.opened.reads.join.get(ids[0]).state is State.ACKED
