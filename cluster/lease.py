@@ -219,7 +219,7 @@ class LeaseView:
     held: Held | None = None
     seen: LeaseEntry | None = None  # the last entry read: who holds it (for "not owner")
     read_at_ms: int | None = None  # when the last read was sent
-    absent: bool = False  # the last read found no live key: create next
+    absent: bool = False  # the last read found no live key: create next (while it is fresh)
     releasing: bool = False
     refused: bool = False  # a renewal was refused: read the key before anything else
 
@@ -258,9 +258,10 @@ class LeaseView:
                 return None
             value = LeaseValue(self.holder, held.epoch, now_ms, self.address)
             return Renew(self.key, value, held.revision)
-        if self.absent:
+        due = self.read_at_ms is None or now_ms - self.read_at_ms >= self.terms.renew_every_ms
+        if self.absent and not due:
             return Create(self.key, LeaseValue(self.holder, 0, now_ms, self.address))
-        if self.read_at_ms is None or now_ms - self.read_at_ms >= self.terms.renew_every_ms:
+        if due:  # absent too: a node not let to take it must still learn who did
             return Read(self.key, now_ms)
         return None
 
