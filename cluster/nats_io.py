@@ -160,10 +160,27 @@ async def agree_config(js: JetStreamContext, wanted: ClusterConfig) -> ClusterCo
         await retry_new(lambda: kv.create("cluster", data))
         return wanted
     except js_errors.KeyWrongLastSequenceError:
-        entry = await kv.get("cluster")
-        assert entry.value is not None
-        fields = json.loads(entry.value)
+        stored = await read_landed(kv, "cluster")
+        fields = json.loads(stored)
         return ClusterConfig(int(fields["partitions"]), int(fields["replicas"]))
+
+
+async def read_landed(kv: KeyValue, key: str, bound_s: float = 10.0) -> bytes:
+    """The value of a key the bucket has just said exists (a create over it was refused):
+    a bucket's reads are direct gets that any replica may answer, and one that has not yet
+    applied the write answers "not found" for a moment."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + bound_s
+    while True:
+        try:
+            entry = await kv.get(key)
+            if entry.value:
+                return entry.value
+        except js_errors.KeyNotFoundError:
+            pass
+        if loop.time() > deadline:
+            raise LookupError(f"{key!r} is in the bucket but no replica returned it in {bound_s} s")
+        await asyncio.sleep(0.05)
 
 
 async def lease_bucket(js: JetStreamContext, ttl_ms: int, replicas: int) -> KeyValue:

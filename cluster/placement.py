@@ -87,11 +87,14 @@ class Placement:
                 if name in self.live_nodes
             }
             self.log_versions[self.name] = log_version
-            for name in sorted(self.live_nodes - {self.name}):
+        except Exception:
+            return
+        for name in sorted(self.live_nodes - {self.name}):
+            try:  # one a replica has not yet applied (or expired since) keeps its last read
                 entry = await nodes_kv.get(name)
                 self.log_versions[name] = registry_version(entry.value or b"")
-        except Exception:
-            pass
+            except Exception:
+                continue
 
     def older_nodes(self, log_version: int) -> list[str]:
         """The live nodes known to run a build whose log version is below `log_version`."""

@@ -1,5 +1,6 @@
 """A replicated stream or bucket refused for placement (a peer the meta leader calls offline
-for a moment) is made again, not taken for "it exists" (cluster/nats_io.py `placed`)."""
+for a moment) is made again, not taken for "it exists" (cluster/nats_io.py `placed`); a key
+a bucket has just said exists is read again until a replica returns it (`read_landed`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import asyncio
 import pytest
 from nats.js import errors as js_errors
 
-from timerwheel.cluster.nats_io import NO_PLACEMENT, placed
+from timerwheel.cluster.nats_io import NO_PLACEMENT, placed, read_landed
 
 
 def _refusals(codes: list[int]):
@@ -41,3 +42,36 @@ def test_a_placement_refused_past_the_bound_is_raised():
     with pytest.raises(js_errors.BadRequestError):
         asyncio.run(placed(attempt, bound_s=0.3))
     assert 1 < len(calls) < 1000
+
+
+class _Entry:
+    def __init__(self, value: bytes) -> None:
+        self.value = value
+
+
+class _LaggingBucket:
+    """Answers "not found" for the first `misses` gets (a replica that has not yet applied
+    the create another node's refused create ran into)."""
+
+    def __init__(self, misses: int) -> None:
+        self.misses = misses
+        self.gets = 0
+
+    async def get(self, key: str) -> _Entry:
+        self.gets += 1
+        if self.gets <= self.misses:
+            raise js_errors.KeyNotFoundError()
+        return _Entry(b'{"partitions": 8}')
+
+
+def test_a_key_a_replica_has_not_yet_applied_is_read_again_until_returned():
+    bucket = _LaggingBucket(misses=3)
+    assert asyncio.run(read_landed(bucket, "cluster")) == b'{"partitions": 8}'  # type: ignore[arg-type]
+    assert bucket.gets == 4
+
+
+def test_a_key_never_returned_is_an_error_naming_it_after_the_bound():
+    bucket = _LaggingBucket(misses=10**6)
+    with pytest.raises(LookupError, match="'cluster'"):
+        asyncio.run(read_landed(bucket, "cluster", bound_s=0.2))  # type: ignore[arg-type]
+    assert 1 < bucket.gets < 10**6

@@ -30,7 +30,7 @@ from nats.js.api import StorageType, StreamConfig
 from timerwheel.cluster import takeover as takeover_module
 from timerwheel.cluster.api import ClusterApi
 from timerwheel.cluster.fencing import fencing_headers
-from timerwheel.cluster.nats_io import PartitionLog, placed
+from timerwheel.cluster.nats_io import PartitionLog, placed, retry_new
 from timerwheel.cluster.node import ClusterNode
 from timerwheel.cluster.partitions import epoch_subject, log_subject, stream_name
 from timerwheel.cluster.settings import NodeSettings, SnapshotTerms
@@ -287,8 +287,8 @@ def test_an_r3_object_store_and_a_purge_by_subject_and_sequence(cluster):
         )
         await placed(lambda: js.add_stream(config))
         order = [log_subject(0), epoch_subject(0), log_subject(0), snap_subject(0)] * 3
-        for subject in order:  # sequences 1..12
-            await js.publish(subject, b"m")
+        for subject in order:  # sequences 1..12 (the first once the new stream answers)
+            await retry_new(lambda subject=subject: js.publish(subject, b"m"))
         # purge the log below sequence 8 (log messages at 1, 3, 5, 7 go; 9, 11 stay)
         assert await js.purge_stream(stream_name(0), seq=8, subject=log_subject(0))
         assert await js.purge_stream(stream_name(0), subject=snap_subject(0), keep=1)

@@ -77,6 +77,30 @@ def test_a_live_node_of_an_older_build_is_named_until_it_is_upgraded_or_gone():
     assert placement.older_nodes(2) == []
 
 
+class _LaggingRegistry(_Registry):
+    """Lists a key a replica has not yet applied: its get answers "not found" (a direct
+    get that any replica may answer)."""
+
+    def __init__(self, entries: dict[str, bytes], unapplied: set[str]) -> None:
+        super().__init__(entries)
+        self.unapplied = unapplied
+
+    async def get(self, key: str) -> _Entry:
+        if key in self.unapplied:
+            raise KeyError(key)
+        return await super().get(key)
+
+
+def test_a_key_no_replica_returns_yet_leaves_the_other_nodes_read():
+    registry = _LaggingRegistry(
+        {"n2": registry_value("10.0.0.2:7070", 2), "n3": b"10.0.0.3:7070"}, unapplied={"n2"}
+    )
+    placement = Placement("n1", renew_every_ms=1_000, grace_ms=3_000)
+    asyncio.run(placement.register(registry, "10.0.0.1:7070", 0, log_version=2))
+    assert placement.live_nodes == {"n1", "n2", "n3"}
+    assert placement.older_nodes(2) == ["n3"]  # read although n2 (sorted first) failed
+
+
 def _spec(repeat: bool) -> SendSpec:
     options = SendOptions(repeat=Repeat(every_ms=60_000)) if repeat else None
     at = When(WhenKind.DELIVER_AT, T0 + 3_600_000)
