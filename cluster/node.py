@@ -45,6 +45,7 @@ from timerwheel.cluster.lease import (
     Renew,
     Request,
 )
+from timerwheel.cluster.lease_watch import LeaseWatch
 from timerwheel.cluster.nats_io import (
     ClusterConfig,
     LoopThread,
@@ -101,6 +102,7 @@ class ClusterNode(NodeGate, SeriesLog, Takeovers, NodeQueries):
         self.takeovers: list[Takeover] = []
         self._loop: LoopThread | None = None
         self._task: Future | None = None
+        self._watch_task: Future | None = None
         self.replication = ReplicationWatch(None)  # its streams' replicas (owned partitions)
         self._init_series_log()
         engine.add_series_listener(self.on_series_changes)  # each series change logged
@@ -122,6 +124,7 @@ class ClusterNode(NodeGate, SeriesLog, Takeovers, NodeQueries):
             self._loop = None  # nothing for close() to release: the error stays the one seen
             raise
         self._task = self._loop.submit(self._lease_loop())
+        self._watch_task = self._loop.submit(self.lease_watch.run(lambda: self._closing))
         log.info(
             "cluster_node_started", node=self.node.name, holder=self.holder, address=address,
             partitions=self.node.partitions,
@@ -140,10 +143,12 @@ class ClusterNode(NodeGate, SeriesLog, Takeovers, NodeQueries):
                 f"was created with partitions {agreed.partitions}, replicas {agreed.replicas}"
             )
         ttl = self.node.lease.ttl_ms
+        leases = await lease_bucket(js, ttl, self.node.replicas)
         self._store = NatsLeaseStore(
-            self._loop, await lease_bucket(js, ttl, self.node.replicas),  # type: ignore[arg-type]
-            self.node.call_timeout_ms / 1000,
+            self._loop, leases, self.node.call_timeout_ms / 1000,  # type: ignore[arg-type]
         )  # fmt: skip
+        # Silent for five renewal intervals while nodes renew every one: the watch is dead.
+        self.lease_watch = LeaseWatch(leases, self._lease_gone, 5 * self.node.lease.renew_every_ms)
         # A node vanishes from the registry two renewals after its last put: sooner than
         # its leases expire, so its partitions' next preferred node is known when they do.
         registry_ttl = 2 * self.node.lease.renew_every_ms
@@ -166,8 +171,9 @@ class ClusterNode(NodeGate, SeriesLog, Takeovers, NodeQueries):
             self._loop.run(self._release_all(), CLOSE_STEP_S)
         except Exception as error:
             log.warning("cluster_release_failed", error=str(error))
-        if self._task is not None:
-            self._task.cancel()
+        for task in (self._task, self._watch_task):
+            if task is not None:
+                task.cancel()
         self._loop.loop.call_soon_threadsafe(self.snapshots.cancel)
         with contextlib.suppress(Exception):
             self._loop.run(self._nc.close(), CLOSE_STEP_S)
@@ -201,6 +207,13 @@ class ClusterNode(NodeGate, SeriesLog, Takeovers, NodeQueries):
             except Exception as error:
                 log.error("cluster_lease_tick_failed", error=repr(error))
             await asyncio.sleep(self.node.tick_ms / 1000)
+
+    def _lease_gone(self, partition: int) -> None:
+        """The lease watch heard the partition's lease expire or be given back: read it at
+        the next tick, not at the next interval (cluster/lease_watch.py)."""
+        view = self._views.get(partition)
+        if view is not None:
+            self._views[partition] = view.key_changed()
 
     async def _tick(self, now: int) -> None:
         await asyncio.gather(*(self._step_safely(p, now) for p in list(self._views)))
