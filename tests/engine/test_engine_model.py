@@ -14,17 +14,19 @@ Properties checked after every clock step:
   its missed policy), never early, never after a cancel or past max_count;
 - ACKED/CANCELLED records stay queryable for the retention period, then disappear.
 Chunk sizes are tiny so cascades and drains are cut into many batches (and reopens
-land in the middle of them).
+land in the middle of them). The model's state, and the checks each rule and drain make
+of what the engine fired and holds, are its mixin helpers.engine_model.ModelChecks; the
+rules and the invariants are here.
 """
 
 from __future__ import annotations
 
-import bisect
 import os
 import shutil
 import tempfile
 
 import pytest
+from helpers.engine_model import RETENTION_MS, TOPICS, ModelChecks, Series
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -55,11 +57,6 @@ from timerwheel.wheels.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
 
 pytestmark = pytest.mark.system  # a long randomized search (a hypothesis state machine)
 
-TOPICS = ("orders", "reminders")
-DLQ_TOPICS = tuple(f"{topic}.dlq" for topic in TOPICS)
-RETENTION_MS = 2 * HOUR_MS
-SWEEP_SLACK_MS = 1_000  # the sweep runs at most once a second
-
 delays = st.one_of(
     st.integers(0, 1_500),
     st.integers(0, 2 * MINUTE_MS),
@@ -68,28 +65,7 @@ delays = st.one_of(
 )
 
 
-class Series:
-    """The model of one recurring series: what it may fire and what it fired."""
-
-    def __init__(self, topic: str, repeat: Repeat, first_ms: int) -> None:
-        self.topic, self.repeat, self.first_ms = topic, repeat, first_ms
-        self.fired: list[tuple[int, int]] = []  # (deliver_at_ms, fired_at_ms) by number
-        self.cancelled = False
-
-    def expected_next_ms(self) -> int:
-        """When occurrence len(fired)+1 is due, from the previous one and its fire time."""
-        if not self.fired:
-            return self.first_ms
-        (at_ms, fired_at_ms), every = self.fired[-1], self.repeat.every_ms
-        if at_ms + every > fired_at_ms or self.repeat.missed is MissedPolicy.FIRE_EACH:
-            return at_ms + every
-        return at_ms + every * ((fired_at_ms - at_ms) // every + 1)
-
-    def done(self) -> bool:
-        return self.cancelled or len(self.fired) >= self.repeat.max_count
-
-
-class EngineModel(RuleBasedStateMachine):
+class EngineModel(ModelChecks, RuleBasedStateMachine):
     timers = Bundle("timers")
     series_ids = Bundle("series")
 
@@ -103,96 +79,10 @@ class EngineModel(RuleBasedStateMachine):
             cascade_chunk=3, fire_chunk=4, sweep_chunk=2, max_group_ops=5,
         )  # fmt: skip
         self.engine = Engine(self.settings, self.clock, background=False)
-        self.deliver_at: dict[str, int] = {}
-        self.state: dict[str, State] = {}
-        self.finished_at: dict[str, int] = {}  # ACKED / CANCELLED time
-        self.topic: dict[str, str] = {}
-        self.body: dict[str, bytes] = {}  # bodies given by replacing sends
-        self.pending: list[tuple[int, str]] = []  # sorted (deliver_at_ms, id): the model wheel
-        self.fired_seen: set[str] = set()
-        self.last_seq = dict.fromkeys(TOPICS + DLQ_TOPICS, 0)
-        self.dead_lettered: dict[str, tuple[str, int]] = {}  # id -> (its topic, attempts)
-        self.dlq_seen: set[str] = set()
-        self.series: dict[str, Series] = {}
-        self.client_ids = 0
 
     def teardown(self) -> None:
         self.engine.close()
         shutil.rmtree(self.dir, ignore_errors=True)
-
-    # -- model helpers -----------------------------------------------------------------
-    def _record_send(self, message_id: str, topic: str, deliver_at_ms: int) -> None:
-        self.deliver_at[message_id] = deliver_at_ms
-        self.topic[message_id] = topic
-        self.state[message_id] = State.SCHEDULED
-        bisect.insort(self.pending, (deliver_at_ms, message_id))
-
-    def _collect_fired(self) -> None:
-        """Read every newly fired message and check it against the model."""
-        now_ms = self.engine.now_ms()
-        for topic in DLQ_TOPICS:
-            for fired in self.engine.fetch_fired(topic, self.last_seq[topic], 10_000):
-                self.last_seq[topic] = max(self.last_seq[topic], fired.seq)
-                self._check_dead_letter(fired.timer)
-        for topic in TOPICS:
-            for fired in self.engine.fetch_fired(topic, self.last_seq[topic], 10_000):
-                timer = fired.timer
-                self.last_seq[topic] = max(self.last_seq[topic], fired.seq)
-                if "#" in timer.message_id:
-                    self._check_occurrence(timer, now_ms)
-                    continue
-                assert timer.message_id not in self.fired_seen, f"{timer.message_id} fired twice"
-                assert self.state[timer.message_id] is State.SCHEDULED, (
-                    f"{timer.message_id} fired in model state {self.state[timer.message_id]}"
-                )
-                assert timer.deliver_at_ms == self.deliver_at[timer.message_id]
-                if timer.message_id in self.body:
-                    assert timer.body == self.body[timer.message_id], "not the replaced body"
-                assert timer.deliver_at_ms <= timer.fired_at_ms <= now_ms, "fired early"
-                self.fired_seen.add(timer.message_id)
-                self.state[timer.message_id] = State.FIRED
-                self.pending.remove((timer.deliver_at_ms, timer.message_id))
-
-    def _check_occurrence(self, timer, now_ms: int) -> None:
-        """Occurrences of a series fire in order, each once, at their schedule's time
-        (never early), none after a cancel or past max_count."""
-        series_id, number = timer.message_id.split("#")
-        series = self.series[series_id]
-        assert not series.done(), f"{timer.message_id} after the series ended"
-        assert int(number) == len(series.fired) + 1, f"{timer.message_id} out of order or twice"
-        assert timer.deliver_at_ms == series.expected_next_ms(), timer
-        assert timer.deliver_at_ms <= timer.fired_at_ms <= now_ms, "occurrence fired early"
-        assert timer.topic == series.topic
-        series.fired.append((timer.deliver_at_ms, timer.fired_at_ms))
-
-    def _check_series(self, now_ms: int) -> None:
-        """After a drain, no series is overdue; each reports the state the model expects."""
-        for series_id, series in self.series.items():
-            try:
-                timer = self.engine.get(series_id)
-            except NotFound:  # retention removed a finished or cancelled series
-                assert series.done()
-                continue
-            if series.cancelled:
-                assert timer.state is State.CANCELLED
-            elif series.done():
-                assert timer.state is State.ACKED
-            else:
-                assert timer.state is State.SCHEDULED
-                assert timer.deliver_at_ms == series.expected_next_ms() > now_ms, series_id
-                assert timer.next_occurrence == len(series.fired) + 1
-
-    def _check_dead_letter(self, timer) -> None:
-        """A dead letter appears once on the DLQ, after it fired on its own topic."""
-        message_id = timer.message_id
-        assert message_id in self.dead_lettered, f"{message_id} on a DLQ, never dead-lettered"
-        assert message_id not in self.dlq_seen, f"{message_id} twice on the DLQ"
-        assert message_id in self.fired_seen
-        origin, attempts = self.dead_lettered[message_id]
-        assert timer.properties["timerwheel.dead_letter.topic"] == origin
-        assert timer.properties["timerwheel.dead_letter.attempts"] == str(attempts)
-        assert timer.deliver_at_ms == self.deliver_at[message_id]
-        self.dlq_seen.add(message_id)
 
     # -- rules -------------------------------------------------------------------------
     @rule(target=timers, topic=st.sampled_from(TOPICS), delay_ms=delays)
@@ -467,26 +357,6 @@ class EngineModel(RuleBasedStateMachine):
         self._drain_and_check()
 
     # -- checks ------------------------------------------------------------------------
-    def _drain_and_check(self) -> None:
-        self.engine.run_until_idle()
-        self._collect_fired()
-        now_ms = self.engine.now_ms()
-        overdue = [mid for t, mid in self.pending if t <= now_ms]
-        assert not overdue, f"due by {now_ms} but not fired after a drain: {overdue[:5]}"
-        self._check_series(now_ms)
-        self._check_retention(now_ms)
-
-    def _check_retention(self, now_ms: int) -> None:
-        for message_id, finished_at in list(self.finished_at.items()):
-            expire_at = finished_at + RETENTION_MS
-            if now_ms < expire_at:
-                assert self.engine.get(message_id).state is self.state[message_id]
-            elif now_ms >= expire_at + SWEEP_SLACK_MS:
-                with pytest.raises(NotFound):
-                    self.engine.get(message_id)
-                del self.finished_at[message_id]
-                del self.state[message_id]
-
     @invariant()
     def counts_match_the_pending_timers(self) -> None:
         """Per-topic totals are exact; a range counts the whole minutes it touches."""
