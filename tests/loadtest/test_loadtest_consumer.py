@@ -6,10 +6,10 @@ a stream still down at the stop as an error."""
 from __future__ import annotations
 
 import threading
-import time
 from types import SimpleNamespace
 
 import grpc
+from helpers.waits import until
 
 from timerwheel.loadtest.pacing import encode_body
 from timerwheel.types import RemoteError
@@ -107,10 +107,7 @@ def test_acks_lost_with_a_worker_are_of_unknown_outcome_not_an_error():
     client = SimpleNamespace(subscribe=lambda *a: next(subscriptions, idle), ack=ack)
     plan = ConsumerPlan(0, "t", ("lt-x",), 10, 5.0, 60.0, ack_linger_ms=0)
     stream = Stream(client, "lt-x", plan, on_batch=lambda: None)
-    for _ in range(500):
-        if stream.resubscribed >= 3:
-            break
-        time.sleep(0.01)
+    until(lambda: stream.resubscribed >= 3, "subscribed again after each stream's end")
     stream.stop()
     assert stream.error is None and stream.tally.acked == 1 and stream.ack_unknown == 2
 
@@ -122,10 +119,7 @@ def test_a_consumer_stream_still_down_at_the_stop_is_an_error():
     client = SimpleNamespace(subscribe=lambda topic, max_in_flight: _Stream([], gone))
     plan = ConsumerPlan(0, "t", ("lt-x",), 10, 5.0, 60.0, ack_linger_ms=0)
     stream = Stream(client, "lt-x", plan, on_batch=lambda: None)
-    for _ in range(200):
-        if stream.resubscribed >= 2:
-            break
-        time.sleep(0.01)
+    until(lambda: stream.resubscribed >= 2, "subscribed again after the refusal")
     stream.stop()
     assert stream.error is not None and "still down at the stop" in stream.error
     assert "UNAVAILABLE" in stream.error
