@@ -22,9 +22,9 @@ import shutil
 import signal
 import sys
 import tempfile
-import threading
 from pathlib import Path
 
+from timerwheel.procs.lifecycle import SignalStop
 from timerwheel.procs.local_cluster import LocalCluster, LocalClusterError
 
 POLL_S = 0.5
@@ -59,7 +59,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     base = args.dir or Path(tempfile.mkdtemp(prefix="timerwheel-cluster-"))
-    stop = threading.Event()
+    stop = SignalStop()  # a handler may run inside the wait on it: no Event (its lock)
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     try:
@@ -87,6 +87,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"timerwheel local-cluster: {error}", file=sys.stderr)
         return 1
     finally:
+        stop.close()
         if args.dir is None:
             shutil.rmtree(base, ignore_errors=True)
     return 0

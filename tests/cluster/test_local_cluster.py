@@ -36,7 +36,12 @@ def start(tmp_path: Path, *flags: str) -> tuple[subprocess.Popen, dict]:
     )  # fmt: skip
     assert proc.stdout is not None
     deadline = time.monotonic() + START_S
-    line = proc.stdout.readline()  # the first line is printed once the cluster is ready
+    try:
+        line = proc.stdout.readline()  # the first line is printed once the cluster is ready
+    except BaseException:  # the test's timeout: never leave it running
+        proc.kill()
+        proc.wait(timeout=30)
+        raise
     if not line:
         proc.kill()
         _, err = proc.communicate(timeout=30)
@@ -86,9 +91,15 @@ def test_it_starts_a_cluster_that_serves_and_stops_it_all_on_sigterm(tmp_path):
         with TimerClient(second, timeout_s=10) as client:
             for message_id in ids:
                 assert client.get(message_id).state == State.SCHEDULED
-    finally:
+    finally:  # twice, as an impatient operator does: a handler inside the wait must not hang
         proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:  # never left running (its children die with it)
+            proc.kill()
+            proc.wait(timeout=30)
+            raise
     assert proc.returncode == 0, proc.stderr.read() if proc.stderr else ""
     assert wait_gone(pids) == []
     assert (tmp_path / "c" / "n1" / "data").exists(), "--dir keeps the data"
