@@ -261,9 +261,8 @@ class LeaseView:
         due = self.read_at_ms is None or now_ms - self.read_at_ms >= self.terms.renew_every_ms
         if self.absent and not due:
             return Create(self.key, LeaseValue(self.holder, 0, now_ms, self.address))
-        if due:  # absent too: a node not let to take it must still learn who did
-            return Read(self.key, now_ms)
-        return None
+        # absent too: a node not let to take it must still learn who did
+        return Read(self.key, now_ms) if due else None
 
     # -- what the store said -------------------------------------------------------------
     def answered(self, request: Request, answer: LeaseEntry | int | bool | None) -> LeaseView:
