@@ -32,6 +32,7 @@ from timerwheel.store.rocks import RocksDatabase, RocksTuning
 from timerwheel.store.segment_ack import SegmentAcker
 from timerwheel.store.segment_fire import SegmentFirer
 from timerwheel.store.segment_life import LiveSegments
+from timerwheel.store.segment_moves import SegmentMoves
 from timerwheel.store.segment_override import SegmentOverrides
 from timerwheel.store.segment_send import NewSends, SegmentSender, StagedSends
 from timerwheel.store.segments import SEGMENT_MAX
@@ -63,6 +64,7 @@ class BatchStore:
         self.life = LiveSegments(families, retention_ms)
         self.acker = SegmentAcker(families, self.firer, self.life)
         self.overrides = SegmentOverrides(families, self.firer, self.life)
+        self.moves = SegmentMoves(families, self.overrides, self.sender)
         self.counts = PendingCounts(database)
 
     def send(self, sends: NewSends, created_ms: int, sync: bool = True) -> StagedSends:

@@ -45,9 +45,12 @@ class SegmentOverrides:
     ) -> None:
         self._cf, self.firer, self.life = families, firer, life
 
-    def stage_cancel(self, batch: StagedBatch, message_id: str, now_ms: int) -> State | None:
+    def stage_cancel(
+        self, batch: StagedBatch, message_id: str, now_ms: int, moved_to: str | None = None
+    ) -> State | None:
         """Cancel the message (SCHEDULED or FIRED): the state it had, or None, staging
-        nothing, when no such message is live."""
+        nothing, when no such message is live. `moved_to`: the topic a dead-letter move
+        copied it to, kept as the override's topic (`timerwheel.store.segment_moves`)."""
         found = self._live(batch, message_id)
         if found is None:
             return None
@@ -59,7 +62,10 @@ class SegmentOverrides:
         else:
             was = State.SCHEDULED
             _count(batch, _topic(view, index, override), _deliver(view, index, override), -1)
-        self._stage(batch, seq, index, override._replace(cancelled_at_ms=now_ms))
+        override = override._replace(cancelled_at_ms=now_ms)
+        if moved_to is not None:
+            override = override._replace(topic=moved_to)
+        self._stage(batch, seq, index, override)
         self.life.terminal(batch, seq, segment, index, _CANCELLED, now_ms)
         return was
 
