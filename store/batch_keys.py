@@ -25,6 +25,8 @@ column family     key (version 2, planned)                          value
 ``meta``          name (ASCII), v1's and ``META_*`` below           cursor, seqs
 ``counts``        as v1's                                           as v1's
 ``extras``        segment seq (8 B) + index (2 B)                   as v1's (JSON)
+``series``        a v1 series' id; id + 0x00 + ``extras`` or        its v1 record, extras,
+                  ``trace`` + seq (the upgrade's, step 5)           trace events
 ================  ================================================  =======================
 
 A segment's overrides, trace events and extras are each one key range (the segment's
@@ -55,6 +57,8 @@ CF_ACKED = "acked"
 CF_SEGSTATE = "segstate"
 CF_OVERRIDES = "overrides"
 CF_IDS = "ids"
+# A version-1 series, as the upgrade found it (`timerwheel.store.segment_upgrade`).
+CF_SERIES = "series"
 PLANNED_COLUMN_FAMILIES = (
     CF_SEGMENTS,
     *CF_WHEEL.values(),
@@ -68,6 +72,7 @@ PLANNED_COLUMN_FAMILIES = (
     CF_META,
     CF_COUNTS,
     CF_EXTRAS,
+    CF_SERIES,
 )
 
 META_FIRE_CURSOR = b"fire.cursor"  # batch_entries.cursor_value

@@ -8,6 +8,9 @@ needs (`BatchStore.acker`), Ack, sweep, Cancel and move its messages (`acker`,
 `overrides`) and read it (`BatchStore.reads`), but the engine does not call them yet, so
 no server setting creates one.
 
+A version-1 store is upgraded when `open_batch_store` opens it
+(`timerwheel.store.segment_upgrade`, decision 0014 step 5).
+
 A new version-2 store gets its `meta` at once: the schema version, and the `counts`
 marker that says the counters cover every wheel entry (`timerwheel.store.counts`
 rebuilds them from version-1 wheel keys otherwise, which a version-2 wheel has not).
@@ -27,7 +30,7 @@ from timerwheel.store import keys
 from timerwheel.store.batch import StagedBatch
 from timerwheel.store.batch_reads import BatchTimerReads
 from timerwheel.store.counts import PendingCounts
-from timerwheel.store.integrity import StoreDamaged, StoreRefused, check_data_dir, is_empty
+from timerwheel.store.integrity import StoreDamaged, check_data_dir, is_empty
 from timerwheel.store.rocks import RocksDatabase, RocksTuning
 from timerwheel.store.segment_ack import SegmentAcker
 from timerwheel.store.segment_fire import SegmentFirer
@@ -35,6 +38,13 @@ from timerwheel.store.segment_life import LiveSegments
 from timerwheel.store.segment_moves import SegmentMoves
 from timerwheel.store.segment_override import SegmentOverrides
 from timerwheel.store.segment_send import NewSends, SegmentSender, StagedSends
+from timerwheel.store.segment_upgrade import (
+    BATCH_MESSAGES,
+    UPGRADE_FAMILIES,
+    drop_messages,
+    needs_upgrade,
+    upgrade_v1,
+)
 from timerwheel.store.segments import SEGMENT_MAX
 
 SCHEMA_VERSION = bk.PLANNED_SCHEMA_VERSION
@@ -89,15 +99,14 @@ class BatchStore:
 def open_batch_store(
     data_dir: str, tuning: RocksTuning | None = None, *, segment_max: int = SEGMENT_MAX,
     randbytes: Callable[[int], bytes] = os.urandom, retention_ms: int = RETENTION_MS,
+    upgrade_batch: int = BATCH_MESSAGES,
 ) -> BatchStore:  # fmt: skip
-    """The version-2 store in `data_dir`, created when the directory is new or empty.
-    A version-1 store raises `timerwheel.store.integrity.StoreRefused` and is left as it
-    was; one whose `meta` names another version, `StoreDamaged`."""
+    """The version-2 store in `data_dir`, created when the directory is new or empty. A
+    version-1 store is upgraded first (`timerwheel.store.segment_upgrade`, in batches of
+    `upgrade_batch` entries; an upgrade a crash cut short resumes); one whose `meta`
+    names another version raises `StoreDamaged`."""
     if not check_data_dir(data_dir) and keys.CF_MESSAGES in Rdict.list_cf(data_dir):
-        raise StoreRefused(
-            f"data dir {data_dir!r} is a version-1 store; the batch-level layout opens "
-            f"only a store of version {SCHEMA_VERSION}"
-        )
+        _upgrade(data_dir, tuning, segment_max, randbytes, retention_ms, upgrade_batch)
     database = RocksDatabase(data_dir, tuning, column_families=bk.PLANNED_COLUMN_FAMILIES)
     try:
         if is_empty(database.families):
@@ -112,6 +121,25 @@ def open_batch_store(
     except BaseException:
         database.close()
         raise
+
+
+def _upgrade(
+    data_dir: str, tuning: RocksTuning | None, segment_max: int,
+    randbytes: Callable[[int], bytes], retention_ms: int, upgrade_batch: int,
+) -> None:  # fmt: skip
+    """Upgrade the version-1 store in `data_dir` (or finish an upgrade cut short, or drop
+    the `messages` family an upgrade left when it stopped after its last batch)."""
+    database = RocksDatabase(data_dir, tuning, column_families=UPGRADE_FAMILIES)
+    try:
+        if needs_upgrade(database.families):
+            upgrade_v1(
+                database, segment_max=segment_max, retention_ms=retention_ms,
+                randbytes=randbytes, batch_messages=upgrade_batch,
+            )  # fmt: skip
+        else:
+            drop_messages(database)
+    finally:
+        database.close()
 
 
 def _check_meta(database: RocksDatabase) -> None:

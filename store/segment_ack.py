@@ -12,7 +12,9 @@ prototype go through it). What each stages into a group commit:
   the Ack entries that then name only terminal segments are deleted). An id is acked
   when it names a FIRED message of a live segment, random part and deliver time
   included (it is compared with the segment's own id); the others are refused: not an
-  id, unknown, swept, forged, not FIRED, or repeated in the call.
+  id, unknown, swept, forged, not FIRED, or repeated in the call. An id that is not a
+  server-made one is looked up in `ids` (a cold path: the 32-hex ids of a version-1
+  store, which the upgrade keeps as client ids, `timerwheel.store.segment_upgrade`).
 - **`stage_sweep`**: every segment whose `expiry` has come (at most `limit` a call): its
   `segments`, `segstate` and `expiry` entries, its overrides, and the wheel entries still
   holding the places its overrides name (a Cancel of a far-future message leaves its
@@ -64,9 +66,11 @@ class SegmentAcker:
         return fired
 
     def stage_ack(self, batch: StagedBatch, message_ids: Sequence[bytes], now_ms: int) -> Acked:
-        """One Ack call of server-made ids (ASCII): what it acks is staged into `batch`."""
+        """One Ack call of server-made ids (ASCII), or of ids an `ids` entry names (a
+        version-1 id an upgrade brought in): what it acks is staged into `batch`."""
         life = self.life
         segs, idxs, refused = _places(message_ids)
+        by_client = self._client_places(batch, message_ids, segs, idxs, refused)
         live = life.segments
         ack = life.ack_seq + 1
         acked_segs: list[int] = []
@@ -82,7 +86,7 @@ class SegmentAcker:
             if (
                 segment is None
                 or index >= len(ids)  # type: ignore[arg-type]
-                or ids[index] != message_id  # type: ignore[index]
+                or (ids[index] != message_id and position not in by_client)  # type: ignore[index]
                 or segment.states[index]
                 or not segment.chunks[index]
             ):
@@ -111,6 +115,26 @@ class SegmentAcker:
         if refused:
             refused.sort()
         return Acked(len(acked_segs), refused)
+
+    def _client_places(
+        self, batch: StagedBatch, message_ids: Sequence[bytes], segs: Any, idxs: Any,
+        refused: list[int],
+    ) -> set[int]:  # fmt: skip
+        """The cold path: ids that are not server-made (a version-1 id an upgrade brought
+        in, kept as a client id) found through `ids`; their positions, taken out of
+        `refused` (`segs` and `idxs` are lists then)."""
+        if not refused:
+            return set()
+        staged, family = batch.writes[bk.CF_IDS], self._cf[bk.CF_IDS]
+        found = set()
+        for position in refused:
+            key = message_ids[position]
+            place = staged[key] if key in staged else family.get(key)
+            if place is not None:
+                segs[position], idxs[position] = be.decode_place(place)
+                found.add(position)
+        refused[:] = [position for position in refused if position not in found]
+        return found
 
     def stage_sweep(self, batch: StagedBatch, now_ms: int, limit: int = SWEEP_MAX) -> list[int]:
         """Sweep at most `limit` segments whose expiry has come by `now_ms`; their seqs,

@@ -18,7 +18,7 @@ from timerwheel.common import State
 from timerwheel.store import batch_entries as be
 from timerwheel.store import batch_keys as bk
 from timerwheel.store.batch_store import new_batch, open_batch_store
-from timerwheel.store.integrity import StoreDamaged, StoreRefused
+from timerwheel.store.integrity import StoreDamaged
 from timerwheel.store.keys import CF_WHEEL
 from timerwheel.store.open_store import open_store
 from timerwheel.store.rocks import RocksTuning
@@ -252,15 +252,16 @@ def test_a_page_ends_at_its_byte_budget_and_continues_after_its_last(tmp_path):
         assert len(one.timers) == 1  # one at least
 
 
-def test_each_layouts_open_refuses_the_others_store(tmp_path):
+def test_the_v1_open_refuses_a_v2_store_and_the_v2_open_upgrades_a_v1_one(tmp_path):
     v2, v1 = str(tmp_path / "v2"), str(tmp_path / "v1")
     open_batch_store(v2, UNSYNCED).close()
     with pytest.raises(StoreDamaged):
         open_store(v2, UNSYNCED, new_state)
     store, _, _ = open_store(v1, UNSYNCED, new_state)
     store.close()
-    with pytest.raises(StoreRefused, match="version-1 store"):
-        open_batch_store(v1, UNSYNCED)
+    open_batch_store(v1, UNSYNCED).close()  # upgraded (tests/store/test_segment_upgrade.py)
+    with pytest.raises(StoreDamaged):
+        open_store(v1, UNSYNCED, new_state)
     open_batch_store(v2, UNSYNCED).close()  # and its own opens again
 
 
