@@ -30,6 +30,15 @@ each over key ranges of the same read-only checkpoint (timerwheel.store.export_p
 and the rules are the same; a parallel export has a few more slices (each range starts
 one) and a slice may have a messages file from each range of message ids.
 
+A version-2 (batch-level) store is exported in the same files: the format is a public
+contract independent of the store's layout (decision 0014, step 5). Its checkpoint is
+first turned into the version-1 rows it reads as, through the state join, in a scratch
+database of version 1's families beside the checkpoint (timerwheel.store.batch_export says
+what those rows keep and lose); that database is then cut exactly as a version-1
+checkpoint is, so the slice rules, the manifest and the parallel path (its key ranges
+are those of the scratch database) are unchanged. The manifest's `schema_version` is the
+source store's; its `key_layout` describes the bytes, which are version 1's.
+
 Nothing half-written looks complete: everything is written into a hidden staging
 directory beside ``out_dir`` and renamed into place only after ``manifest.json`` is
 written and synced; on any failure the staging directory is removed.
@@ -47,7 +56,8 @@ from dataclasses import dataclass
 
 from rocksdict import Checkpoint
 
-from timerwheel.store import export_parallel, keys, records
+from timerwheel.store import batch_export, export_parallel, keys, records
+from timerwheel.store import batch_keys as bk
 from timerwheel.store.disk import is_disk_full
 from timerwheel.store.export_files import (
     EXPORT_FORMAT,
@@ -133,9 +143,13 @@ def export_data_dir(
         raise ExportError(f"data dir {data_dir!r} is not a RocksDB database (no CURRENT file)")
     _check_output(out_dir)  # before opening: a bad --out must not touch the store
     try:
-        if not check_data_dir(data_dir):  # refused before the open for writing touches it
+        used = not check_data_dir(data_dir)
+        batch_layout = used and batch_export.is_batch_layout(data_dir)
+        if used and not batch_layout:  # refused before the open for writing touches it
             check_store_read_only(data_dir)
-        database = RocksDatabase(data_dir)  # refuses a non-store (timerwheel.store.integrity)
+        families = bk.PLANNED_COLUMN_FAMILIES if batch_layout else keys.ALL_COLUMN_FAMILIES
+        # refuses a non-store (timerwheel.store.integrity)
+        database = RocksDatabase(data_dir, column_families=families)
     except StoreRefused as exc:
         raise ExportError(str(exc)) from exc
     except Exception as exc:
@@ -146,12 +160,15 @@ def export_data_dir(
             ) from exc
         raise ExportError(f"cannot open data dir {data_dir!r}: {exc}") from exc
     try:
-        check_meta(database)
+        if batch_layout:
+            batch_export.check_batch_meta(database.families, data_dir)
+        else:
+            check_meta(database)
         return export_database(
             database, out_dir, max_rows_per_file=max_rows_per_file, progress=progress,
             workers=workers, parallel_min_rows=parallel_min_rows,
         )  # fmt: skip
-    except StoreRefused as exc:
+    except (StoreRefused, batch_export.BatchMetaError) as exc:
         raise ExportError(str(exc)) from exc
     finally:
         database.close()
@@ -190,16 +207,19 @@ def export_database(
         Checkpoint(database.db).create_checkpoint(checkpoint_dir)
         cut_at_ms = now_ms()
         disk = data_dir_disk(database.path)  # before the export's own files take space
-        with CheckpointReader(checkpoint_dir) as cut:
+        cut_dir = checkpoint_dir
+        if batch_export.is_batch_layout(checkpoint_dir):  # version 2: its version-1 rows
+            cut_dir = os.path.join(staging, ".v1-view")
+            batch_export.write_v1_view(checkpoint_dir, cut_dir)
+            shutil.rmtree(checkpoint_dir)
+        with CheckpointReader(cut_dir) as cut:
             meta = cut.meta_summary()
             how = export_parallel.plan(cut, workers, parallel_min_rows)
             if how is None:
                 slices = _write_in_process(cut, staging, max_rows, progress)
         if how is not None:  # the workers open the checkpoint themselves
-            slices = export_parallel.write_in_parallel(
-                checkpoint_dir, staging, max_rows, how, progress
-            )
-        shutil.rmtree(checkpoint_dir)
+            slices = export_parallel.write_in_parallel(cut_dir, staging, max_rows, how, progress)
+        shutil.rmtree(cut_dir)
         meta["workers"] = how.workers if how is not None else 1
         meta["data_dir_disk"] = disk
         manifest = _manifest(slices, meta, cut_at_ms, database.path, started)
