@@ -2,7 +2,8 @@
 (`timerwheel.store.batch_state`): a store opened by the product's `open_batch_store`, and
 every operation staged by the product's writers: sends (`timerwheel.store.segment_send`),
 fires and cascades (`segment_fire`), Acks and sweeps (`segment_ack`), Cancels and moves
-(`segment_override`), one group commit each. `Writer` trusts its caller to ask only what
+(`segment_override`), REPLACEs and bulk cancels (`segment_moves`, pages of
+`segment_bulk`), one group commit each. `Writer` trusts its caller to ask only what
 the engine would allow (an Ack of a FIRED message, a Cancel of a SCHEDULED or FIRED one,
 ...) and checks that the product did it. `Store.write` stages entries by hand, for the
 join's rule tests.
@@ -17,9 +18,15 @@ from typing import NamedTuple
 from rocksdict import ReadOptions
 
 from timerwheel.common import State
+from timerwheel.store import batch_keys as bk
 from timerwheel.store.batch_store import BatchStore, new_batch, open_batch_store
 from timerwheel.store.rocks import RocksTuning
+from timerwheel.store.segment_bulk import select
+from timerwheel.store.segment_ids import format_id
 from timerwheel.store.segment_send import NewSends
+from timerwheel.store.segments import Extras, SegmentView
+from timerwheel.wheels.bulk import TimerFilter
+from timerwheel.wheels.domain import FailedPrecondition
 
 
 @contextmanager
@@ -125,6 +132,44 @@ class Writer:
         """Reschedule a SCHEDULED message or Nack a FIRED one with a delay, into the
         wheel a send of that delay goes to."""
         self._one(self.opened.overrides.stage_move, message_id, deliver_ms, wheel_of(delay_ms))
+
+    def replace(
+        self, client_id: str, topic: str, delay_ms: int, now_ms: int
+    ) -> tuple[State | None, str] | None:
+        """One group commit of a REPLACE: the old copy `client_id` names, then the send of
+        the new message under it; (the old copy's state, the new message's server-made
+        id), or None, nothing committed, when the old copy may not be replaced."""
+        batch = new_batch()
+        try:
+            was = self.opened.moves.stage_replace(batch, client_id, now_ms)
+        except FailedPrecondition:
+            return None
+        sends = NewSends(
+            [topic], [b"replaced"], [now_ms + delay_ms], [wheel_of(delay_ms)],
+            extras={0: Extras(client_id=client_id)},
+        )  # fmt: skip
+        seq = self.opened.sender.stage(batch, sends, now_ms).segments[0].seq
+        view = SegmentView(batch.writes[bk.CF_SEGMENTS][bk.segment_key(seq)])  # type: ignore[arg-type]
+        self.opened.commit(batch, sync=False)
+        return was, format_id(view.deliver_ms(0), seq, 0, view.random(0))
+
+    def bulk_cancel(self, selected: TimerFilter, purge: bool, now_ms: int) -> list[str]:
+        """A bulk cancel (or purge) a page of 3 at a time, each page one group commit;
+        every id a page selected must be changed. The ids changed, in order."""
+        out: list[str] = []
+        after = None
+        while True:
+            page = select(self.store.families, selected, purge=purge, after=after, limit=3)
+            batch = new_batch()
+            done = self.opened.moves.stage_bulk_cancel(batch, page.ids, selected, purge, now_ms)
+            self.opened.commit(batch, sync=False)
+            changed = done.cancelled + [m for ids in done.purged.values() for m in ids]
+            if sorted(changed) != sorted(page.ids):
+                raise AssertionError(f"a page selected {page.ids}, changed {changed}")
+            out += changed
+            if page.next is None:
+                return out
+            after = page.next
 
     def sweep(self, now_ms: int) -> None:
         """Every segment whose expiry has come, a sweep call at a time."""

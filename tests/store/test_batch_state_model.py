@@ -1,6 +1,7 @@
 """The state join (timerwheel.store.batch_state) against a plain model: hypothesis makes a
 sequence of version-2 operations (sends in segments, fires with their cascades, Acks,
-Cancels, purges, Reschedules, Nacks with a delay, sweeps), the product's writers stage
+Cancels, purges, Reschedules, Nacks with a delay, REPLACEs of client-chosen ids, bulk
+cancels and purges of a topic's time range, sweeps), the product's writers stage
 them into real RocksDB (helpers.batch_v2 drives them), and after each
 operation every answer of the join (Get, the segment walk, List, Count) and the pending
 counters must equal a dictionary's that applied the same operations to each message's
@@ -19,6 +20,7 @@ from hypothesis import strategies as st
 from timerwheel.common import State
 from timerwheel.store.batch_state import BatchStateReader, MessageState
 from timerwheel.store.segment_ids import parse_id
+from timerwheel.wheels.bulk import TimerFilter
 
 RETENTION_MS = 2_000
 TOPICS = ("orders", "mail")
@@ -38,6 +40,21 @@ operations = st.lists(
         st.tuples(st.just("ack"), st.lists(target, min_size=1, max_size=4), advance),
         st.tuples(st.just("cancel"), target, advance),
         st.tuples(st.just("move"), st.tuples(target, st.integers(1, 3_000)), advance),
+        st.tuples(
+            st.just("replace"),
+            st.tuples(st.integers(0, 1), st.sampled_from(TOPICS), st.integers(0, 3_000)),
+            advance,
+        ),
+        st.tuples(
+            st.just("bulk"),
+            st.tuples(
+                st.sampled_from(TOPICS),
+                st.integers(-3_000, 3_000),
+                st.integers(1, 6_000),
+                st.booleans(),
+            ),
+            advance,
+        ),
         st.tuples(st.just("sweep"), st.none(), advance),
     ),
     max_size=30,
@@ -50,6 +67,10 @@ class Model:
     def __init__(self) -> None:
         self.timers: dict[str, MessageState] = {}
         self.sent: list[str] = []  # every id, swept or not: operations pick from these
+        # A client-chosen id: the server-made id of its message now. A message's
+        # `message_id` is its client id if it has one (what a walk or a List reports),
+        # and `timers` and `sent` hold server-made ids.
+        self.client: dict[str, str] = {}
 
     def send(self, ids: list[str], messages: list[tuple[str, int]], now_ms: int) -> None:
         for message_id, (topic, delay) in zip(ids, messages, strict=True):
@@ -61,18 +82,18 @@ class Model:
             self.sent.append(message_id)
 
     def pick(self, n: int, *states: State) -> str | None:
-        found = self.timers.get(self.sent[n % len(self.sent)]) if self.sent else None
-        return found.message_id if found is not None and found.state in states else None
+        made = self.sent[n % len(self.sent)] if self.sent else ""
+        found = self.timers.get(made)
+        return made if found is not None and found.state in states else None
 
     def fire(self, now_ms: int, limit: int) -> None:
         due = [
-            t
-            for t in self.timers.values()
+            (t.deliver_at_ms, t.segment, t.message_index, made)
+            for made, t in self.timers.items()
             if t.state is State.SCHEDULED and t.deliver_at_ms <= now_ms
         ]
-        due.sort(key=lambda t: (t.deliver_at_ms, t.segment, t.message_index))
-        for t in due[:limit]:
-            self.timers[t.message_id] = t._replace(state=State.FIRED, fired_at_ms=now_ms)
+        for *_, made in sorted(due)[:limit]:
+            self.timers[made] = self.timers[made]._replace(state=State.FIRED, fired_at_ms=now_ms)
 
     def settle(self, message_id: str, state: State, now_ms: int) -> None:
         t = self.timers[message_id]._replace(state=state, fired_at_ms=0)
@@ -85,16 +106,44 @@ class Model:
             state=State.SCHEDULED, deliver_at_ms=deliver_ms, fired_at_ms=0
         )
 
+    def replace(self, client_id: str, topic: str, deliver_ms: int, now_ms: int) -> State | None:
+        """What a REPLACE must find of the old copy (FIRED, ACKED: refused)."""
+        made = self.client.get(client_id, "")
+        old = self.timers.get(made)
+        if old is not None and old.state is State.SCHEDULED:
+            self.settle(made, State.CANCELLED, now_ms)
+        return None if old is None else old.state
+
+    def replaced(self, client_id: str, made: str, topic: str, deliver_ms: int) -> None:
+        parsed = parse_id(made)
+        self.timers[made] = MessageState(
+            client_id, parsed.segment, parsed.message_index, topic, State.SCHEDULED, deliver_ms
+        )
+        self.sent.append(made)
+        self.client[client_id] = made
+
+    def bulk(self, f: TimerFilter, purge: bool, now_ms: int) -> list[str]:
+        states = (State.SCHEDULED, State.FIRED) if purge else (State.SCHEDULED,)
+        hit = [
+            made
+            for made, t in self.timers.items()
+            if t.state in states and f.matches(t.message_id, t.topic, t.deliver_at_ms)
+        ]
+        for made in hit:
+            self.settle(made, State.CANCELLED, now_ms)
+        return hit
+
     def sweep(self, now_ms: int) -> None:
         by_segment: dict[int, list[MessageState]] = {}
         for t in self.timers.values():
             by_segment.setdefault(t.segment, []).append(t)
+        made = {(t.segment, t.message_index): m for m, t in self.timers.items()}
         for timers in by_segment.values():
             if all(t.state in (State.ACKED, State.CANCELLED) for t in timers):
                 last = max(t.acked_at_ms or t.cancelled_at_ms for t in timers)
                 if last + RETENTION_MS <= now_ms:
                     for t in timers:
-                        del self.timers[t.message_id]
+                        del self.timers[made[t.segment, t.message_index]]
 
 
 def apply(op, writer: Writer, model: Model, now_ms: int) -> None:
@@ -121,6 +170,22 @@ def apply(op, writer: Writer, model: Model, now_ms: int) -> None:
         if message_id is not None:
             writer.move(message_id, now_ms + delay, delay)
             model.move(message_id, now_ms + delay)
+    elif kind == "replace":
+        n, topic, delay = arg
+        client_id = f"t/c{n}"
+        expected = model.replace(client_id, topic, now_ms + delay, now_ms)
+        done = writer.replace(client_id, topic, delay, now_ms)
+        if expected in (State.FIRED, State.ACKED):
+            assert done is None, (client_id, expected)
+        else:
+            assert done is not None and done[0] is expected, (client_id, expected, done)
+            model.replaced(client_id, done[1], topic, now_ms + delay)
+    elif kind == "bulk":
+        topic, start, width, purge = arg
+        f = TimerFilter(topic=topic, from_ms=now_ms + start, to_ms=now_ms + start + width)
+        changed = writer.bulk_cancel(f, purge, now_ms)
+        hit = model.bulk(f, purge, now_ms)
+        assert sorted(changed) == sorted(model.timers[m].message_id for m in hit)
     else:
         writer.sweep(now_ms)
         model.sweep(now_ms)
@@ -128,7 +193,13 @@ def apply(op, writer: Writer, model: Model, now_ms: int) -> None:
 
 def check(reader: BatchStateReader, model: Model) -> None:
     for message_id in model.sent:
-        assert reader.get(message_id) == model.timers.get(message_id), message_id
+        expected = model.timers.get(message_id)
+        if expected is not None:  # a Get by server-made id reports the id asked for
+            expected = expected._replace(message_id=message_id)
+        assert reader.get(message_id) == expected, message_id
+    for client_id, made in model.client.items():
+        expected = model.timers.get(made)
+        assert reader.get_client_id(client_id) == expected, client_id
     walked = list(reader.scan())
     assert walked == sorted(model.timers.values(), key=lambda t: (t.segment, t.message_index))
     for topic in TOPICS:
