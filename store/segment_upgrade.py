@@ -18,8 +18,10 @@ ready          FIRED records, by their `ready` entries (topic and fire order); t
                fire cursor ends at the latest place among them
 wheel_*        SCHEDULED records in each wheel; a series goes to `series`
 expiry         ACKED and CANCELLED records, with their expiry time
-messages       any record no entry above named (a store left inconsistent): by its
-               state, the wheel its send placed it in, expiry after `retention_ms`
+messages       any record no entry above moved (a store left inconsistent: no entry,
+               or one its record's state disagrees with): by its state, the wheel
+               its send placed it in, expiry after `retention_ms`; a FIRED one after
+               the cursor is placed again (it has no `ready` entry to be fetched by)
 extras         `extras` of each moved message, keyed by (segment, index)
 trace          `trace` events, keyed by (segment, index, trace seq)
 finish         version-1 `meta` keys dropped, the schema version set to 2
@@ -50,6 +52,7 @@ from typing import Any
 
 import structlog
 
+from timerwheel.common import State
 from timerwheel.store import batch_entries as be
 from timerwheel.store import batch_keys as bk
 from timerwheel.store import keys, records
@@ -71,6 +74,13 @@ _V1_META = (
     *(f(w) for w in ("second", "minute") for f in (keys.meta_horizon, keys.meta_pending)),
 )  # fmt: skip
 UPGRADE_FAMILIES = (*bk.PLANNED_COLUMN_FAMILIES, keys.CF_MESSAGES)
+# The record states each phase moves; a record in another is left to `messages`.
+_WHEEL_STATES = frozenset({State.SCHEDULED})
+_SOURCE_STATES = {
+    "ready": frozenset({State.FIRED}), "wheel_second": _WHEEL_STATES,
+    "wheel_minute": _WHEEL_STATES, "wheel_hour": _WHEEL_STATES,
+    "expiry": frozenset({State.ACKED, State.CANCELLED}), "messages": frozenset(State),
+}  # fmt: skip
 
 
 def needs_upgrade(families: Any) -> bool:
@@ -227,6 +237,8 @@ def _phase(
             raw = value if phase == "messages" else messages.get(raw_id)
             if raw is None or raw_id in writes[keys.CF_MESSAGES]:
                 continue  # gone already (a key in two wheels, say)
+            if records.record_state(raw) not in _SOURCE_STATES[phase]:
+                continue  # an entry its record disagrees with: the `messages` phase's
             writes[keys.CF_MESSAGES][raw_id] = None
             taken += 1
             if records.is_series(raw):
@@ -238,7 +250,7 @@ def _phase(
     else:
         last = None
     if rows:
-        stage_rows(batch, rows, state)
+        stage_rows(batch, rows, state, moves_cursor=phase == "ready")
     return last, lost
 
 

@@ -78,14 +78,20 @@ class PackState:
     fired: list = field(default_factory=list)  # this batch's (topic, fired ms, order, seg, idx)
 
 
-def stage_rows(batch: StagedBatch, rows: list[Row], state: PackState) -> None:
-    """Stage `rows` as version-2 messages into `batch` (their v1 keys are the caller's)."""
+def stage_rows(
+    batch: StagedBatch, rows: list[Row], state: PackState, moves_cursor: bool = True
+) -> None:
+    """Stage `rows` as version-2 messages into `batch` (their v1 keys are the caller's).
+    Only FIRED records with `ready` entries move the cursor (`moves_cursor`, before any
+    SCHEDULED one is placed): a FIRED record found later, whose place is after the
+    cursor, is placed again as SCHEDULED, since moving the cursor past it would turn
+    the pending messages placed before it FIRED with no chunk."""
     by_kind: dict[str, list[tuple[Timer, Row]]] = {"fired": [], "scheduled": [], "terminal": []}
     for row in rows:
         timer = records.decode_timer(row.message_id, row.raw)
         if timer.state in _TERMINAL:
             kind = "terminal"
-        elif timer.state is State.FIRED:
+        elif timer.state is State.FIRED and (moves_cursor or timer.deliver_at_ms < state.cursor[0]):
             kind = "fired"
         else:
             kind = "scheduled"

@@ -256,7 +256,9 @@ def test_an_upgrade_stopped_before_the_old_family_went_drops_it_at_the_next_open
 def test_a_scheduled_timer_due_before_the_last_fired_one_is_fired_by_the_upgrade(tmp_path):
     """Y (SCHEDULED, due at 5 s) lies before X's place (FIRED, due at 10 s), where the
     join's rule would read it FIRED with no `ready` chunk to Ack it by: the upgrade fires
-    it at the v1 clock (15 s), never before it was due; Z (due at 20 s) stays pending."""
+    it at the v1 clock (15 s), never before it was due; Z (due at 20 s) stays pending.
+    Records no entry agrees with are kept too: F and G (FIRED, no `ready` entry) after
+    and before the cursor, S (SCHEDULED, in no wheel), R (SCHEDULED, a `ready` entry)."""
     t0, data_dir = 1_700_000_000_000, str(tmp_path / "v1")
 
     def record(message_id: str, deliver_ms: int, state: State, ready_seq: int = 0) -> bytes:
@@ -273,6 +275,10 @@ def test_a_scheduled_timer_due_before_the_last_fired_one_is_fired_by_the_upgrade
         b"X": record("X", t0 + 10_000, State.FIRED, 1),
         b"Y": record("Y", t0 + 5_000, State.SCHEDULED),
         b"Z": record("Z", t0 + 20_000, State.SCHEDULED),
+        b"F": record("F", t0 + 12_000, State.FIRED),
+        b"G": record("G", t0 + 8_000, State.FIRED),
+        b"S": record("S", t0 + 30_000, State.SCHEDULED),
+        b"R": record("R", t0 + 25_000, State.SCHEDULED),
         b"A": records.as_acked(  # acked, with its first delivery (records version 2)
             record("A", t0 + 1_000, State.FIRED, 0), t0 + 3_000,
             records.first_delivery_trailer(t0 + 2_000, "worker-7"),
@@ -280,12 +286,13 @@ def test_a_scheduled_timer_due_before_the_last_fired_one_is_fired_by_the_upgrade
     })  # fmt: skip
     writes[keys.CF_EXPIRY][keys.expiry_entry(t0 + HOUR_MS, [b"A"])[0]] = b""
     writes[keys.CF_READY][keys.ready_key("orders", 1)] = b"X"
+    writes[keys.CF_READY][keys.ready_key("orders", 2)] = b"R"
     writes[keys.CF_WHEEL["second"]].update(
         {keys.wheel_key(t0 + 5_000, "Y"): b"orders", keys.wheel_key(t0 + 20_000, "Z"): b"orders"}
     )
     writes[keys.CF_META].update({
         keys.META_SCHEMA_VERSION: keys.encode_u64(1),
-        keys.META_NOW_MS: keys.encode_u64(t0 + 15_000), keys.META_FIRE_SEQ: keys.encode_u64(1),
+        keys.META_NOW_MS: keys.encode_u64(t0 + 15_000), keys.META_FIRE_SEQ: keys.encode_u64(2),
     })  # fmt: skip
     database.write(batch.to_write_batch(database.handles))
     database.close()
@@ -295,6 +302,10 @@ def test_a_scheduled_timer_due_before_the_last_fired_one_is_fired_by_the_upgrade
         assert (x.state, x.fired_at_ms) == (State.FIRED, t0 + 10_000)
         assert (y.state, y.fired_at_ms) == (State.FIRED, t0 + 15_000)
         assert (z.state, z.wheel) == (State.SCHEDULED, "second")
+        for message_id in ("F", "S", "R"):
+            assert store.reads.get(message_id).state is State.SCHEDULED, message_id
+        g = store.reads.get("G")
+        assert (g.state, g.fired_at_ms) == (State.FIRED, t0 + 8_000)
         a = store.reads.join.get_client_id("A")
         assert (a.state, a.acked_at_ms) == (State.ACKED, t0 + 3_000)
         assert store.reads.get("A").body == b"A"  # the trailer is no part of it
@@ -306,14 +317,23 @@ def test_a_scheduled_timer_due_before_the_last_fired_one_is_fired_by_the_upgrade
         expiry_family = store.database.families[keys.CF_EXPIRY]
         expiry = [bk.decode_expiry_key(k) for k, _ in expiry_family.items()]
         assert expiry == [(t0 + HOUR_MS, a.segment)]  # its v1 expiry time
-        assert store.counts.totals() == {"orders": 1}
+        assert store.counts.totals() == {"orders": 4}  # Z, F, S, R
         ack = new_batch()
-        assert store.acker.stage_ack(ack, [b"Y", b"X"], t0 + 16_000).acked == 2
+        assert store.acker.stage_ack(ack, [b"Y", b"X", b"G"], t0 + 16_000).acked == 3
         store.commit(ack)
-        fired = new_batch()
-        chunks = store.acker.stage_fire(fired, t0 + 20_000, 10).chunks
-        store.commit(fired)
-        assert [_client_id(store, c.segments[0], c.indexes[0]) for c in chunks] == ["Z"]
+
+        def fire(at_ms: int) -> list[str]:
+            batch = new_batch()
+            chunks = store.acker.stage_fire(batch, at_ms, 10).chunks
+            store.commit(batch)
+            return [
+                _client_id(store, seq, index)
+                for c in chunks
+                for seq, index in zip(c.segments, c.indexes, strict=True)
+            ]
+
+        assert fire(t0 + 20_000) == ["F", "Z"]
+        assert fire(t0 + 30_000) == ["R", "S"]
         assert store.counts.totals() == {}
     finally:
         store.close()
