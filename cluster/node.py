@@ -193,20 +193,43 @@ class ClusterNode(NodeGate, SeriesLog, Takeovers, NodeQueries):
     # == the lease loop ===================================================================
     async def _lease_loop(self) -> None:
         """Every tick until the node stops. Whatever a tick raises is logged and the next
-        tick runs: ended, the loop would renew no lease, silently."""
-        registered_at = -(10**12)
-        while not self._closing:
-            now = monotonic_ms()
-            try:
-                if now - registered_at >= self.node.lease.renew_every_ms:
-                    registered_at = now
-                    await self.placement.register(
-                        self._nodes_kv, self.address, monotonic_ms(), journal.VERSION
-                    )
-                await self._tick(now)
-            except Exception as error:
-                log.error("cluster_lease_tick_failed", error=repr(error))
-            await asyncio.sleep(self.node.tick_ms / 1000)
+        tick runs: ended, the loop would renew no lease, silently. The registry's put and
+        reads run beside the ticks, one at a time, never before them (but for the first,
+        which the first tick's `Placement.may_take` needs): while NATS elects the registry
+        bucket's leader they wait seconds, and renewals waiting behind them let every
+        lease of the node lapse."""
+        registered_at = last_ms = -(10**12)
+        registering: asyncio.Future | None = None
+        try:
+            while not self._closing:
+                now = monotonic_ms()
+                if last_ms >= 0 and now - last_ms > self.node.lease.renew_every_ms:
+                    # a renewal due meanwhile went out late: a starved loop lapses leases
+                    log.warning("cluster_lease_loop_late", late_ms=now - last_ms)
+                last_ms = now
+                try:
+                    if now - registered_at >= self.node.lease.renew_every_ms:
+                        registered_at = now
+                        registering = await self._register(registering, now)
+                    await self._tick(now)
+                except Exception as error:
+                    log.error("cluster_lease_tick_failed", error=repr(error))
+                await asyncio.sleep(self.node.tick_ms / 1000)
+        finally:
+            if registering is not None:
+                registering.cancel()
+
+    async def _register(self, running: asyncio.Future | None, now: int) -> asyncio.Future:
+        """The registry's put and reads: the first awaited, later ones started beside the
+        ticks unless the last still runs."""
+        if running is not None and not running.done():
+            return running
+        task = asyncio.ensure_future(
+            self.placement.register(self._nodes_kv, self.address, now, journal.VERSION)
+        )
+        if running is None:
+            await task
+        return task
 
     def _lease_gone(self, partition: int) -> None:
         """The lease watch heard the partition's lease expire or be given back: read it at

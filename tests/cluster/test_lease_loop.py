@@ -11,7 +11,7 @@ import asyncio
 from helpers.engines import T0, engine_factory
 from structlog.testing import capture_logs
 
-from timerwheel.cluster.lease import LeaseView
+from timerwheel.cluster.lease import LeaseTerms, LeaseView
 from timerwheel.cluster.node import ClusterNode
 from timerwheel.cluster.settings import NodeSettings
 from timerwheel.wheels.clock import VirtualClock
@@ -56,3 +56,45 @@ def test_a_tick_that_raises_is_logged_and_the_loop_goes_on(tmp_path):
         assert len(kept) == 1  # the second tick ran whole (the third is the closing one)
         failed = [e for e in logs if e["event"] == "cluster_lease_tick_failed"]
         assert len(failed) == 1 and "replication watch broke" in failed[0]["error"]
+
+
+class _StalledRegistry(_Registry):
+    """The registry bucket while NATS elects its leader: the first put answers (a node's
+    start), every later one waits for ever."""
+
+    def __init__(self) -> None:
+        self.puts = 0
+
+    async def put(self, key: str, value: bytes) -> None:
+        self.puts += 1
+        if self.puts > 1:
+            await asyncio.Event().wait()
+
+
+def test_a_stalled_registry_holds_no_tick_back(tmp_path):
+    """The registry's put and reads run beside the ticks: a put that never returns (its
+    bucket's leader being elected) delays no renewal, and no second put starts beside it.
+    (Awaited before each tick, as it was, it held every renewal of the node back.)"""
+    terms = LeaseTerms(ttl_ms=400, renew_every_ms=100, margin_ms=100)
+    settings = NodeSettings("n1", ("nats://127.0.0.1:1",), 2, lease=terms, tick_ms=20)
+    with engine_factory(tmp_path, VirtualClock(T0)) as make:
+        node = ClusterNode(settings, make())
+        node._views = {p: LeaseView(p, node.holder, terms) for p in range(2)}
+        registry = _StalledRegistry()
+        node._nodes_kv = registry  # type: ignore[attr-defined]
+        node._snaps = {}
+        ticks: list[int] = []
+
+        async def step(partition: int, now: int) -> None:
+            if partition == 0:
+                ticks.append(now)
+            if len(ticks) >= 30:
+                node._closing = True
+
+        node._step_safely = step  # type: ignore[method-assign]
+        node.standbys.keep = lambda partitions: None  # type: ignore[method-assign]
+        asyncio.run(asyncio.wait_for(node._lease_loop(), 30))
+
+    assert len(ticks) == 30  # thirty ticks, through several renewal intervals
+    assert ticks[-1] - ticks[0] >= 5 * terms.renew_every_ms
+    assert registry.puts == 2  # the start's, and the one still waiting: never two at once
