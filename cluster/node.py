@@ -91,6 +91,7 @@ class ClusterNode(NodeGate, SeriesLog, Takeovers, NodeQueries):
         self._taking: set[int] = set()
         self._purging: set[int] = set()  # given up, its timers still leaving the engine
         self._tasks: set[asyncio.Future] = set()
+        self._stepping: dict[int, asyncio.Future] = {}  # each partition's step under way
         self.placement = Placement(node.name, node.lease.renew_every_ms, node.takeover_grace_ms)
         self.snapshots = SnapshotSchedule(node.snapshot, monotonic_ms)
         self.standbys = Standbys({})  # the partitions this node would take next, kept warm
@@ -180,6 +181,9 @@ class ClusterNode(NodeGate, SeriesLog, Takeovers, NodeQueries):
         self._loop.close()
 
     async def _release_all(self) -> None:
+        for step in self._stepping.values():  # a renewal after the release keeps the lease
+            step.cancel()
+        await asyncio.gather(*self._stepping.values(), return_exceptions=True)
         for appender in list(self._owned.values()):
             appender.close()
         self._owned.clear()
@@ -192,12 +196,9 @@ class ClusterNode(NodeGate, SeriesLog, Takeovers, NodeQueries):
 
     # == the lease loop ===================================================================
     async def _lease_loop(self) -> None:
-        """Every tick until the node stops. Whatever a tick raises is logged and the next
-        tick runs: ended, the loop would renew no lease, silently. The registry's put and
-        reads run beside the ticks, one at a time, never before them (but for the first,
-        which the first tick's `Placement.may_take` needs): while NATS elects the registry
-        bucket's leader they wait seconds, and renewals waiting behind them let every
-        lease of the node lapse."""
+        """Every tick until the node stops; what a tick raises is logged and the next runs
+        (ended, the loop would renew no lease, silently). Nothing waits in front of the
+        renewals: the registry's calls (`_register`) and the steps (`_tick`) are tasks."""
         registered_at = last_ms = -(10**12)
         registering: asyncio.Future | None = None
         try:
@@ -220,16 +221,16 @@ class ClusterNode(NodeGate, SeriesLog, Takeovers, NodeQueries):
                 registering.cancel()
 
     async def _register(self, running: asyncio.Future | None, now: int) -> asyncio.Future:
-        """The registry's put and reads: the first awaited, later ones started beside the
-        ticks unless the last still runs."""
-        if running is not None and not running.done():
-            return running
-        task = asyncio.ensure_future(
-            self.placement.register(self._nodes_kv, self.address, now, journal.VERSION)
-        )
-        if running is None:
-            await task
-        return task
+        """The registry's put and reads, which wait seconds while NATS elects that bucket's
+        leader: the first awaited (the first tick's `may_take` needs the live nodes), later
+        ones started beside the ticks unless the last still runs."""
+        first = running is None
+        if running is None or running.done():
+            call = self.placement.register(self._nodes_kv, self.address, now, journal.VERSION)
+            running = asyncio.ensure_future(call)
+            if first:
+                await running
+        return running
 
     def _lease_gone(self, partition: int) -> None:
         """The lease watch heard the partition's lease expire or be given back: read it at
@@ -239,7 +240,12 @@ class ClusterNode(NodeGate, SeriesLog, Takeovers, NodeQueries):
             self._views[partition] = view.key_changed()
 
     async def _tick(self, now: int) -> None:
-        await asyncio.gather(*(self._step_safely(p, now) for p in list(self._views)))
+        """Each partition's step is its own task, one at a time a partition, never
+        awaited here: a call that waits out its timeout (a read NATS routed to a replica
+        on a cut-off server) or a purge holds no other partition's renewal back."""
+        for partition in list(self._views):
+            if partition not in self._stepping or self._stepping[partition].done():
+                self._stepping[partition] = asyncio.ensure_future(self._step_safely(partition, now))
         self._check_gate()
         self.replication.tick(now, self.held_partitions)  # off this path: a task
         self.snapshots.tick(self._owned, self._snaps)  # off this path: tasks
