@@ -240,9 +240,8 @@ class ClusterNode(NodeGate, SeriesLog, Takeovers, NodeQueries):
             self._views[partition] = view.key_changed()
 
     async def _tick(self, now: int) -> None:
-        """Each partition's step is its own task, one at a time a partition, never
-        awaited here: a call that waits out its timeout (a read NATS routed to a replica
-        on a cut-off server) or a purge holds no other partition's renewal back."""
+        """Each partition's step a task, one at a time a partition, never awaited here: a
+        call waiting out its timeout (a read routed to a cut-off server) holds none back."""
         for partition in list(self._views):
             if partition not in self._stepping or self._stepping[partition].done():
                 self._stepping[partition] = asyncio.ensure_future(self._step_safely(partition, now))
@@ -254,7 +253,8 @@ class ClusterNode(NodeGate, SeriesLog, Takeovers, NodeQueries):
 
     def _standing_by(self) -> list[int]:
         """The partitions this node would take next and does not hold (timerwheel.cluster
-        .standby): their owner as last read, or none."""
+        .standby): their owner as last read, or none. None is started for a lease not yet
+        read (a node's first ticks, whose steps are still under way): its owner decides."""
         mine = []
         for partition, view in self._views.items():
             if partition in self._owned:
@@ -263,7 +263,7 @@ class ClusterNode(NodeGate, SeriesLog, Takeovers, NodeQueries):
             if partition in self.standbys.running and (taking or view.seen is None):
                 mine.append(partition)  # its takeover takes it; or stays warm, owner gone
                 continue
-            if taking:
+            if taking or (view.seen is None and not view.absent):
                 continue
             owner = view.seen.value.holder.split("/", 1)[0] if view.seen is not None else None
             if owner is not None:
