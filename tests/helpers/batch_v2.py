@@ -78,6 +78,20 @@ class Store(NamedTuple):
         return list(self.families[family].items(from_key=lo, read_opt=read_options))
 
 
+def commit(store: Store, stage, *args):
+    """Stage `stage(batch, *args)` into a group commit of its own and commit it: the
+    writers' tests make one call a commit."""
+    batch = new_batch()
+    out = stage(batch, *args)
+    store.opened.commit(batch, sync=False)
+    return out
+
+
+def fire(store: Store, now_ms: int, limit: int = 1_000):
+    """The fire through `now_ms`, at most `limit` messages, a commit of its own."""
+    return commit(store, store.opened.acker.stage_fire, now_ms, limit)
+
+
 def wheel_of(delay_ms: int) -> str:
     """Where this writer places a message: the product's fire cascades the upper wheels'
     entries when their slot starts, so a short delay in the hour wheel is cascaded twice."""

@@ -6,12 +6,11 @@ the sweep of a segment with what its overrides left in the wheels."""
 
 from __future__ import annotations
 
-from helpers.batch_v2 import open_v2
+from helpers.batch_v2 import commit, fire, open_v2
 
 from timerwheel.common import State
 from timerwheel.store import batch_entries as be
 from timerwheel.store import batch_keys as bk
-from timerwheel.store.batch_store import new_batch
 from timerwheel.store.keys import CF_WHEEL
 from timerwheel.store.segment_ack import Acked
 from timerwheel.store.segment_ids import parse_id
@@ -25,17 +24,6 @@ def send(store, deliver: list[int], wheel: str = "second", now_ms: int = NOW) ->
     topics = ["orders"] * len(deliver)
     sends = NewSends(topics, [b"b"] * len(deliver), deliver, [wheel] * len(deliver))
     return store.opened.send(sends, now_ms, sync=False).ids
-
-
-def commit(store, stage, *args):
-    batch = new_batch()
-    out = stage(batch, *args)
-    store.opened.commit(batch, sync=False)
-    return out
-
-
-def fire(store, now_ms: int, limit: int = 1_000):
-    return commit(store, store.opened.acker.stage_fire, now_ms, limit)
 
 
 def ack(store, ids: list[str], now_ms: int) -> Acked:

@@ -7,7 +7,7 @@ reopen, and the filters refused by name."""
 from __future__ import annotations
 
 import pytest
-from helpers.batch_v2 import open_v2
+from helpers.batch_v2 import commit, fire, open_v2
 
 from timerwheel.common import State
 from timerwheel.store import batch_keys as bk
@@ -26,17 +26,6 @@ def send(store, messages: list[tuple[str, int, str]]) -> list[str]:
     sends = NewSends([m[0] for m in messages], [b"x"] * len(messages),
                      [m[1] for m in messages], [m[2] for m in messages])  # fmt: skip
     return store.opened.send(sends, NOW, sync=False).ids
-
-
-def commit(store, stage, *args):
-    batch = new_batch()
-    out = stage(batch, *args)
-    store.opened.commit(batch, sync=False)
-    return out
-
-
-def fire(store, now_ms: int):
-    return commit(store, store.opened.acker.stage_fire, now_ms, 1_000)
 
 
 def fired_ids(store, now_ms: int) -> set[str]:

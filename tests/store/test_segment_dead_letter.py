@@ -5,7 +5,7 @@ counters, the fire, Get, the Ack of the copy and a reopen."""
 
 from __future__ import annotations
 
-from helpers.batch_v2 import open_v2
+from helpers.batch_v2 import commit, fire, open_v2
 
 from timerwheel.common import State
 from timerwheel.store import batch_entries as be
@@ -19,17 +19,6 @@ from timerwheel.wheels.bulk import DEAD_LETTER_ORIGIN, DEAD_LETTER_PREFIX
 
 NOW = 1_200_000
 DLQ = "orders.dlq"
-
-
-def commit(store, stage, *args):
-    batch = new_batch()
-    out = stage(batch, *args)
-    store.opened.commit(batch, sync=False)
-    return out
-
-
-def fire(store, now_ms: int):
-    return commit(store, store.opened.acker.stage_fire, now_ms, 1_000)
 
 
 def fired_two(store) -> list[str]:

@@ -6,7 +6,7 @@ refused."""
 from __future__ import annotations
 
 import pytest
-from helpers.batch_v2 import open_v2
+from helpers.batch_v2 import commit, fire, open_v2
 
 from timerwheel.common import State
 from timerwheel.store import batch_entries as be
@@ -24,17 +24,6 @@ def send(store, deliver: list[int], topic: str = "orders", extras=None) -> list[
     n = len(deliver)
     sends = NewSends([topic] * n, [b"b"] * n, deliver, ["second"] * n, extras=extras)
     return store.opened.send(sends, NOW, sync=False).ids
-
-
-def commit(store, stage, *args):
-    batch = new_batch()
-    out = stage(batch, *args)
-    store.opened.commit(batch, sync=False)
-    return out
-
-
-def fire(store, now_ms: int):
-    return commit(store, store.opened.acker.stage_fire, now_ms, 1_000)
 
 
 def override(store, message_id: str) -> be.Override | None:

@@ -6,7 +6,7 @@ version 1 (a FIRED or ACKED old copy)."""
 from __future__ import annotations
 
 import pytest
-from helpers.batch_v2 import open_v2
+from helpers.batch_v2 import commit, fire, open_v2
 
 from timerwheel.common import State
 from timerwheel.store import batch_entries as be
@@ -28,13 +28,6 @@ def sends(deliver: list[int], client_id: str | None = None, topic: str = "orders
                     extras=extras)  # fmt: skip
 
 
-def commit(store, stage, *args):
-    batch = new_batch()
-    out = stage(batch, *args)
-    store.opened.commit(batch, sync=False)
-    return out
-
-
 def replace(store, deliver_ms: int, now_ms: int, body: bytes = b"new"):
     """One group commit: the old copy's override, then the new message's send."""
     batch = new_batch()
@@ -43,10 +36,6 @@ def replace(store, deliver_ms: int, now_ms: int, body: bytes = b"new"):
     staged = store.opened.sender.stage(batch, new, now_ms)
     store.opened.commit(batch, sync=False)
     return was, staged.segments[0].seq
-
-
-def fire(store, now_ms: int):
-    return commit(store, store.opened.acker.stage_fire, now_ms, 1_000)
 
 
 def counters_agree(store, topic: str = "orders") -> int:
