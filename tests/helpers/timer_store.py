@@ -6,11 +6,17 @@ ids, the ready entries of a topic). The fixture that opens the store on real Roc
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from timerwheel.common import State
 from timerwheel.store import keys, records
 from timerwheel.store.batch import StagedBatch
 from timerwheel.store.timer_store import TimerStore
 from timerwheel.wheels.domain import Timer, When, WhenKind
+
+# The store the version-1 layout wrote (tests/fixtures/make_store_v1.py), which the
+# upgrades open: the `v1` fixture of tests/store/conftest.py unpacks a copy.
+V1_FIXTURE = Path(__file__).parent.parent / "fixtures" / "store-v1.tar.gz"
 
 T0 = 1_700_000_000_000
 

@@ -6,11 +6,11 @@ the version-1 ids, and an upgrade cut short after any batch resumes to the same 
 
 from __future__ import annotations
 
-import json
 import tarfile
 from pathlib import Path
 
 import pytest
+from helpers.timer_store import V1_FIXTURE
 from rocksdict import Rdict
 
 from timerwheel.common import State
@@ -25,7 +25,6 @@ from timerwheel.wheels.domain import Timer, When, WhenKind
 from timerwheel.wheels.settings import HOUR_MS, MINUTE_MS
 from timerwheel.wheels.trace import TraceEvent, TraceKind
 
-FIXTURE = Path(__file__).parent.parent / "fixtures" / "store-v1.tar.gz"
 TUNING = RocksTuning(sync_writes=False)
 SERIES = "series-1"
 
@@ -33,16 +32,6 @@ SERIES = "series-1"
 def zeros(n: int) -> bytes:
     """Random parts that make two upgrades of one store byte for byte comparable."""
     return bytes(n)
-
-
-@pytest.fixture
-def v1(tmp_path):
-    """(data dir, what the v1 code said of it) of a fresh copy of the v1 store."""
-    with tarfile.open(FIXTURE) as archive:
-        archive.extractall(tmp_path, filter="data")
-    expected = json.loads((tmp_path / "expected.json").read_text())
-    assert expected["schema_version"] == 1
-    return tmp_path / "data", expected
 
 
 def contents(data_dir: Path) -> dict[str, dict[bytes, bytes]]:
@@ -176,7 +165,7 @@ def _client_id(store: BatchStore, seq: int, index: int) -> str:
 
 def clean_upgrade(tmp_path: Path) -> tuple[int, dict]:
     """(batches, families) of an upgrade of the fixture in 2-entry batches, uncut."""
-    with tarfile.open(FIXTURE) as archive:
+    with tarfile.open(V1_FIXTURE) as archive:
         archive.extractall(tmp_path / "clean", filter="data")
     data_dir = tmp_path / "clean" / "data"
     database = RocksDatabase(
@@ -203,7 +192,7 @@ def test_an_upgrade_cut_after_any_batch_resumes_to_the_same_bytes(v1, tmp_path, 
     real_write = RocksDatabase.write
     for cut in range(batches):  # the batches written before the failing one
         copy = tmp_path / f"cut{cut}"
-        with tarfile.open(FIXTURE) as archive:
+        with tarfile.open(V1_FIXTURE) as archive:
             archive.extractall(copy, filter="data")
         writes = [0]
 

@@ -5,8 +5,6 @@ is delivered and acked afterwards."""
 
 from __future__ import annotations
 
-import json
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -21,18 +19,7 @@ from timerwheel.store.rocks import RocksDatabase, RocksTuning
 from timerwheel.wheels.clock import VirtualClock
 from timerwheel.wheels.settings import HOUR_MS, MINUTE_MS, Settings
 
-FIXTURE = Path(__file__).parent.parent / "fixtures" / "store-v1.tar.gz"
 DAY_MS = 24 * HOUR_MS
-
-
-@pytest.fixture
-def v1(tmp_path):
-    """(data dir, what the v1 code said of it) of a fresh copy of the v1 store."""
-    with tarfile.open(FIXTURE) as archive:
-        archive.extractall(tmp_path, filter="data")
-    expected = json.loads((tmp_path / "expected.json").read_text())
-    assert expected["schema_version"] == 1
-    return tmp_path / "data", expected
 
 
 def open_engine(data_dir: Path, clock: VirtualClock) -> Engine:
