@@ -51,3 +51,16 @@ def commit(store: TimerStore, stage) -> StagedBatch:
 def wheel_ids(store: TimerStore, wheel: str) -> list[str]:
     entries = store.scan(wheel, b"", keys.time_bound(2**63 - 1), 10**6)
     return [keys.decode_timer_key(k).message_id for k, _ in entries]
+
+
+def timer_fields(timer) -> dict:
+    """A `Timer` as `tests/fixtures/make_store_v1.py` wrote each into expected.json
+    (that script keeps its own copy: it runs at the commit that made the fixture)."""
+    return {
+        "message_id": timer.message_id, "topic": timer.topic, "body": timer.body.decode(),
+        "properties": dict(timer.properties), "deliver_at_ms": timer.deliver_at_ms,
+        "created_at_ms": timer.created_at_ms, "state": timer.state.name,
+        "when": [int(timer.when.kind), timer.when.value], "fired_at_ms": timer.fired_at_ms,
+        "acked_at_ms": timer.acked_at_ms, "cancelled_at_ms": timer.cancelled_at_ms,
+        "ready_seq": timer.ready_seq, "wheel": timer.wheel,
+    }  # fmt: skip

@@ -10,7 +10,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from helpers.timer_store import V1_FIXTURE
+from helpers.timer_store import V1_FIXTURE, timer_fields
 from rocksdict import Rdict
 
 from timerwheel.common import State
@@ -54,14 +54,7 @@ def v1_fields(fields: dict) -> dict:
 
 
 def v2_fields(timer) -> dict:
-    return {
-        "message_id": timer.message_id, "topic": timer.topic, "body": timer.body.decode(),
-        "properties": dict(timer.properties), "deliver_at_ms": timer.deliver_at_ms,
-        "created_at_ms": timer.created_at_ms, "state": timer.state.name,
-        "when": [int(timer.when.kind), timer.when.value], "fired_at_ms": timer.fired_at_ms,
-        "acked_at_ms": timer.acked_at_ms, "cancelled_at_ms": timer.cancelled_at_ms,
-        "wheel": timer.wheel,
-    }  # fmt: skip
+    return {k: v for k, v in timer_fields(timer).items() if k != "ready_seq"}
 
 
 def check_answers(store: BatchStore, expected: dict) -> None:

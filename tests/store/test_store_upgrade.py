@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers.timer_store import timer_fields
 from structlog.testing import capture_logs
 
 from timerwheel.common import State
@@ -25,17 +26,6 @@ DAY_MS = 24 * HOUR_MS
 def open_engine(data_dir: Path, clock: VirtualClock) -> Engine:
     settings = Settings(data_dir=str(data_dir), sync_writes=False, retention_ms=DAY_MS)
     return Engine(settings, clock, background=False)
-
-
-def timer_fields(timer) -> dict:
-    return {
-        "message_id": timer.message_id, "topic": timer.topic, "body": timer.body.decode(),
-        "properties": dict(timer.properties), "deliver_at_ms": timer.deliver_at_ms,
-        "created_at_ms": timer.created_at_ms, "state": timer.state.name,
-        "when": [int(timer.when.kind), timer.when.value], "fired_at_ms": timer.fired_at_ms,
-        "acked_at_ms": timer.acked_at_ms, "cancelled_at_ms": timer.cancelled_at_ms,
-        "ready_seq": timer.ready_seq, "wheel": timer.wheel,
-    }  # fmt: skip
 
 
 def test_a_v1_store_opens_and_answers_as_the_v1_code_did(v1):
